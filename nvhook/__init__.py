@@ -1,0 +1,1 @@
+"""nvhook: give containers NVIDIA GPUs."""

@@ -1,0 +1,79 @@
+"""Errors of the ``nvhook`` package (NVIDIA policy, discovery, shim, hooks).
+
+Each carries a one-line message for a person and an exit code from the shared
+table :class:`oci.errors.ExitCode`.
+
+Hierarchy::
+
+    NvhookError
+    ├── ConfigError        /etc/nvhook/config.toml (or $NVHOOK_CONFIG) is invalid; names the key
+    ├── RequestError       what the container asks for cannot be parsed (env, annotation, mount)
+    ├── UnknownDeviceError a requested GPU/MIG device does not exist on this host; lists those that do
+    ├── RequirementError   an NVIDIA_REQUIRE_* constraint is unmet, or policy refuses the request
+    ├── DriverError        the driver root, procfs or NVML cannot be read (wraps NVML errors)
+    ├── MockError          a mock machine cannot be laid out (unknown profile, compiler missing)
+    ├── RuntimeNotFound    no low-level runtime (runc/crun) to exec
+    └── HookError          a hook refused to act (path escaping the rootfs, conflicting link)
+"""
+
+from __future__ import annotations
+
+from oci.errors import ExitCode
+
+__all__ = [
+    "ConfigError",
+    "DriverError",
+    "ExitCode",
+    "HookError",
+    "MockError",
+    "NvhookError",
+    "RequestError",
+    "RequirementError",
+    "RuntimeNotFound",
+    "UnknownDeviceError",
+]
+
+
+class NvhookError(Exception):
+    """Root of the ``nvhook`` errors: a message for a person and an exit code."""
+
+    exit_code: ExitCode = ExitCode.BUG
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(NvhookError):
+    exit_code = ExitCode.CONFIG
+
+
+class RequestError(NvhookError):
+    exit_code = ExitCode.INVALID_SPEC
+
+
+class UnknownDeviceError(NvhookError):
+    exit_code = ExitCode.UNRESOLVED
+
+
+class RequirementError(NvhookError):
+    exit_code = ExitCode.REQUIREMENT
+
+
+class DriverError(NvhookError):
+    exit_code = ExitCode.DEVICE
+
+
+class MockError(NvhookError):
+    exit_code = ExitCode.DEVICE
+
+
+class RuntimeNotFound(NvhookError):
+    exit_code = ExitCode.RUNTIME
+
+
+class HookError(NvhookError):
+    exit_code = ExitCode.HOOK

@@ -1,0 +1,1 @@
+"""Vendor-neutral OCI runtime-spec and CDI machinery (never imports nvhook, pynvml, click)."""

@@ -1,0 +1,1 @@
+"""CDI (Container Device Interface): edits, apply, qualified names, spec models, registry."""

@@ -1,0 +1,118 @@
+"""Errors of the vendor-neutral ``oci`` package.
+
+Every error carries a message meant for a person (it names the file, field or
+device at fault) and an ``exit_code`` from :class:`ExitCode`, the one table of
+exit codes that the README documents.
+
+Hierarchy::
+
+    OciError
+    ├── SpecError            config.json missing, unreadable or not a valid runtime spec
+    ├── BundleError          the bundle cannot be read or written (permissions, disk, rename)
+    ├── ArgvError            runtime command line that cannot be understood
+    └── CdiError
+        ├── CdiSpecError     a CDI spec file is invalid (names the file and the field)
+        ├── CdiNameError     a qualified device name is malformed
+        ├── CdiResolveError  requested devices that no spec defines (names every one)
+        └── CdiApplyError    edits that cannot be applied (host device missing, type mismatch)
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "ArgvError",
+    "BundleError",
+    "CdiApplyError",
+    "CdiError",
+    "CdiNameError",
+    "CdiResolveError",
+    "CdiSpecError",
+    "ExitCode",
+    "OciError",
+    "SpecError",
+]
+
+
+class ExitCode(enum.IntEnum):
+    """Exit codes of every nvhook program (README, "Exit codes")."""
+
+    OK = 0
+    BUG = 1  # an unexpected exception: a traceback is printed
+    USAGE = 2  # bad command-line usage (click's own code too)
+    INVALID_SPEC = 3  # config.json is missing or invalid
+    INVALID_CDI = 4  # a CDI spec file is invalid
+    UNRESOLVED = 5  # a requested device does not exist (CDI name, index, UUID)
+    DEVICE = 6  # host discovery failed: driver, NVML, device node
+    REQUIREMENT = 7  # an NVIDIA_REQUIRE_* constraint or policy refuses the request
+    CONFIG = 8  # nvhook's own configuration file is invalid
+    IO = 9  # a file could not be read or written (bundle, spec dir, output)
+    RUNTIME = 10  # no low-level runtime found, or exec failed
+    HOOK = 11  # a hook refused to act (unsafe path, wrong link)
+    VALIDATION = 12  # `cdi validate` found problems
+
+
+class OciError(Exception):
+    """Root of the ``oci`` errors: a message for a person and an exit code."""
+
+    exit_code: ExitCode = ExitCode.BUG
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SpecError(OciError):
+    """config.json is missing, unreadable or not a valid runtime spec."""
+
+    exit_code = ExitCode.INVALID_SPEC
+
+
+class BundleError(OciError):
+    """The bundle directory cannot be read or written."""
+
+    exit_code = ExitCode.IO
+
+
+class ArgvError(OciError):
+    """The runtime command line cannot be understood."""
+
+    exit_code = ExitCode.USAGE
+
+
+class CdiError(OciError):
+    """Root of the CDI errors."""
+
+    exit_code = ExitCode.INVALID_CDI
+
+
+class CdiSpecError(CdiError):
+    """A CDI spec file is invalid; the message names the file and the field."""
+
+    exit_code = ExitCode.INVALID_CDI
+
+
+class CdiNameError(CdiError):
+    """A qualified device name (``vendor/class=name``) is malformed."""
+
+    exit_code = ExitCode.UNRESOLVED
+
+
+class CdiResolveError(CdiError):
+    """Requested CDI devices that no spec defines; names every one."""
+
+    exit_code = ExitCode.UNRESOLVED
+
+    def __init__(self, message: str, *, names: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.names = names
+
+
+class CdiApplyError(CdiError):
+    """Edits that cannot be applied to a spec (a host device is missing, a type mismatch)."""
+
+    exit_code = ExitCode.DEVICE
