@@ -28,9 +28,13 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from nvhook.cli import cdi
+    from nvhook.cli import cdi, entrypoints
 
     cli.add_command(cdi.cdi)
+    cli.add_command(entrypoints.install_entrypoints_command)
+    from nvhook.cli import mock
+
+    cli.add_command(mock.mock)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,28 @@
+"""``nvhook install-entrypoints``: write the isolated ``nvhook-runtime`` and ``nvhook-hook`` launchers."""
+
+from __future__ import annotations
+
+import click
+
+from nvhook.entrypoints import install_entrypoints
+
+__all__ = ["install_entrypoints_command"]
+
+
+@click.command("install-entrypoints")
+@click.option(
+    "--bin-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where to write the launchers (default: next to this Python interpreter).",
+)
+@click.option(
+    "--python",
+    "interpreter",
+    default=None,
+    help="Absolute path of the interpreter the launchers run (default: this one).",
+)
+def install_entrypoints_command(bin_dir: str | None, interpreter: str | None) -> None:
+    """Write nvhook-runtime and nvhook-hook with an absolute, isolated (-I) interpreter."""
+    for path in install_entrypoints(bin_dir, interpreter):
+        click.echo(str(path))

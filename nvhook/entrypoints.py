@@ -1,0 +1,70 @@
+"""Launchers for the programs that runtimes and hooks start: ``nvhook-runtime`` and ``nvhook-hook``.
+
+Runtimes start ``nvhook-runtime`` with their own environment (podman's cleanup
+call has no PATH at all), and runc starts hooks as root on the host. So each
+launcher names its interpreter by absolute path (never ``/usr/bin/env
+python3``: a pyenv shim on PATH costs ~200 ms and PATH may be empty) and runs
+it isolated (``-I``: no ``PYTHON*`` variables, no user site-packages, no
+script directory on ``sys.path``), so nothing in the caller's environment can
+change which code runs.
+
+pip cannot write such launchers (it drops interpreter flags from a script's
+shebang), so ``nvhook install-entrypoints`` writes them, next to the
+interpreter by default; ``./dev setup`` and the node installer run it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ENTRYPOINTS", "Entrypoint", "install_entrypoints", "launcher_text"]
+
+
+@dataclass(frozen=True, slots=True)
+class Entrypoint:
+    name: str
+    module: str
+    function: str
+
+
+ENTRYPOINTS: tuple[Entrypoint, ...] = (
+    Entrypoint("nvhook-runtime", "nvhook.shim", "main"),
+    Entrypoint("nvhook-hook", "nvhook.hook", "main"),
+)
+
+
+def launcher_text(entry: Entrypoint, interpreter: str) -> str:
+    """The launcher script: an absolute, isolated interpreter and two lines of Python."""
+    if not os.path.isabs(interpreter):
+        raise ValueError(f"interpreter must be an absolute path, got {interpreter!r}")
+    return (
+        f"#!{interpreter} -I\n"
+        f"# {entry.name}: written by `nvhook install-entrypoints`; do not edit.\n"
+        f"from {entry.module} import {entry.function}\n"
+        f"raise SystemExit({entry.function}())\n"
+    )
+
+
+def install_entrypoints(bin_dir: str | None = None, interpreter: str | None = None) -> list[Path]:
+    """Write every launcher into ``bin_dir`` (default: the interpreter's directory), atomically."""
+    python = interpreter or sys.executable
+    target = Path(bin_dir) if bin_dir else Path(python).parent
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for entry in ENTRYPOINTS:
+        path = target / entry.name
+        fd, tmp = tempfile.mkstemp(prefix=f".{entry.name}.", dir=target)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(launcher_text(entry, python))
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        written.append(path)
+    return written

@@ -1,0 +1,68 @@
+"""Project-wide pytest configuration and fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite the expected files of golden cases (review the diff before committing)",
+    )
+
+
+# --- the mock GPU machine (nvhook.mock), shared by every test that needs a fake host ----------
+
+
+@pytest.fixture(scope="session")
+def mock_machine(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """Factory: ``mock_machine("dgx-a100", as_root_nodes=False) -> Path`` of a laid-out mock root.
+
+    One layout per (profile, node kind) per session, shared: treat it as read-only (use
+    ``make_mock_machine`` for a tree of your own). ``as_root_nodes=True`` makes real character
+    devices (skips without root; fails under CI), else ``/dev`` holds regular files.
+    """
+    from nvhook.mock import create
+
+    made: dict[tuple[str, bool], Path] = {}
+
+    def get(profile: str, *, as_root_nodes: bool = False) -> Path:
+        key = (profile, as_root_nodes)
+        if key not in made:
+            if as_root_nodes:
+                from tests.support.containers import require_root
+
+                require_root()
+            root = tmp_path_factory.mktemp(f"mock-{profile}") / "root"
+            create(profile, root, nodes="char" if as_root_nodes else "file")
+            made[key] = root
+        return made[key]
+
+    return get
+
+
+@pytest.fixture
+def make_mock_machine(tmp_path: Path) -> Callable[..., Path]:
+    """Factory: ``make_mock_machine("l40s-x4", as_root_nodes=False) -> Path``, a fresh tree."""
+    from nvhook.mock import create
+
+    count = 0
+
+    def make(profile: str, *, as_root_nodes: bool = False) -> Path:
+        nonlocal count
+        if as_root_nodes:
+            from tests.support.containers import require_root
+
+            require_root()
+        count += 1
+        root = tmp_path / f"mock-{profile}-{count}"
+        create(profile, root, nodes="char" if as_root_nodes else "file")
+        return root
+
+    return make

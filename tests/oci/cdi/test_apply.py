@@ -1,0 +1,107 @@
+"""apply(): unit checks beyond the golden cases, and the idempotence property."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oci.cdi.apply import apply, clean_path, mount_depth
+from oci.cdi.edits import HOOK_NAMES, DeviceNode, Edits, Hook, IntelRdt, Mount, NetDevice
+
+BASE: dict[str, Any] = {
+    "ociVersion": "1.0.2",
+    "process": {"user": {"uid": 0, "gid": 0}, "args": ["sh"], "env": ["PATH=/bin", "A=0"]},
+    "root": {"path": "rootfs"},
+    "mounts": [
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/dev/pts", "type": "devpts", "source": "devpts"},
+        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+    ],
+    "linux": {"resources": {"devices": [{"allow": False, "access": "rwm"}]}},
+}
+
+
+def fake_lstat(path: str) -> os.stat_result:
+    """Every host path is the character device 10:<len(path)>."""
+    rdev = os.makedev(10, len(path))
+    return os.stat_result((0o20666, 0, 0, 1, 0, 0, 0, 0, 0, 0), {"st_rdev": rdev})
+
+
+_name = st.text("abcdefgh", min_size=1, max_size=3)
+_path = st.lists(_name, min_size=1, max_size=3).map(lambda parts: "/" + "/".join(parts))
+_nodes = st.builds(
+    DeviceNode,
+    path=_path,
+    type=st.sampled_from([None, "c", "p"]),
+    major=st.none() | st.integers(0, 300),
+    minor=st.integers(0, 300),
+    permissions=st.sampled_from([None, "r", "rw", "rwm", "m"]),
+    uid=st.none() | st.integers(0, 2000),
+)
+_mounts = st.builds(
+    Mount,
+    host_path=_path,
+    container_path=_path,
+    type=st.none() | st.just("bind"),
+    options=st.lists(st.sampled_from(["ro", "bind", "nosuid"]), max_size=3).map(tuple),
+)
+_hooks = st.builds(
+    Hook,
+    hook_name=st.sampled_from(HOOK_NAMES),
+    path=_path,
+    args=st.lists(_name, max_size=2).map(tuple),
+    timeout=st.none() | st.integers(1, 10),
+)
+_edits = st.builds(
+    Edits,
+    env=st.lists(st.tuples(_name, _name).map("=".join), max_size=4).map(tuple),
+    device_nodes=st.lists(_nodes, max_size=4).map(tuple),
+    mounts=st.lists(_mounts, max_size=4).map(tuple),
+    hooks=st.lists(_hooks, max_size=3).map(tuple),
+    additional_gids=st.lists(st.integers(0, 50), max_size=3).map(tuple),
+    net_devices=st.lists(st.builds(NetDevice, _name, _name), max_size=2).map(tuple),
+    intel_rdt=st.none() | st.builds(IntelRdt, clos_id=_name),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_edits)
+def test_apply_is_idempotent(edits: Edits) -> None:
+    once = apply(edits, BASE, lstat=fake_lstat)
+    assert apply(edits, once, lstat=fake_lstat) == once
+
+
+@settings(max_examples=50, deadline=None)
+@given(_edits)
+def test_apply_never_touches_its_input(edits: Edits) -> None:
+    before = copy.deepcopy(BASE)
+    apply(edits, BASE, lstat=fake_lstat)
+    assert before == BASE
+
+
+@settings(max_examples=50, deadline=None)
+@given(_edits, _edits)
+def test_edits_concatenate_like_lists(a: Edits, b: Edits) -> None:
+    assert (a + Edits()) == a == (Edits() + a)
+    joined = a + b
+    assert joined.env == a.env + b.env
+    assert joined.intel_rdt == (b.intel_rdt if b.intel_rdt is not None else a.intel_rdt)
+    assert Edits.from_dict(joined.to_dict()) == joined
+
+
+def test_empty_edits_return_an_equal_copy() -> None:
+    out = apply(Edits(), BASE)
+    assert out == BASE
+    assert out is not BASE
+
+
+def test_clean_path_matches_go() -> None:
+    assert clean_path("") == "."
+    assert clean_path("//usr/lib/") == "/usr/lib"
+    assert clean_path("/a/b/../c/.") == "/a/c"
+    assert mount_depth("/") == 1
+    assert mount_depth("/dev/pts") == 2
