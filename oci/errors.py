@@ -14,7 +14,8 @@ Hierarchy::
         ├── CdiSpecError     a CDI spec file is invalid (names the file and the field)
         ├── CdiNameError     a qualified device name is malformed
         ├── CdiResolveError  requested devices that no spec defines (names every one)
-        └── CdiApplyError    edits that cannot be applied (host device missing, type mismatch)
+        ├── CdiApplyError    edits that cannot be applied (host device missing, type mismatch)
+        └── CdiWriteError    a CDI spec file cannot be written (directory, permissions, disk)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "CdiNameError",
     "CdiResolveError",
     "CdiSpecError",
+    "CdiWriteError",
     "ExitCode",
     "OciError",
     "SpecError",
@@ -116,3 +118,9 @@ class CdiApplyError(CdiError):
     """Edits that cannot be applied to a spec (a host device is missing, a type mismatch)."""
 
     exit_code = ExitCode.DEVICE
+
+
+class CdiWriteError(CdiError):
+    """A CDI spec file cannot be written (directory, permissions, disk)."""
+
+    exit_code = ExitCode.IO

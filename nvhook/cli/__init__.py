@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nvhook`` console script."""
     _register()
     try:
-        cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
+        rv = cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
     except (OciError, NvhookError) as e:
         click.echo(f"nvhook: {e}", err=True)
         return int(e.exit_code)
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         report_bug()
         return int(ExitCode.BUG)
-    return int(ExitCode.OK)
+    return rv if isinstance(rv, int) else int(ExitCode.OK)
 
 
 def report_bug() -> None:

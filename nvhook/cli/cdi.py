@@ -2,11 +2,70 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
+from nvhook.cli.cdi_validate import validate
+from oci.cdi.registry import DEFAULT_SPEC_DIRS, Registry
+from oci.errors import ExitCode
+
 __all__ = ["cdi"]
+
+_spec_dir_option = click.option(
+    "--spec-dir",
+    "spec_dirs",
+    multiple=True,
+    metavar="DIR",
+    help="CDI spec directory, lowest priority first (repeatable; default: "
+    f"{' '.join(DEFAULT_SPEC_DIRS)}).",
+)
 
 
 @click.group()
 def cdi() -> None:
     """Work with CDI (Container Device Interface) specs."""
+
+
+@cdi.command("list")
+@_spec_dir_option
+def list_(spec_dirs: tuple[str, ...]) -> None:
+    """Print every resolvable device name with the file that defines it, then any problems.
+
+    Names go to stdout (NAME<TAB>FILE); problems go to stderr, one line each,
+    and make the exit code 4.
+    """
+    registry = Registry(spec_dirs or DEFAULT_SPEC_DIRS)
+    for name, definition in registry.devices.items():
+        click.echo(f"{name}\t{definition.path}")
+    problems = [msg for msgs in registry.errors.values() for msg in msgs]
+    for msg in problems:
+        click.echo(msg, err=True)
+    if problems:
+        raise click.exceptions.Exit(int(ExitCode.INVALID_CDI))
+
+
+@cdi.command()
+@click.option(
+    "--bundle",
+    "-b",
+    "bundle",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="OCI bundle whose config.json is edited.",
+)
+@_spec_dir_option
+@click.option("--dry-run", is_flag=True, help="Print the resulting config.json; write nothing.")
+@click.argument("names", nargs=-1, required=True)
+def inject(bundle: str, spec_dirs: tuple[str, ...], dry_run: bool, names: tuple[str, ...]) -> None:
+    """Apply the CDI devices NAMES (vendor/class=name) to BUNDLE/config.json, atomically."""
+    from oci.cdi.inject import inject as do_inject
+
+    result = do_inject(bundle, names, spec_dirs=spec_dirs or DEFAULT_SPEC_DIRS, dry_run=dry_run)
+    if dry_run:
+        click.echo(json.dumps(result.spec, indent=2, ensure_ascii=False))
+    elif not result.written:
+        click.echo(f"{bundle}/config.json already has these devices: unchanged", err=True)
+
+
+cdi.add_command(validate)

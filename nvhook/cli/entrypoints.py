@@ -1,4 +1,4 @@
-"""``nvhook install-entrypoints``: write the isolated ``nvhook-runtime`` and ``nvhook-hook`` launchers."""
+"""``nvhook install-entrypoints``: write the isolated ``nvhook-runtime``/``nvhook-hook`` launchers."""
 
 from __future__ import annotations
 

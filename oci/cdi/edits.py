@@ -4,10 +4,10 @@
 It is what every producer of devices yields (a CDI spec, host discovery, a
 volume-mount device list) and what :func:`oci.cdi.apply.apply` consumes.
 
-These are plain frozen dataclasses on purpose: the runtime shim builds them on
-every container start and cannot afford pydantic (DESIGN.md D5). The strict
-pydantic models in :mod:`oci.cdi.spec` validate spec files and convert into
-these values at the edge.
+These are plain frozen values on purpose: the runtime shim builds them on
+every container start and cannot afford pydantic (DESIGN.md D5). The strict,
+stdlib-only parser in :mod:`oci.cdi.spec` validates spec files and converts
+into these values.
 """
 
 from __future__ import annotations
