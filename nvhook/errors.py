@@ -6,9 +6,9 @@ table :class:`oci.errors.ExitCode`.
 Hierarchy::
 
     NvhookError
-    ├── ConfigError        /etc/nvhook/config.toml (or $NVHOOK_CONFIG) is invalid; names the key
+    ├── ConfigError        the config file (/etc/nvhook/config.toml or $NVHOOK_CONFIG) is invalid
     ├── RequestError       what the container asks for cannot be parsed (env, annotation, mount)
-    ├── UnknownDeviceError a requested GPU/MIG device does not exist on this host; lists those that do
+    ├── UnknownDeviceError a requested GPU or MIG device does not exist; lists those that do
     ├── RequirementError   an NVIDIA_REQUIRE_* constraint is unmet, or policy refuses the request
     ├── DriverError        the driver root, procfs or NVML cannot be read (wraps NVML errors)
     ├── MockError          a mock machine cannot be laid out (unknown profile, compiler missing)

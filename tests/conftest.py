@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.support.containers"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

@@ -1,0 +1,1 @@
+"""Shared test support: the real-container harness lives in :mod:`tests.support.containers`."""
