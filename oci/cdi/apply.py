@@ -35,17 +35,19 @@ from __future__ import annotations
 import copy
 import os
 import stat as stat_mod
-from collections.abc import Callable, Mapping
-from typing import Any
 
 from oci.cdi.edits import HOOK_NAMES, DeviceNode, Edits
 from oci.errors import CdiApplyError
 
-__all__ = ["StatFn", "apply", "clean_path", "mount_depth"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any, TypeAlias
 
-StatFn = Callable[[str], os.stat_result]
+    StatFn: TypeAlias = Callable[[str], os.stat_result]
+    _Json: TypeAlias = dict[str, Any]
 
-_Json = dict[str, Any]
+__all__ = ["apply", "clean_path", "mount_depth"]
 
 
 def apply(edits: Edits, spec: Mapping[str, Any], *, lstat: StatFn = os.lstat) -> _Json:

@@ -12,9 +12,12 @@ into these values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from oci._frozen import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 __all__ = [
     "HOOK_NAMES",
@@ -37,19 +40,45 @@ HOOK_NAMES: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceNode:
+class DeviceNode(Frozen):
     """A device node to create in the container (CDI ``deviceNodes`` item)."""
 
+    __slots__ = (  # noqa: RUF023 - field order
+        "path", "host_path", "type", "major", "minor", "file_mode", "permissions", "uid", "gid",
+    )  # fmt: skip
     path: str
-    host_path: str | None = None
-    type: str | None = None
-    major: int | None = None
-    minor: int | None = None
-    file_mode: int | None = None
-    permissions: str | None = None
-    uid: int | None = None
-    gid: int | None = None
+    host_path: str | None
+    type: str | None
+    major: int | None
+    minor: int | None
+    file_mode: int | None
+    permissions: str | None
+    uid: int | None
+    gid: int | None
+
+    def __init__(
+        self,
+        path: str,
+        host_path: str | None = None,
+        type: str | None = None,
+        major: int | None = None,
+        minor: int | None = None,
+        file_mode: int | None = None,
+        permissions: str | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+    ) -> None:
+        self._set(
+            path=path,
+            host_path=host_path,
+            type=type,
+            major=major,
+            minor=minor,
+            file_mode=file_mode,
+            permissions=permissions,
+            uid=uid,
+            gid=gid,
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DeviceNode:
@@ -82,14 +111,23 @@ class DeviceNode:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class Mount:
+class Mount(Frozen):
     """A mount to add to the container (CDI ``mounts`` item)."""
 
+    __slots__ = ("host_path", "container_path", "type", "options")  # noqa: RUF023
     host_path: str
     container_path: str
-    type: str | None = None
-    options: tuple[str, ...] = ()
+    type: str | None
+    options: tuple[str, ...]
+
+    def __init__(
+        self,
+        host_path: str,
+        container_path: str,
+        type: str | None = None,
+        options: tuple[str, ...] = (),
+    ) -> None:
+        self._set(host_path=host_path, container_path=container_path, type=type, options=options)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Mount:
@@ -109,15 +147,25 @@ class Mount:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class Hook:
+class Hook(Frozen):
     """An OCI hook to add to one lifecycle (CDI ``hooks`` item)."""
 
+    __slots__ = ("hook_name", "path", "args", "env", "timeout")  # noqa: RUF023
     hook_name: str
     path: str
-    args: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    timeout: int | None = None
+    args: tuple[str, ...]
+    env: tuple[str, ...]
+    timeout: int | None
+
+    def __init__(
+        self,
+        hook_name: str,
+        path: str,
+        args: tuple[str, ...] = (),
+        env: tuple[str, ...] = (),
+        timeout: int | None = None,
+    ) -> None:
+        self._set(hook_name=hook_name, path=path, args=args, env=env, timeout=timeout)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Hook:
@@ -151,12 +199,15 @@ class Hook:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class NetDevice:
+class NetDevice(Frozen):
     """A host network interface to move into the container (CDI ``netDevices`` item)."""
 
+    __slots__ = ("host_interface_name", "name")
     host_interface_name: str
     name: str
+
+    def __init__(self, host_interface_name: str, name: str) -> None:
+        self._set(host_interface_name=host_interface_name, name=name)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NetDevice:
@@ -166,15 +217,33 @@ class NetDevice:
         return {"hostInterfaceName": self.host_interface_name, "name": self.name}
 
 
-@dataclass(frozen=True, slots=True)
-class IntelRdt:
+class IntelRdt(Frozen):
     """Intel RDT settings (CDI ``intelRdt``); replaces ``linux.intelRdt`` as a whole."""
 
-    clos_id: str | None = None
-    l3_cache_schema: str | None = None
-    mem_bw_schema: str | None = None
-    schemata: tuple[str, ...] = ()
-    enable_monitoring: bool = False
+    __slots__ = (  # noqa: RUF023 - field order
+        "clos_id", "l3_cache_schema", "mem_bw_schema", "schemata", "enable_monitoring",
+    )  # fmt: skip
+    clos_id: str | None
+    l3_cache_schema: str | None
+    mem_bw_schema: str | None
+    schemata: tuple[str, ...]
+    enable_monitoring: bool
+
+    def __init__(
+        self,
+        clos_id: str | None = None,
+        l3_cache_schema: str | None = None,
+        mem_bw_schema: str | None = None,
+        schemata: tuple[str, ...] = (),
+        enable_monitoring: bool = False,
+    ) -> None:
+        self._set(
+            clos_id=clos_id,
+            l3_cache_schema=l3_cache_schema,
+            mem_bw_schema=mem_bw_schema,
+            schemata=schemata,
+            enable_monitoring=enable_monitoring,
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> IntelRdt:
@@ -202,25 +271,46 @@ class IntelRdt:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class Edits:
+class Edits(Frozen):
     """CDI container edits: an immutable value; ``a + b`` concatenates, ``Edits()`` is the identity.
 
     Concatenation follows the reference ``ContainerEdits.Append``: lists are
     appended in order and a later ``intel_rdt`` replaces an earlier one.
     """
 
-    env: tuple[str, ...] = ()
-    device_nodes: tuple[DeviceNode, ...] = ()
-    mounts: tuple[Mount, ...] = ()
-    hooks: tuple[Hook, ...] = ()
-    additional_gids: tuple[int, ...] = ()
-    net_devices: tuple[NetDevice, ...] = ()
-    intel_rdt: IntelRdt | None = field(default=None)
+    __slots__ = (  # noqa: RUF023 - field order
+        "env", "device_nodes", "mounts", "hooks", "additional_gids", "net_devices", "intel_rdt",
+    )  # fmt: skip
+    env: tuple[str, ...]
+    device_nodes: tuple[DeviceNode, ...]
+    mounts: tuple[Mount, ...]
+    hooks: tuple[Hook, ...]
+    additional_gids: tuple[int, ...]
+    net_devices: tuple[NetDevice, ...]
+    intel_rdt: IntelRdt | None
+
+    def __init__(
+        self,
+        *,
+        env: tuple[str, ...] = (),
+        device_nodes: tuple[DeviceNode, ...] = (),
+        mounts: tuple[Mount, ...] = (),
+        hooks: tuple[Hook, ...] = (),
+        additional_gids: tuple[int, ...] = (),
+        net_devices: tuple[NetDevice, ...] = (),
+        intel_rdt: IntelRdt | None = None,
+    ) -> None:
+        self._set(
+            env=env,
+            device_nodes=device_nodes,
+            mounts=mounts,
+            hooks=hooks,
+            additional_gids=additional_gids,
+            net_devices=net_devices,
+            intel_rdt=intel_rdt,
+        )
 
     def __add__(self, other: Edits) -> Edits:
-        if not isinstance(other, Edits):
-            return NotImplemented
         return Edits(
             env=self.env + other.env,
             device_nodes=self.device_nodes + other.device_nodes,

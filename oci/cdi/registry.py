@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
+from oci._frozen import Frozen
 from oci.cdi.edits import Edits
 from oci.cdi.names import parse_qualified_name
 from oci.cdi.spec import Device, Spec, load_spec
@@ -32,15 +32,18 @@ SPEC_SUFFIXES: tuple[str, ...] = (".json", ".yaml", ".yml")
 SpecLoader = Callable[[str], Spec]
 
 
-@dataclass(frozen=True, slots=True)
-class Definition:
+class Definition(Frozen):
     """Where one qualified device name is defined."""
 
+    __slots__ = ("name", "spec", "device", "path", "priority")  # noqa: RUF023 - field order
     name: str
     spec: Spec
     device: Device
     path: str
     priority: int
+
+    def __init__(self, name: str, spec: Spec, device: Device, path: str, priority: int) -> None:
+        self._set(name=name, spec=spec, device=device, path=path, priority=priority)
 
 
 class Registry:

@@ -41,9 +41,9 @@ from __future__ import annotations
 import os
 import types
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from oci._frozen import Frozen
 from oci.cdi.edits import HOOK_NAMES, DeviceNode, Edits, Hook, IntelRdt, Mount, NetDevice
 from oci.cdi.names import (
     class_name_problem,
@@ -78,31 +78,60 @@ __all__ = [
 _EMPTY: Mapping[str, str] = types.MappingProxyType({})
 
 
-def _no_annotations() -> Mapping[str, str]:
-    return _EMPTY
-
-
-@dataclass(frozen=True, slots=True)
-class Device:
+class Device(Frozen):
     """One device of a spec: its unqualified name, edits and annotations."""
 
+    __slots__ = ("name", "edits", "annotations")  # noqa: RUF023 - field order
     name: str
     edits: Edits
-    annotations: Mapping[str, str] = field(default_factory=_no_annotations, hash=False)
+    annotations: Mapping[str, str]
+
+    def __init__(self, name: str, edits: Edits, annotations: Mapping[str, str] = _EMPTY) -> None:
+        self._set(name=name, edits=edits, annotations=annotations)
+
+    def __hash__(self) -> int:  # annotations (a mapping) are left out, as they are unhashable
+        return hash((self.name, self.edits))
 
 
-@dataclass(frozen=True, slots=True)
-class Spec:
+class Spec(Frozen):
     """A validated CDI spec: ``kind`` is ``vendor/class``; ``edits`` apply with any device."""
 
+    __slots__ = (  # noqa: RUF023 - field order
+        "version", "kind", "vendor", "class_name", "devices", "edits", "annotations", "source",
+    )  # fmt: skip
     version: str
     kind: str
     vendor: str
     class_name: str
     devices: tuple[Device, ...]
-    edits: Edits = field(default_factory=Edits)
-    annotations: Mapping[str, str] = field(default_factory=_no_annotations, hash=False)
-    source: str = "<memory>"
+    edits: Edits
+    annotations: Mapping[str, str]
+    source: str
+
+    def __init__(
+        self,
+        version: str,
+        kind: str,
+        vendor: str,
+        class_name: str,
+        devices: tuple[Device, ...],
+        edits: Edits | None = None,
+        annotations: Mapping[str, str] = _EMPTY,
+        source: str = "<memory>",
+    ) -> None:
+        self._set(
+            version=version,
+            kind=kind,
+            vendor=vendor,
+            class_name=class_name,
+            devices=devices,
+            edits=edits if edits is not None else Edits(),
+            annotations=annotations,
+            source=source,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.version, self.kind, self.devices, self.edits, self.source))
 
     @classmethod
     def create(

@@ -187,7 +187,7 @@ def test_device_list_forms(value: str, expected: DeviceRequest) -> None:
         ("0:1:2", "'0:1:2'", "<gpu index>:<mig index>"),
         ("-1:0", "'-1:0'", "<gpu index>:<mig index>"),
         ("nvidia.com/gpu=", '"nvidia.com/gpu="', "unqualified device"),
-        ("nvidia.com=0", '"nvidia.com=0"', "missing vendor"),
+        ("nvidia.com=0", '"nvidia.com=0"', "no 'vendor/class' before '='"),
         ("=0", '"=0"', "unqualified device"),
         ("/gpu=0", '"/gpu=0"', "unqualified device"),
         ("nvidia.com/gpu=0/1", '"nvidia.com/gpu=0/1"', "invalid character '/'"),
