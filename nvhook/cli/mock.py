@@ -1,0 +1,128 @@
+"""``nvhook mock``: list the mock machine's profiles and lay one out as a fake host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import click
+
+from nvhook.mock import NodeMode, list_profiles, load_profile
+from nvhook.mock import create as create_machine
+from nvhook.mock.profiles import Gpu, Profile
+
+__all__ = ["mock"]
+
+
+@click.group()
+def mock() -> None:
+    """The mock GPU machine: profiles, and fake hosts laid out from them."""
+
+
+@mock.command()
+@click.argument("names", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def profiles(names: tuple[str, ...], as_json: bool) -> None:
+    """List the machine profiles (or only NAMES) with their GPUs."""
+    loaded = [load_profile(n) for n in (names or list_profiles())]
+    if as_json:
+        click.echo(json.dumps([_profile_dict(p) for p in loaded], indent=2))
+        return
+    for i, p in enumerate(loaded):
+        if i:
+            click.echo("")
+        click.echo(_profile_text(p))
+
+
+@mock.command()
+@click.option("--profile", "-p", "profile", required=True, help="Profile name (see `profiles`).")
+@click.option(
+    "--nodes",
+    type=click.Choice(["auto", "char", "file"]),
+    default="auto",
+    show_default=True,
+    help="Device nodes as character devices (root) or regular files; auto: char when root.",
+)
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def create(profile: str, nodes: str, directory: Path) -> None:
+    """Lay out PROFILE as a fake host root at DIRECTORY (new or empty)."""
+    machine = create_machine(profile, directory, nodes=cast(NodeMode, nodes))
+    p = machine.profile
+    migs = sum(len(g.mig_devices) for g in p.gpus)
+    click.echo(
+        f"mock machine {p.name} at {machine.root}: {len(p.gpus)} GPU(s), {migs} MIG device(s), "
+        f"driver {p.driver.version}, device nodes as {machine.nodes} nodes"
+    )
+    click.echo(f"  NVML:       LD_LIBRARY_PATH={machine.lib_dir} python3 -c 'import pynvml; …'")
+    click.echo(f"  nvidia-smi: {machine.bin_dir / 'nvidia-smi'} -L")
+    click.echo(f"  ld cache:   ldconfig -p -C {machine.ldcache}")
+
+
+def _gpu_text(g: Gpu) -> str:
+    m = g.model
+    line = (
+        f"  GPU {g.index}  {g.name}  {g.uuid}  bus {g.bus_id}  minor {g.minor}  "
+        f"{m.architecture} {m.compute_capability}  {m.memory_mib} MiB"
+    )
+    if g.mig_enabled:
+        devices = ", ".join(f"{d.profile.name} gi{d.gi}/ci{d.ci} {d.uuid}" for d in g.mig_devices)
+        line += f"\n      MIG mode: {devices or 'no instances'}"
+    return line
+
+
+def _profile_text(p: Profile) -> str:
+    d = p.driver
+    extras = [
+        f"{p.nvswitches} NVSwitches" if p.nvswitches else "",
+        f"{p.imex_channels} IMEX channels" if p.imex_channels else "",
+        "graphics" if p.graphics_config else "",
+        "display" if p.display else "",
+    ]
+    state = "" if d.loaded else ", kernel module not loaded"
+    lines = [
+        f"{p.name}: {p.description}",
+        f"  driver {d.version} ({d.kernel_module} kernel module{state}), CUDA {d.cuda}"
+        + "".join(f", {e}" for e in extras if e),
+        *(_gpu_text(g) for g in p.gpus),
+    ]
+    return "\n".join(lines)
+
+
+def _profile_dict(p: Profile) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "description": p.description,
+        "driver": {
+            "version": p.driver.version,
+            "cuda": p.driver.cuda,
+            "kernelModule": p.driver.kernel_module,
+            "loaded": p.driver.loaded,
+        },
+        "nvswitches": p.nvswitches,
+        "imexChannels": p.imex_channels,
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "uuid": g.uuid,
+                "busId": g.bus_id,
+                "minor": g.minor,
+                "architecture": g.model.architecture,
+                "computeCapability": g.model.compute_capability,
+                "memoryMiB": g.model.memory_mib,
+                "migEnabled": g.mig_enabled,
+                "migDevices": [
+                    {
+                        "index": d.index,
+                        "uuid": d.uuid,
+                        "gi": d.gi,
+                        "ci": d.ci,
+                        "profile": d.profile.name,
+                    }
+                    for d in g.mig_devices
+                ],
+            }
+            for g in p.gpus
+        ],
+    }

@@ -1,0 +1,1 @@
+"""The shipped machine profiles, one TOML file per machine (a package so they ship as data)."""

@@ -1,0 +1,303 @@
+"""NVML behind a small protocol: the only module that imports ``pynvml``.
+
+>>> with open_nvml(lib_dir) as nvml:        # doctest: +SKIP
+...     nvml.driver().driver_version, [g.uuid for g in nvml.gpus()]
+
+:func:`open_nvml` loads ``libnvidia-ml.so.1`` (from ``lib_dir`` when given, else wherever the
+dynamic loader finds it), initialises NVML, yields an :class:`Nvml` and shuts NVML down again.
+Its answers are frozen dataclasses; every NVML failure becomes a :class:`DriverError` whose
+message names the NVML function, the device and the library.
+
+``pynvml`` (from ``nvidia-ml-py``) keeps one library per process in ``pynvml.nvmlLib`` and caches
+function pointers; to use a specific library this module loads it with ``ctypes`` by absolute
+path, installs it as ``pynvml.nvmlLib`` and clears that cache. One library can be open at a
+time in a process; switching to another one while NVML is open is an error. ``pynvml`` is
+imported only when NVML is opened, never when ``nvhook`` is imported.
+
+Bus ids are given in the ``/proc`` form (``0000:07:00.0``, see
+:func:`nvhook.procfs.normalize_bus_id`) so the two views compare directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from nvhook.errors import DriverError
+from nvhook.procfs import normalize_bus_id
+
+__all__ = ["LIBRARY", "DriverInfo", "GpuInfo", "MigInfo", "Nvml", "open_nvml"]
+
+LIBRARY = "libnvidia-ml.so.1"
+
+_ARCHITECTURES = {
+    2: "kepler",
+    3: "maxwell",
+    4: "pascal",
+    5: "volta",
+    6: "turing",
+    7: "ampere",
+    8: "ada",
+    9: "hopper",
+    10: "blackwell",
+}
+_BRANDS = {
+    0: "unknown",
+    1: "quadro",
+    2: "tesla",
+    3: "nvs",
+    4: "grid",
+    5: "geforce",
+    6: "titan",
+    13: "nvidia_rtx",
+    14: "nvidia",
+}
+
+
+@dataclass(frozen=True)
+class DriverInfo:
+    driver_version: str  # "550.54.15"
+    cuda_version: str  # "12.4"
+    nvml_version: str  # "12.550.54.15"
+
+
+@dataclass(frozen=True)
+class MigInfo:
+    index: int  # MIG device index under its GPU (nvmlDeviceGetMigDeviceHandleByIndex)
+    uuid: str  # "MIG-…"
+    gi: int  # GPU instance id
+    ci: int  # compute instance id
+    profile: str  # "3g.40gb"
+    memory_bytes: int
+    parent_uuid: str
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    uuid: str
+    bus_id: str  # "0000:07:00.0"
+    minor: int  # /dev/nvidia<minor>
+    arch: str  # "ampere", "hopper"… ("unknown" for a value this module does not know)
+    compute_capability: str  # "8.0"
+    memory_bytes: int
+    brand: str  # "nvidia", "tesla"…
+    mig_capable: bool
+    mig_enabled: bool
+    migs: tuple[MigInfo, ...]
+
+
+class Nvml(Protocol):
+    """What nvhook asks NVML."""
+
+    def driver(self) -> DriverInfo: ...
+
+    def gpus(self) -> tuple[GpuInfo, ...]: ...
+
+
+_T = TypeVar("_T")
+
+
+class _PynvmlNvml:
+    """:class:`Nvml` over ``pynvml``, valid while its :func:`open_nvml` block runs."""
+
+    def __init__(self, pynvml: Any, library: str) -> None:
+        self._nv = pynvml
+        self._library = library
+
+    def _call(self, function: str, where: str, f: Callable[..., _T], *args: Any) -> _T:
+        try:
+            return f(*args)
+        except self._nv.NVMLError as e:
+            raise DriverError(
+                f"NVML {function} failed{where}: {e} "
+                f"(NVML error {e.value}, library {self._library})"
+            ) from e
+
+    def driver(self) -> DriverInfo:
+        nv = self._nv
+        version = self._call("nvmlSystemGetDriverVersion", "", nv.nvmlSystemGetDriverVersion)
+        cuda = self._call("nvmlSystemGetCudaDriverVersion", "", nv.nvmlSystemGetCudaDriverVersion)
+        nvml = self._call("nvmlSystemGetNVMLVersion", "", nv.nvmlSystemGetNVMLVersion)
+        return DriverInfo(
+            driver_version=_text(version),
+            cuda_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
+            nvml_version=_text(nvml),
+        )
+
+    def gpus(self) -> tuple[GpuInfo, ...]:
+        nv = self._nv
+        count = self._call("nvmlDeviceGetCount_v2", "", nv.nvmlDeviceGetCount)
+        return tuple(self._gpu(i) for i in range(count))
+
+    def _gpu(self, index: int) -> GpuInfo:
+        nv = self._nv
+        at = f" for GPU {index}"
+        h = self._call("nvmlDeviceGetHandleByIndex_v2", at, nv.nvmlDeviceGetHandleByIndex, index)
+        uuid = _text(self._call("nvmlDeviceGetUUID", at, nv.nvmlDeviceGetUUID, h))
+        at = f" for GPU {index} ({uuid})"
+        pci = self._call("nvmlDeviceGetPciInfo_v3", at, nv.nvmlDeviceGetPciInfo_v3, h)
+        memory = self._call("nvmlDeviceGetMemoryInfo", at, nv.nvmlDeviceGetMemoryInfo, h)
+        major, minor = self._call(
+            "nvmlDeviceGetCudaComputeCapability", at, nv.nvmlDeviceGetCudaComputeCapability, h
+        )
+        arch = self._call("nvmlDeviceGetArchitecture", at, nv.nvmlDeviceGetArchitecture, h)
+        brand = self._call("nvmlDeviceGetBrand", at, nv.nvmlDeviceGetBrand, h)
+        try:
+            current, _pending = nv.nvmlDeviceGetMigMode(h)
+            mig_capable, mig_enabled = True, bool(current)
+        except nv.NVMLError_NotSupported:
+            mig_capable, mig_enabled = False, False
+        except nv.NVMLError as e:
+            raise DriverError(
+                f"NVML nvmlDeviceGetMigMode failed{at}: {e} (NVML error {e.value}, "
+                f"library {self._library})"
+            ) from e
+        return GpuInfo(
+            index=index,
+            name=_text(self._call("nvmlDeviceGetName", at, nv.nvmlDeviceGetName, h)),
+            uuid=uuid,
+            bus_id=normalize_bus_id(_text(pci.busId)),
+            minor=self._call("nvmlDeviceGetMinorNumber", at, nv.nvmlDeviceGetMinorNumber, h),
+            arch=_ARCHITECTURES.get(arch, "unknown"),
+            compute_capability=f"{major}.{minor}",
+            memory_bytes=memory.total,
+            brand=_BRANDS.get(brand, "unknown"),
+            mig_capable=mig_capable,
+            mig_enabled=mig_enabled,
+            migs=self._migs(h, index, uuid) if mig_enabled else (),
+        )
+
+    def _migs(self, h: Any, index: int, parent_uuid: str) -> tuple[MigInfo, ...]:
+        nv = self._nv
+        at = f" for GPU {index} ({parent_uuid})"
+        slots = self._call(
+            "nvmlDeviceGetMaxMigDeviceCount", at, nv.nvmlDeviceGetMaxMigDeviceCount, h
+        )
+        out = []
+        for slot in range(slots):
+            where = f" for GPU {index} ({parent_uuid}) MIG device {slot}"
+            try:
+                m = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, slot)
+            except nv.NVMLError_NotFound:
+                continue  # an empty slot
+            except nv.NVMLError as e:
+                raise DriverError(
+                    f"NVML nvmlDeviceGetMigDeviceHandleByIndex failed{where}: {e} "
+                    f"(NVML error {e.value}, library {self._library})"
+                ) from e
+            name = _text(self._call("nvmlDeviceGetName", where, nv.nvmlDeviceGetName, m))
+            memory = self._call("nvmlDeviceGetMemoryInfo", where, nv.nvmlDeviceGetMemoryInfo, m)
+            out.append(
+                MigInfo(
+                    index=slot,
+                    uuid=_text(self._call("nvmlDeviceGetUUID", where, nv.nvmlDeviceGetUUID, m)),
+                    gi=self._call(
+                        "nvmlDeviceGetGpuInstanceId", where, nv.nvmlDeviceGetGpuInstanceId, m
+                    ),
+                    ci=self._call(
+                        "nvmlDeviceGetComputeInstanceId",
+                        where,
+                        nv.nvmlDeviceGetComputeInstanceId,
+                        m,
+                    ),
+                    profile=_mig_profile(
+                        name,
+                        self._call(
+                            "nvmlDeviceGetAttributes_v2", where, nv.nvmlDeviceGetAttributes_v2, m
+                        ),
+                    ),
+                    memory_bytes=memory.total,
+                    parent_uuid=parent_uuid,
+                )
+            )
+        return tuple(out)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _mig_profile(name: str, attributes: Any) -> str:
+    """``NVIDIA A100-SXM4-80GB MIG 3g.40gb`` → ``3g.40gb``; else built from the attributes."""
+    _, sep, profile = name.rpartition(" MIG ")
+    if sep and profile:
+        return profile
+    gib = round(attributes.memorySizeMB / 1024)
+    gi, ci = attributes.gpuInstanceSliceCount, attributes.computeInstanceSliceCount
+    return f"{gi}g.{gib}gb" if ci == gi else f"{ci}c.{gi}g.{gib}gb"
+
+
+# One library at a time per process: pynvml has one global library handle.
+_lock = threading.Lock()
+_current: str | None = None  # path of the library pynvml.nvmlLib holds (None: the default)
+_open = 0
+
+
+def _select(pynvml: Any, library: str | None) -> None:
+    """Make pynvml use ``library`` (an absolute path; None: the loader's default)."""
+    global _current
+    if library == _current and (library is None or pynvml.nvmlLib is not None):
+        return
+    if _open:
+        raise DriverError(
+            f"NVML is already open with {_current or LIBRARY} in this process; "
+            f"close it before opening {library or LIBRARY}"
+        )
+    import ctypes
+
+    if library is None:
+        lib = None
+    else:
+        try:
+            lib = ctypes.CDLL(library)
+        except OSError as e:
+            raise DriverError(f"cannot load NVML library {library}: {e}") from e
+    with pynvml.libLoadLock:
+        pynvml.nvmlLib = lib
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+    _current = library
+
+
+@contextmanager
+def open_nvml(lib_dir: str | os.PathLike[str] | None = None) -> Iterator[Nvml]:
+    """Initialise NVML from ``lib_dir/libnvidia-ml.so.1`` (or the default library) for a block."""
+    global _open
+    import pynvml
+
+    library = str(Path(lib_dir, LIBRARY).absolute()) if lib_dir is not None else None
+    shown = library or LIBRARY
+    with _lock:
+        _select(pynvml, library)
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError_LibraryNotFound as e:
+            raise DriverError(f"cannot load NVML: {shown} not found by the dynamic loader") from e
+        except pynvml.NVMLError as e:
+            raise DriverError(
+                f"NVML nvmlInitWithFlags failed: {e} (NVML error {e.value}, library {shown})"
+            ) from e
+        _open += 1
+    try:
+        yield _PynvmlNvml(pynvml, shown)
+    except BaseException:
+        with _lock:
+            _open -= 1
+            with contextlib.suppress(pynvml.NVMLError):  # the propagating error says more
+                pynvml.nvmlShutdown()
+        raise
+    with _lock:
+        _open -= 1
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError as e:
+            raise DriverError(
+                f"NVML nvmlShutdown failed: {e} (NVML error {e.value}, library {shown})"
+            ) from e
