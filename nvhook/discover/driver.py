@@ -1,0 +1,414 @@
+"""The driver's files for a set of capabilities, and the container edits that mount them.
+
+:func:`discover_driver_files` looks under a driver root (``/``, or
+``/run/nvidia/driver`` under the GPU Operator) and returns a
+:class:`DriverFiles`: per capability what was found, what was not, and where
+it looked, plus firmware, IPC endpoints and the symlinks the container needs.
+:meth:`DriverFiles.to_edits` turns it into :class:`~oci.cdi.edits.Edits`.
+
+Decisions:
+
+* **Same path inside.** A file at ``P`` in the driver root is mounted from
+  ``<driver root>P`` to ``P`` in the container. Symlinks are resolved inside
+  the root first, so the real file is mounted at its real path.
+* **Real files, links listed.** The fully versioned file
+  (``libcuda.so.550.54.15``) is mounted; the SONAME link (``libcuda.so.1``)
+  and the development links NVIDIA's tools add (``libcuda.so``,
+  ``libnvidia-ml.so``, ``libnvidia-opticalflow.so``, ``libGLX_indirect.so.0``,
+  ``libglxserver_nvidia.so``) are returned as :class:`Symlink` values for the
+  ``create-symlinks`` hook; mounts do not make links.
+* **Options.** Libraries, binaries, Xorg modules and NGX DLLs are mapped
+  executable: ``ro, nosuid, nodev, bind``. Configuration files and firmware
+  add ``noexec``. IPC endpoints (the daemons' sockets, the MPS pipe
+  directory) are mounted ``nosuid, nodev, noexec, bind`` but not read-only,
+  as libnvidia-container mounts them: MPS clients write to pipes there.
+* **Two roots.** The driver's files (libraries, binaries, configuration,
+  firmware) are looked for under ``driver_root``; IPC endpoints, which the
+  running daemons create, under ``host_root``. ``host_root`` defaults to the
+  driver root, which is right both for a driver installed on ``/`` and for
+  the GPU Operator, whose driver container runs ``nvidia-persistenced`` with
+  its ``/run`` inside the driver root.
+* **Named tuples.** The values here are ``NamedTuple`` classes rather than
+  frozen dataclasses: immutable all the same, a tenth of the import cost
+  (0.07 ms a class against 0.6 ms) on the shim's start path.
+* **Missing is data.** A file a capability may have but this host lacks is
+  listed in :attr:`CapabilityFiles.missing`; only a driver or host root that
+  is not a directory, an unknown capability, an invalid version or an
+  unsupported architecture raise.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping, Sequence
+from typing import NamedTuple
+
+from nvhook.constants import ALL_CAPABILITIES, CAPABILITY_ALL
+from nvhook.discover import catalog
+from nvhook.discover.catalog import DEFAULT_SEARCH_PATHS
+from nvhook.discover.files import (
+    find_binaries,
+    find_configs,
+    find_firmware,
+    find_ipc,
+    find_wine_dlls,
+    find_xorg_modules,
+)
+from nvhook.discover.libraries import Library, LibraryFinder, is_version
+from nvhook.discover.root import Root
+from nvhook.errors import DriverError, RequestError
+from nvhook.ldcache import LdCache, read_ld_cache
+from oci.cdi.edits import Edits, Mount
+
+__all__ = [
+    "DATA_OPTIONS",
+    "EXEC_OPTIONS",
+    "IPC_OPTIONS",
+    "CapabilityFiles",
+    "DriverFiles",
+    "Symlink",
+    "discover_driver_files",
+]
+
+#: Mount options of files that are executed or mapped executable (libraries, binaries).
+EXEC_OPTIONS: tuple[str, ...] = ("ro", "nosuid", "nodev", "bind")
+#: Mount options of data (configuration, firmware).
+DATA_OPTIONS: tuple[str, ...] = ("ro", "nosuid", "nodev", "noexec", "bind")
+#: Mount options of IPC endpoints (sockets, the MPS pipe directory): writable, like
+#: libnvidia-container's.
+IPC_OPTIONS: tuple[str, ...] = ("nosuid", "nodev", "noexec", "bind")
+
+_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "i686": "i386", "i586": "i386"}
+_COMPAT32_ARCH = {"x86_64": "i386"}
+_SUPPORTED_ARCHES = ("aarch64", "x86_64")
+#: The SONAMEs worth decoding from a host's ld.so.cache: ``<stem>.`` of every driver library.
+_CACHE_PREFIXES = tuple(
+    sorted({s.stem + "." for specs in catalog.LIBRARIES.values() for s in specs})
+)
+
+
+class Symlink(NamedTuple):
+    """A symlink to create in the container: ``link`` (absolute) points to ``target``."""
+
+    target: str
+    link: str
+
+
+class CapabilityFiles(NamedTuple):
+    """What one capability has on this host. Paths are in the driver root, sorted."""
+
+    capability: str
+    libraries: tuple[str, ...] = ()
+    binaries: tuple[str, ...] = ()
+    configs: tuple[str, ...] = ()
+    #: Library stems, binary names and configuration paths not found (sorted).
+    missing: tuple[str, ...] = ()
+    #: Where it looked, in order: the ld.so.cache file and directories (in the driver root).
+    searched: tuple[str, ...] = ()
+
+
+class DriverFiles(NamedTuple):
+    """The driver's files for some capabilities, as found under a driver root."""
+
+    driver_root: str
+    host_root: str
+    #: The version looked for: the one given, else the one the driver's libraries carry.
+    driver_version: str | None
+    capabilities: tuple[CapabilityFiles, ...] = ()
+    firmware: tuple[str, ...] = ()
+    #: IPC sockets present on the host root.
+    ipc: tuple[str, ...] = ()
+    mps_pipe_dir: str | None = None
+    symlinks: tuple[Symlink, ...] = ()
+    #: Things worth telling a person (a corrupt cache, a library of the wrong version).
+    problems: tuple[str, ...] = ()
+
+    def capability(self, name: str) -> CapabilityFiles:
+        """The files of capability ``name`` (KeyError if it was not asked for)."""
+        for files in self.capabilities:
+            if files.capability == name:
+                return files
+        raise KeyError(name)
+
+    @property
+    def missing(self) -> dict[str, tuple[str, ...]]:
+        """Capability -> what it lacks, for those that lack something."""
+        return {c.capability: c.missing for c in self.capabilities if c.missing}
+
+    def to_edits(self, *, container_root_map: Mapping[str, str] | None = None) -> Edits:
+        """Read-only bind mounts of every file found, sorted by container path.
+
+        ``container_root_map`` rewrites host paths when discovery ran somewhere
+        else than the container runtime will: it maps a root as this process
+        saw it to the same root as the runtime sees it, e.g.
+        ``{"/driver-root": "/run/nvidia/driver"}`` for a tool running in a
+        container that has the host's driver root mounted at ``/driver-root``.
+        The longest matching prefix wins; container paths never change.
+        """
+        driver = Root(self.driver_root)
+        host = Root(self.host_root)
+        rewrites = sorted(
+            (Root(k).path, Root(v).path) for k, v in (container_root_map or {}).items()
+        )
+        rewrites.sort(key=lambda kv: len(kv[0]), reverse=True)
+
+        def source(root: Root, path: str) -> str:
+            on_host = root.host(path)
+            for old, new in rewrites:
+                if old == "/":
+                    rest = on_host
+                elif on_host == old or on_host.startswith(old + "/"):
+                    rest = on_host[len(old) :]
+                else:
+                    continue
+                return ((new if new != "/" else "") + rest) or "/"
+            return on_host
+
+        mounts: dict[str, Mount] = {}
+
+        def add(root: Root, path: str, options: tuple[str, ...]) -> None:
+            mounts.setdefault(path, Mount(source(root, path), path, options=options))
+
+        for files in self.capabilities:
+            for path in (*files.libraries, *files.binaries):
+                add(driver, path, EXEC_OPTIONS)
+            for path in files.configs:
+                add(driver, path, DATA_OPTIONS)
+        for path in self.firmware:
+            add(driver, path, DATA_OPTIONS)
+        for path in self.ipc:
+            add(host, path, IPC_OPTIONS)
+        if self.mps_pipe_dir is not None:
+            add(host, self.mps_pipe_dir, IPC_OPTIONS)
+        return Edits(mounts=tuple(mounts[p] for p in sorted(mounts)))
+
+
+def discover_driver_files(
+    driver_root: str,
+    capabilities: Collection[str],
+    *,
+    driver_version: str | None,
+    search_paths: Sequence[str] = DEFAULT_SEARCH_PATHS,
+    compat32: bool = False,
+    host_root: str | None = None,
+    arch: str | None = None,
+) -> DriverFiles:
+    """Find the files of ``capabilities`` under ``driver_root``.
+
+    ``capabilities`` are names from :data:`nvhook.constants.ALL_CAPABILITIES`
+    (or ``all``); ``compat32`` among them, or ``compat32=True``, adds the 32-bit
+    copies of the requested capabilities' libraries. ``driver_version`` (e.g.
+    ``550.54.15``, as ``/proc/driver/nvidia/version`` says) selects
+    ``<stem>.<version>`` files; None takes it from the libraries the driver root
+    has. ``arch`` defaults to this machine's. See the module docstring for the
+    decisions on roots, links and options.
+    """
+    wanted = _capabilities(capabilities)
+    want32 = compat32 or "compat32" in wanted
+    machine = _arch(arch)
+    if driver_version is not None and not is_version(driver_version):
+        raise DriverError(f"driver version {driver_version!r} is not a version (like 550.54.15)")
+    root = Root(driver_root)
+    host = root if host_root is None else Root(host_root)
+    for what, r in (("driver root", root), ("host root", host)):
+        if not os.path.isdir(r.path):
+            raise DriverError(f"{r.path}: {what} is not a directory")
+    problems: list[str] = []
+    cache = _read_cache(root, problems)
+    finder = LibraryFinder(root, arch=machine, cache=cache, search_paths=search_paths)
+    version = driver_version
+    if version is None:
+        version = finder.infer_version(catalog.VERSION_ANCHORS)
+    searched_libs = (catalog.LD_CACHE, *search_paths)
+    symlinks: set[Symlink] = set()
+    results: list[CapabilityFiles] = []
+
+    for cap in wanted:
+        if cap == "compat32":
+            continue
+        libraries: list[str] = []
+        binaries: list[str] = []
+        configs: list[str] = []
+        missing: list[str] = []
+        searched: list[str] = []
+        specs = catalog.LIBRARIES.get(cap, ())
+        if specs:
+            searched += searched_libs
+            searched += _subdirs(specs, search_paths)
+            _find_libraries(finder, specs, version, libraries, missing, symlinks)
+        names = catalog.BINARIES.get(cap, ())
+        if names:
+            found, lacking = find_binaries(root, names, catalog.BINARY_PATHS)
+            binaries += found
+            missing += lacking
+            searched += catalog.BINARY_PATHS
+        relative = catalog.CONFIGS.get(cap, ())
+        if relative:
+            found, lacking = find_configs(root, relative, catalog.CONFIG_BASES)
+            configs += found
+            missing += lacking
+            searched += catalog.CONFIG_BASES
+        if cap == "display":
+            modules, lacking = find_xorg_modules(
+                root, catalog.XORG_MODULES, catalog.XORG_MODULE_PATHS, version
+            )
+            for module, path in modules:
+                libraries.append(path)
+                directory, _, name = path.rpartition("/")
+                if module.versioned and name != module.name:
+                    symlinks.add(Symlink(name, f"{directory}/{module.name}"))
+            missing += lacking
+            searched += catalog.XORG_MODULE_PATHS
+        if cap == "ngx":
+            dlls = find_wine_dlls(root, search_paths)
+            libraries += dlls
+            if not dlls:
+                missing.append(catalog.WINE_DIR + "/*.dll")
+            searched += (_join(d, catalog.WINE_DIR) for d in search_paths)
+        results.append(_capability_files(cap, libraries, binaries, configs, missing, searched))
+
+    if want32:
+        results.append(
+            _compat32_files(root, cache, machine, wanted, version, search_paths, symlinks, problems)
+        )
+
+    firmware: list[str] = []
+    ipc: list[str] = []
+    mps: str | None = None
+    if wanted:
+        firmware = find_firmware(root, catalog.FIRMWARE_DIR, version)
+    if "utility" in wanted or "compute" in wanted:
+        ipc = find_ipc(host, (catalog.PERSISTENCED_SOCKET, catalog.FABRICMANAGER_SOCKET))
+    if "compute" in wanted:
+        mps = host.directory(catalog.MPS_PIPE_DIR)
+    problems += finder.problems
+    return DriverFiles(
+        driver_root=root.path,
+        host_root=host.path,
+        driver_version=version,
+        capabilities=tuple(results),
+        firmware=tuple(sorted(set(firmware))),
+        ipc=tuple(sorted(set(ipc))),
+        mps_pipe_dir=mps,
+        symlinks=tuple(sorted(symlinks)),
+        problems=tuple(sorted(set(problems))),
+    )
+
+
+def _capabilities(capabilities: Collection[str]) -> tuple[str, ...]:
+    """Known names in canonical order; ``all`` means every capability."""
+    names = set(capabilities)
+    if CAPABILITY_ALL in names:
+        names = set(ALL_CAPABILITIES)
+    unknown = sorted(names.difference(ALL_CAPABILITIES))
+    if unknown:
+        known = ", ".join(ALL_CAPABILITIES)
+        raise RequestError(f"unknown driver capability {unknown[0]!r} (known: {known}, all)")
+    return tuple(c for c in ALL_CAPABILITIES if c in names)
+
+
+def _arch(arch: str | None) -> str:
+    name = arch if arch is not None else os.uname().machine
+    name = _ARCH_ALIASES.get(name, name)
+    if name not in _SUPPORTED_ARCHES:
+        raise DriverError(
+            f"unsupported architecture {name!r} for driver discovery"
+            f" (supported: {', '.join(_SUPPORTED_ARCHES)})"
+        )
+    return name
+
+
+def _read_cache(root: Root, problems: list[str]) -> LdCache | None:
+    """The driver root's ld.so.cache; a missing or broken one is a problem, not an error."""
+    real = root.regular_file(catalog.LD_CACHE)
+    if real is None:
+        problems.append(f"{root.host(catalog.LD_CACHE)}: no ld.so.cache; searched directories only")
+        return None
+    try:
+        return read_ld_cache(root.host(real), prefixes=_CACHE_PREFIXES)
+    except DriverError as e:
+        problems.append(f"{e.message}; searched directories only")
+        return None
+
+
+def _find_libraries(
+    finder: LibraryFinder,
+    specs: Sequence[catalog.LibrarySpec],
+    version: str | None,
+    libraries: list[str],
+    missing: list[str],
+    symlinks: set[Symlink],
+) -> None:
+    for spec in specs:
+        library = finder.find(spec, version)
+        if library is None:
+            missing.append(spec.stem)
+            continue
+        libraries.append(library.path)
+        symlinks.update(_links(library))
+
+
+def _links(library: Library) -> list[Symlink]:
+    """The SONAME link and the development links a found library needs."""
+    directory, _, name = library.path.rpartition("/")
+    out = []
+    if library.soname and library.soname != name and "/" not in library.soname:
+        out.append(Symlink(name, f"{directory}/{library.soname}"))
+    for dev in catalog.DEV_LINKS:
+        if dev.stem != library.stem:
+            continue
+        target = library.soname if dev.to_soname else name
+        if target and "/" not in target and dev.link != target and dev.link != name:
+            out.append(Symlink(target, f"{directory}/{dev.link}"))
+    return out
+
+
+def _compat32_files(
+    root: Root,
+    cache: LdCache | None,
+    machine: str,
+    wanted: Sequence[str],
+    version: str | None,
+    search_paths: Sequence[str],
+    symlinks: set[Symlink],
+    problems: list[str],
+) -> CapabilityFiles:
+    specs = [s for c in catalog.COMPAT32_CAPABILITIES if c in wanted for s in catalog.LIBRARIES[c]]
+    arch32 = _COMPAT32_ARCH.get(machine)
+    if arch32 is None:
+        problems.append(f"compat32: {machine} has no 32-bit driver libraries")
+        return _capability_files("compat32", [], [], [], [s.stem for s in specs], [])
+    finder = LibraryFinder(root, arch=arch32, cache=cache, search_paths=search_paths)
+    libraries: list[str] = []
+    missing: list[str] = []
+    _find_libraries(finder, specs, version, libraries, missing, symlinks)
+    problems += finder.problems
+    searched = [catalog.LD_CACHE, *search_paths, *_subdirs(specs, search_paths)]
+    return _capability_files("compat32", libraries, [], [], missing, searched)
+
+
+def _subdirs(specs: Sequence[catalog.LibrarySpec], search_paths: Sequence[str]) -> list[str]:
+    subdirs = sorted({s.subdir for s in specs if s.subdir})
+    return [_join(d, sub) for sub in subdirs for d in search_paths]
+
+
+def _join(directory: str, name: str) -> str:
+    return ("" if directory == "/" else directory) + "/" + name
+
+
+def _capability_files(
+    capability: str,
+    libraries: list[str],
+    binaries: list[str],
+    configs: list[str],
+    missing: list[str],
+    searched: Sequence[str],
+) -> CapabilityFiles:
+    return CapabilityFiles(
+        capability=capability,
+        libraries=tuple(sorted(set(libraries))),
+        binaries=tuple(sorted(set(binaries))),
+        configs=tuple(sorted(set(configs))),
+        missing=tuple(sorted(set(missing))),
+        searched=tuple(dict.fromkeys(searched)),
+    )

@@ -1,0 +1,173 @@
+"""Device nodes: selected GPUs and MIG devices, control nodes, IMEX channels, NVSwitches, DRI.
+
+Every node is written fully specified (``type``, ``major``, ``minor``) from the
+driver's own numbers — 195 for GPUs and control nodes, the dynamic majors that
+``/proc/devices`` announces for ``nvidia-uvm``, ``nvidia-caps``,
+``nvidia-caps-imex-channels`` and ``nvidia-nvswitch`` — so that applying the
+edits needs no ``stat`` of the host's ``/dev`` (runc creates the node in the
+container from the numbers). ``hostPath`` names the node under the dev root
+for consumers that bind-mount nodes (rootless podman).
+
+Control nodes: ``nvidiactl`` always; ``nvidia-uvm`` and ``nvidia-uvm-tools``
+when ``/proc/devices`` has ``nvidia-uvm``; ``nvidia-modeset`` when the host has
+the node. DRI nodes (graphics/display) are the ``card``/``renderD`` nodes that
+``/dev/dri/by-path/pci-<bus id>-{card,render}`` links to for a selected GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nvhook.devices import Gpu, HostGpus, Mig, Selected
+from nvhook.errors import DriverError
+from oci.cdi.edits import DeviceNode, Edits
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+__all__ = [
+    "DRM_MAJOR",
+    "NVIDIA_MAJOR",
+    "control_nodes",
+    "dri_nodes",
+    "gpu_nodes",
+    "imex_nodes",
+    "nvswitch_nodes",
+]
+
+NVIDIA_MAJOR = 195
+NVIDIACTL_MINOR = 255
+MODESET_MINOR = 254
+DRM_MAJOR = 226
+
+
+def _node(dev_root: str, path: str, major: int, minor: int) -> DeviceNode:
+    return DeviceNode(
+        path=path, host_path=_host(dev_root, path), type="c", major=major, minor=minor
+    )
+
+
+def _host(dev_root: str, path: str) -> str:
+    return os.path.join(dev_root, path.lstrip("/")) if dev_root not in ("", "/") else path
+
+
+def _major(majors: Mapping[str, int], name: str, what: str) -> int:
+    try:
+        return majors[name]
+    except KeyError:
+        raise DriverError(
+            f"{what}: /proc/devices has no {name!r} character device (is the module loaded?)"
+        ) from None
+
+
+def gpu_nodes(
+    selected: Iterable[Selected], host: HostGpus, *, dev_root: str, majors: Mapping[str, int]
+) -> Edits:
+    """``/dev/nvidia<minor>`` of each selected GPU; a MIG device adds its parent's node and
+    the ``nvidia-caps`` nodes of its GPU instance and compute instance."""
+    nodes: list[DeviceNode] = []
+    for device in selected:
+        if isinstance(device, Gpu):
+            nodes.append(_gpu_node(device, dev_root))
+            continue
+        parent = host.gpus[device.gpu_index]
+        caps = _major(majors, "nvidia-caps", f"MIG device {device.name}")
+        nodes.append(_gpu_node(parent, dev_root))
+        nodes.extend(_caps_nodes(device, caps, dev_root))
+    return Edits(device_nodes=tuple(dict.fromkeys(nodes)))
+
+
+def _gpu_node(gpu: Gpu, dev_root: str) -> DeviceNode:
+    return _node(dev_root, f"/dev/nvidia{gpu.minor}", NVIDIA_MAJOR, gpu.minor)
+
+
+def _caps_nodes(mig: Mig, major: int, dev_root: str) -> list[DeviceNode]:
+    return [
+        _node(dev_root, f"/dev/nvidia-caps/nvidia-cap{minor}", major, minor)
+        for minor in (mig.gi_caps_minor, mig.ci_caps_minor)
+    ]
+
+
+def control_nodes(*, dev_root: str, majors: Mapping[str, int]) -> Edits:
+    """``nvidiactl`` and, where the host has them, the UVM and modeset nodes."""
+    nodes = [_node(dev_root, "/dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR)]
+    uvm = majors.get("nvidia-uvm")
+    if uvm is not None:
+        nodes.append(_node(dev_root, "/dev/nvidia-uvm", uvm, 0))
+        nodes.append(_node(dev_root, "/dev/nvidia-uvm-tools", uvm, 1))
+    if os.path.exists(_host(dev_root, "/dev/nvidia-modeset")):
+        nodes.append(_node(dev_root, "/dev/nvidia-modeset", NVIDIA_MAJOR, MODESET_MINOR))
+    return Edits(device_nodes=tuple(nodes))
+
+
+def imex_nodes(
+    channels: Iterable[int] | None, *, dev_root: str, majors: Mapping[str, int]
+) -> Edits:
+    """IMEX channel nodes: the given channel numbers, or (``None``) every channel the host has."""
+    directory = "/dev/nvidia-caps-imex-channels"
+    if channels is None:
+        channels = sorted(
+            int(name[len("channel") :])
+            for name in _listdir(_host(dev_root, directory))
+            if name.startswith("channel") and name[len("channel") :].isdigit()
+        )
+    wanted = list(dict.fromkeys(channels))
+    if not wanted:
+        return Edits()
+    major = _major(majors, "nvidia-caps-imex-channels", "IMEX channels")
+    return Edits(
+        device_nodes=tuple(_node(dev_root, f"{directory}/channel{n}", major, n) for n in wanted)
+    )
+
+
+def nvswitch_nodes(*, dev_root: str, majors: Mapping[str, int]) -> Edits:
+    """``nvidia-nvswitchctl`` and every ``nvidia-nvswitch<N>`` node the host has."""
+    numbers = sorted(
+        int(name[len("nvidia-nvswitch") :])
+        for name in _listdir(_host(dev_root, "/dev"))
+        if name.startswith("nvidia-nvswitch") and name[len("nvidia-nvswitch") :].isdigit()
+    )
+    if not numbers:
+        return Edits()
+    major = _major(majors, "nvidia-nvswitch", "NVSwitch nodes")
+    # nvidia-nvswitchctl has the last minor of the range, like nvidiactl (255)
+    nodes = [_node(dev_root, "/dev/nvidia-nvswitchctl", major, 255)]
+    nodes += [_node(dev_root, f"/dev/nvidia-nvswitch{n}", major, n) for n in numbers]
+    return Edits(device_nodes=tuple(nodes))
+
+
+def dri_nodes(selected: Iterable[Selected], host: HostGpus, *, dev_root: str) -> Edits:
+    """The ``/dev/dri`` card and render nodes of the selected GPUs, matched by PCI bus id."""
+    by_path = _host(dev_root, "/dev/dri/by-path")
+    nodes: list[DeviceNode] = []
+    for device in selected:
+        gpu = device if isinstance(device, Gpu) else host.gpus[device.gpu_index]
+        for kind in ("card", "render"):
+            link = os.path.join(by_path, f"pci-{gpu.bus_id.lower()}-{kind}")
+            try:
+                target = os.readlink(link)
+            except OSError:
+                continue
+            name = os.path.basename(target)
+            minor = _dri_minor(name)
+            if minor is None:
+                raise DriverError(f"{link}: points to {target!r}, not a DRM card or render node")
+            nodes.append(_node(dev_root, f"/dev/dri/{name}", DRM_MAJOR, minor))
+    return Edits(device_nodes=tuple(dict.fromkeys(nodes)))
+
+
+def _dri_minor(name: str) -> int | None:
+    for prefix in ("renderD", "card"):
+        if name.startswith(prefix) and name[len(prefix) :].isdigit():
+            return int(name[len(prefix) :])
+    return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise DriverError(f"{path}: cannot list: {e.strerror}") from None
