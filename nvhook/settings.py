@@ -108,6 +108,13 @@ KEYS: dict[str, tuple[Any, str, tuple[str, ...] | None, str]] = {
         None,
         "CDI spec directories, lowest priority first.",
     ),
+    "cdi.default_kind": (
+        "nvidia.com/gpu",
+        _STR,
+        None,
+        "In mode cdi, plain NVIDIA_VISIBLE_DEVICES ids name devices of this kind (0 becomes "
+        "nvidia.com/gpu=0, all nvidia.com/gpu=all), as nvhook cdi generate names them.",
+    ),
     "cdi.annotation_prefixes": (
         ["cdi.k8s.io/"],
         _LIST,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 
 __all__ = [
+    "EXIT_CODE_DOCS",
     "ArgvError",
     "BundleError",
     "CdiApplyError",
@@ -34,6 +35,7 @@ __all__ = [
     "ExitCode",
     "OciError",
     "SpecError",
+    "exit_code_table",
 ]
 
 
@@ -53,6 +55,32 @@ class ExitCode(enum.IntEnum):
     RUNTIME = 10  # no low-level runtime found, or exec failed
     HOOK = 11  # a hook refused to act (unsafe path, wrong link)
     VALIDATION = 12  # `cdi validate` found problems
+
+
+#: What each exit code means, for people (the README's table is made from this).
+EXIT_CODE_DOCS: dict[ExitCode, str] = {
+    ExitCode.OK: "success (the runtime shim execs the low-level runtime, whose code you see)",
+    ExitCode.BUG: "an unexpected error: a bug; a traceback is printed (locals with NVHOOK_DEBUG=1)",
+    ExitCode.USAGE: "bad command-line usage",
+    ExitCode.INVALID_SPEC: "config.json is missing or invalid, or the container's request "
+    "(NVIDIA_* variables, annotations, mounts) cannot be parsed",
+    ExitCode.INVALID_CDI: "a CDI spec file is invalid (`cdi list` also exits so when any is)",
+    ExitCode.UNRESOLVED: "a requested device does not exist: CDI name, GPU index or UUID, MIG id",
+    ExitCode.DEVICE: "the driver, /proc, NVML or a host device node cannot be read",
+    ExitCode.REQUIREMENT: "an NVIDIA_REQUIRE_* constraint is unmet",
+    ExitCode.CONFIG: "nvhook's configuration file is invalid",
+    ExitCode.IO: "a file could not be read or written (bundle, spec directory, output)",
+    ExitCode.RUNTIME: "no low-level runtime was found, or it could not be executed",
+    ExitCode.HOOK: "a hook refused to act (a path escaping the rootfs, a conflicting link)",
+    ExitCode.VALIDATION: "`cdi validate` found problems",
+}
+
+
+def exit_code_table() -> str:
+    """The exit codes as a Markdown table."""
+    rows = ["| code | name | meaning |", "|---|---|---|"]
+    rows += [f"| {c.value} | `{c.name}` | {EXIT_CODE_DOCS[c]} |" for c in ExitCode]
+    return "\n".join(rows) + "\n"
 
 
 class OciError(Exception):

@@ -1,4 +1,4 @@
-"""``nvhook install-entrypoints``: write the isolated ``nvhook-runtime``/``nvhook-hook`` launchers."""
+"""``nvhook install-entrypoints``: write the isolated launchers nvhook-runtime and nvhook-hook."""
 
 from __future__ import annotations
 

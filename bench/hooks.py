@@ -1,0 +1,141 @@
+"""What each nvhook hook costs a container start: the launcher run as runc runs it.
+
+    .venv/bin/python bench/hooks.py [-n RUNS]
+
+Each row is the median (and min) wall time of RUNS runs of ``nvhook-hook <command>``
+with the OCI state on stdin and exactly the hook's fixed env, against a prepared
+rootfs (a library folder holding one small ``.so``). ``python -I -c pass`` is the
+floor every Python hook pays; ``ldconfig -r`` alone shows what update-ldcache spends
+outside Python. ``netdev`` (root only) moves a fresh ifb device into a fresh network
+namespace each run; only the hook's run is timed. The machine is shared and noisy:
+compare rows of the same run, not runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from nvhook.entrypoints import ENTRYPOINTS, install_entrypoints
+from nvhook.hook.edits import HOOK_ENV
+from nvhook.hook.ldcache import default_ldconfig
+
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+ENV = dict(e.split("=", 1) for e in HOOK_ENV)
+
+
+def _launcher(work: Path) -> str:
+    installed = Path(sys.executable).parent / "nvhook-hook"
+    if installed.is_file():
+        return str(installed)
+    install_entrypoints(str(work / "bin"), sys.executable)
+    return str(work / "bin" / next(e.name for e in ENTRYPOINTS if e.name == "nvhook-hook"))
+
+
+def _prepare(work: Path) -> tuple[Path, str]:
+    """A bundle with a rootfs holding one library; the state JSON for it."""
+    bundle = work / "bundle"
+    lib = bundle / "rootfs" / LIBDIR.lstrip("/")
+    lib.mkdir(parents=True)
+    source = work / "lib.c"
+    source.write_text("int nvhook_bench(void) { return 1; }\n")
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libnvhookbench.so.1", "-o",
+         str(lib / "libnvhookbench.so.1.0"), str(source)],
+        check=True,
+    )  # fmt: skip
+    (bundle / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
+    state = {"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": 1,
+             "bundle": str(bundle)}  # fmt: skip
+    return bundle, json.dumps(state)
+
+
+def _time(argv: list[str], stdin: str, runs: int, before: Callable[[], object] | None = None,
+          after: Callable[[], object] | None = None) -> list[float]:  # fmt: skip
+    times = []
+    for _ in range(runs):
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=ENV)
+        times.append(time.perf_counter() - start)
+        if after is not None:
+            after()
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr}")
+    return times
+
+
+def _netdev_rows(hook: str, runs: int) -> list[tuple[str, list[float]]]:
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
+        return []
+    name = f"nvhb{os.getpid() % 100000}"
+    holder: list[subprocess.Popen[bytes]] = []
+    state: list[str] = []
+
+    def before() -> None:
+        subprocess.run(["ip", "link", "add", name, "type", "ifb"], check=True)
+        proc = subprocess.Popen(["unshare", "--net", "sleep", "60"])
+        own = os.stat("/proc/self/ns/net").st_ino
+        while os.stat(f"/proc/{proc.pid}/ns/net").st_ino == own:
+            time.sleep(0.001)
+        holder.append(proc)
+        state[:] = [json.dumps({"ociVersion": "1.0.2", "id": "bench", "status": "creating",
+                                "pid": proc.pid, "bundle": "/nonexistent"})]  # fmt: skip
+
+    def after() -> None:
+        proc = holder.pop()
+        proc.kill()
+        proc.wait()
+        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+
+    times = []
+    for _ in range(runs):
+        before()
+        try:
+            times += _time([hook, "netdev", "--device", f"{name}=eth1"], state[0], 1)
+        finally:
+            after()
+    return [("netdev (1 ifb device)", times)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--runs", type=int, default=20, help="runs per row (default 20)")
+    runs = parser.parse_args().runs
+    with tempfile.TemporaryDirectory(prefix="nvhook-bench-") as tmp:
+        work = Path(tmp)
+        hook = _launcher(work)
+        bundle, state = _prepare(work)
+        rootfs = str(bundle / "rootfs")
+        rows: list[tuple[str, list[float]]] = [
+            ("python -I -c pass", _time([sys.executable, "-I", "-c", "pass"], "", runs)),
+            ("update-ldcache (1 folder)",
+             _time([hook, "update-ldcache", "--folder", LIBDIR], state, runs)),
+            ("ldconfig -r ROOTFS (no Python)",
+             _time([default_ldconfig(), "-r", rootfs], "", runs)),
+            ("create-symlinks (2 links, in place)",
+             _time([hook, "create-symlinks", "--link", f"libnvhookbench.so.1::{LIBDIR}/a.so",
+                    "--link", f"libnvhookbench.so.1::{LIBDIR}/b.so"], state, runs)),
+        ]  # fmt: skip
+        rows += _netdev_rows(hook, runs)
+    floor = statistics.median(rows[0][1])
+    print(f"{'hook':<38} {'median ms':>10} {'min ms':>8} {'- python':>9}")
+    for name, times in rows:
+        med = statistics.median(times)
+        delta = "" if name.startswith("ldconfig") else f"{(med - floor) * 1e3:+.1f}"
+        print(f"{name:<38} {med * 1e3:>10.1f} {min(times) * 1e3:>8.1f} {delta:>9}")
+    print(f"({runs} runs each; {os.cpu_count()} CPUs; Python {sys.version.split()[0]})")
+
+
+if __name__ == "__main__":
+    main()

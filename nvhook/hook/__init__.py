@@ -1,0 +1,178 @@
+"""``nvhook-hook``: the OCI hooks nvhook injects into containers (DESIGN.md D7).
+
+Each command reads the container's OCI state on stdin (runc writes it there),
+finds what it needs from it, and does one small job:
+
+=================  ===============  ===============================================
+command            lifecycle        what it does
+=================  ===============  ===============================================
+update-ldcache     createContainer  writes ``/etc/ld.so.conf.d/00-nvhook.conf`` for the
+                                    driver's library folders and runs the host's
+                                    ``ldconfig -r ROOTFS`` (see :mod:`.ldcache`)
+create-symlinks    createContainer  creates links such as ``libcuda.so -> libcuda.so.1``,
+                                    idempotently (see :mod:`.symlinks`)
+netdev             createRuntime    moves host network interfaces into the container's
+                                    network namespace and renames them (see :mod:`.netdev`)
+=================  ===============  ===============================================
+
+Hooks run as root on the host over a rootfs the image controls, so every path in
+it goes through :mod:`.safepath`, and the injected hooks carry an explicit
+environment and an isolated interpreter (:mod:`.edits`). This module stays
+light: no click, no pyroute2 at import time; each command's module is imported
+when it runs.
+
+Exit codes (:class:`oci.errors.ExitCode`): 0 done (or an optional step skipped,
+with the reason on stderr), 2 usage, 3 unreadable state or config.json, 11 the
+hook refused to act (a path escaping the rootfs, a conflicting link, a missing
+interface).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from nvhook.errors import HookError, NvhookError
+from oci.errors import ExitCode, OciError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from oci.state import State
+
+__all__ = [
+    "COMMANDS",
+    "PROGRAM",
+    "USAGE",
+    "UsageError",
+    "main",
+    "parse_args",
+    "read_state",
+    "rootfs_of",
+]
+
+#: The program name (``args[0]`` of every injected hook).
+PROGRAM = "nvhook-hook"
+
+#: Each command: its options, each mapped to whether it may repeat (every option takes a value).
+COMMANDS: dict[str, dict[str, bool]] = {
+    "update-ldcache": {"--folder": True, "--ldconfig": False},
+    "create-symlinks": {"--link": True},
+    "netdev": {"--device": True},
+}
+_REQUIRED = {"update-ldcache": "--folder", "create-symlinks": "--link", "netdev": "--device"}
+
+USAGE = f"""\
+usage: {PROGRAM} COMMAND OPTIONS < STATE
+
+The OCI state of the container is read from stdin.
+
+commands:
+  update-ldcache --folder DIR [--folder DIR]... [--ldconfig PATH]
+      (createContainer) list DIRs in /etc/ld.so.conf.d/00-nvhook.conf in the rootfs and run
+      the host's ldconfig against the rootfs (default: /sbin/ldconfig.real, /sbin/ldconfig
+      or /usr/sbin/ldconfig, whichever exists first)
+  create-symlinks --link TARGET::LINK [--link TARGET::LINK]...
+      (createContainer) create each symlink LINK -> TARGET in the rootfs; an existing
+      identical link is fine, a different one is an error
+  netdev --device HOST=NAME [--device HOST=NAME]...
+      (createRuntime) move each host network interface HOST into the container's network
+      namespace and rename it NAME
+"""
+
+
+class UsageError(HookError):
+    """The command line cannot be understood (exit code 2)."""
+
+    exit_code = ExitCode.USAGE
+
+
+def parse_args(argv: Sequence[str]) -> tuple[str, dict[str, list[str]]]:
+    """Parse ``COMMAND --opt VALUE|--opt=VALUE…``; return the command and each option's values."""
+    if not argv:
+        raise UsageError(f"no command given (one of: {', '.join(COMMANDS)})")
+    command, rest = argv[0], list(argv[1:])
+    if command not in COMMANDS:
+        raise UsageError(f"unknown command {command!r} (one of: {', '.join(COMMANDS)})")
+    known = COMMANDS[command]
+    values: dict[str, list[str]] = {opt: [] for opt in known}
+    while rest:
+        arg = rest.pop(0)
+        opt, eq, value = arg.partition("=")
+        if opt not in known:
+            raise UsageError(f"{command}: unknown option {arg!r} (known: {', '.join(known)})")
+        if not eq:
+            if not rest:
+                raise UsageError(f"{command}: {opt} needs a value")
+            value = rest.pop(0)
+        if values[opt] and not known[opt]:
+            raise UsageError(f"{command}: {opt} given more than once")
+        values[opt].append(value)
+    required = _REQUIRED[command]
+    if not values[required]:
+        raise UsageError(f"{command}: at least one {required} is required")
+    return command, values
+
+
+def read_state(data: bytes) -> State:
+    """Parse the OCI state a runtime wrote on the hook's stdin."""
+    from oci.state import State
+
+    return State.parse(data, source="container state on stdin")
+
+
+def rootfs_of(state: State) -> str:
+    """The container's rootfs: ``root.path`` of the bundle's config.json, relative to the bundle."""
+    from oci.bundle import Bundle
+
+    spec = Bundle(state.bundle).load()
+    root = spec.get("root")
+    path = root.get("path") if isinstance(root, dict) else None
+    if not isinstance(path, str) or not path:
+        raise HookError(f"{state.bundle}/config.json: root.path is missing")
+    return path if os.path.isabs(path) else os.path.join(state.bundle, path)
+
+
+def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
+    state = read_state(stdin)
+
+    def log(message: str) -> None:
+        print(f"{PROGRAM} {command}: {message}", file=sys.stderr)
+
+    if command == "update-ldcache":
+        from nvhook.hook.ldcache import update_ldcache
+
+        ldconfig = options["--ldconfig"][0] if options["--ldconfig"] else None
+        update_ldcache(rootfs_of(state), options["--folder"], ldconfig=ldconfig, log=log)
+    elif command == "create-symlinks":
+        from nvhook.hook.symlinks import create_symlinks, parse_link
+
+        links = [parse_link(spec) for spec in options["--link"]]
+        create_symlinks(rootfs_of(state), links)
+    else:
+        from nvhook.hook.netdev import move_devices, parse_device
+
+        devices = [parse_device(spec) for spec in options["--device"]]
+        if state.pid is None or state.pid <= 0:
+            raise HookError("the container state has no pid: run netdev as a createRuntime hook")
+        move_devices(state.pid, devices)
+    return ExitCode.OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``nvhook-hook``: parse argv, read the state on stdin, run one command."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help", "help"):
+        sys.stdout.write(USAGE)
+        return ExitCode.OK
+    command = args[0] if args else ""
+    try:
+        command, options = parse_args(args)
+        return _run(command, options, sys.stdin.buffer.read())
+    except (NvhookError, OciError) as e:
+        prefix = f"{PROGRAM} {command}" if command in COMMANDS else PROGRAM
+        print(f"{prefix}: {e}", file=sys.stderr)
+        if isinstance(e, UsageError):
+            print(f"run `{PROGRAM} --help` for usage", file=sys.stderr)
+        return int(e.exit_code)

@@ -1,0 +1,195 @@
+"""The hooks nvhook injects, as CDI :class:`~oci.cdi.edits.Hook` values, and their checker.
+
+Every injected hook, in jit mode and in generated CDI specs alike (DESIGN.md D7):
+
+- has an absolute ``path`` to the ``nvhook-hook`` launcher (written by
+  ``nvhook install-entrypoints``: ``#!<absolute python> -I``, so the interpreter
+  ignores ``PYTHON*`` variables, the user site and the current directory);
+- has an explicit ``env`` holding only :data:`HOOK_ENV`. runc gives a hook exactly
+  its ``env`` list, and a hook *without* one inherits runc's whole environment, where
+  an ``LD_PRELOAD`` would be honoured by the dynamic loader for the interpreter
+  itself before any Python runs: ``-I`` cannot help there, only the explicit
+  environment does (the class of CVE-2025-23266);
+- runs at the lifecycle stage its command needs (:data:`LIFECYCLES`).
+
+:func:`validate_injected_hook` checks all of that; tests of the shim and of
+``cdi generate`` run it on every hook they find.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+from nvhook.errors import HookError
+from oci.cdi.edits import Hook
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
+__all__ = [
+    "HOOK_ENV",
+    "HOOK_PROGRAM",
+    "LIFECYCLES",
+    "default_hook_path",
+    "ldcache_hook",
+    "netdev_hook",
+    "symlinks_hook",
+    "validate_injected_hook",
+]
+
+#: ``args[0]`` of every injected hook.
+HOOK_PROGRAM = "nvhook-hook"
+#: The whole environment of every injected hook: a fixed PATH, nothing from the container.
+HOOK_ENV: tuple[str, ...] = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin",)
+#: The lifecycle stage of each command.
+LIFECYCLES: dict[str, str] = {
+    "update-ldcache": "createContainer",
+    "create-symlinks": "createContainer",
+    "netdev": "createRuntime",
+}
+
+
+def default_hook_path() -> str:
+    """The launcher next to this interpreter (where ``nvhook install-entrypoints`` writes it)."""
+    import sys
+
+    return posixpath.join(posixpath.dirname(posixpath.abspath(sys.executable)), HOOK_PROGRAM)
+
+
+def _check_hook_path(hook_path: str) -> str:
+    if (
+        not isinstance(hook_path, str)
+        or not hook_path.startswith("/")
+        or posixpath.normpath(hook_path) != hook_path
+        or any(c in hook_path for c in "\0\n")
+    ):
+        raise ValueError(f"hook path must be a clean absolute path, got {hook_path!r}")
+    return hook_path
+
+
+def _hook(command: str, args: Iterable[str], hook_path: str) -> Hook:
+    return Hook(
+        hook_name=LIFECYCLES[command],
+        path=_check_hook_path(hook_path),
+        args=(HOOK_PROGRAM, command, *args),
+        env=HOOK_ENV,
+    )
+
+
+def ldcache_hook(folders: Iterable[str], *, hook_path: str) -> Hook:
+    """createContainer ``nvhook-hook update-ldcache --folder F…`` (deduplicated, in order)."""
+    from nvhook.hook.ldcache import check_folder
+
+    args: list[str] = []
+    for folder in dict.fromkeys(folders):
+        check_folder(folder)
+        args += ["--folder", folder]
+    if not args:
+        raise ValueError("ldcache_hook needs at least one folder")
+    return _hook("update-ldcache", args, hook_path)
+
+
+def symlinks_hook(links: Iterable[tuple[str, str]] | Mapping[str, str], *, hook_path: str) -> Hook:
+    """createContainer ``nvhook-hook create-symlinks --link TARGET::LINK…``.
+
+    ``links`` holds ``(target, link)`` pairs, or is a mapping ``{link: target}``.
+    """
+    from nvhook.hook.symlinks import SEPARATOR, parse_link
+
+    pairs = [(t, lk) for lk, t in links.items()] if hasattr(links, "items") else list(links)
+    args: list[str] = []
+    for target, link in dict.fromkeys(pairs):
+        spec = f"{target}{SEPARATOR}{link}"
+        parse_link(spec)
+        args += ["--link", spec]
+    if not args:
+        raise ValueError("symlinks_hook needs at least one link")
+    return _hook("create-symlinks", args, hook_path)
+
+
+def netdev_hook(devices: Iterable[tuple[str, str]] | Mapping[str, str], *, hook_path: str) -> Hook:
+    """createRuntime ``nvhook-hook netdev --device HOST=NAME…``.
+
+    ``devices`` holds ``(host interface, name in the container)`` pairs, or is such a mapping.
+    """
+    from nvhook.hook.netdev import parse_device
+
+    pairs = list(devices.items()) if hasattr(devices, "items") else list(devices)
+    args: list[str] = []
+    for host, name in dict.fromkeys(pairs):
+        spec = f"{host}={name}"
+        parse_device(spec)
+        args += ["--device", spec]
+    if not args:
+        raise ValueError("netdev_hook needs at least one device")
+    return _hook("netdev", args, hook_path)
+
+
+def validate_injected_hook(
+    hook: Hook | Mapping[str, Any],
+    *,
+    lifecycle: str | None = None,
+    check_launcher: bool = True,
+) -> None:
+    """Raise :class:`HookError` listing everything wrong with an injected nvhook hook.
+
+    ``hook`` is a :class:`Hook`, a CDI hook object (``hookName``, ``path``…) or an OCI
+    ``hooks.<stage>[]`` item (give its stage as ``lifecycle``). With ``check_launcher`` the
+    file at ``path`` must exist and start an absolute interpreter with ``-I`` (or be a
+    native executable).
+    """
+    path: object
+    env: list[str] | None
+    stage: str | None
+    if isinstance(hook, Hook):
+        path, args, env, stage = hook.path, list(hook.args), list(hook.env), hook.hook_name
+    else:
+        path = hook.get("path")
+        args = list(hook.get("args") or [])
+        env = list(hook["env"]) if hook.get("env") is not None else None
+        stage = hook.get("hookName", lifecycle)
+    problems: list[str] = []
+    if not isinstance(path, str) or not path.startswith("/"):
+        problems.append(f"path {path!r} is not absolute")
+    elif posixpath.normpath(path) != path:
+        problems.append(f"path {path!r} is not clean")
+    if len(args) < 2 or args[0] != HOOK_PROGRAM or args[1] not in LIFECYCLES:
+        problems.append(f"args {args!r} do not start with {HOOK_PROGRAM} and a command")
+    elif stage is not None and stage != LIFECYCLES[args[1]]:
+        problems.append(f"{args[1]} must run at {LIFECYCLES[args[1]]}, not {stage}")
+    if not env:
+        problems.append("env is missing: the hook would inherit the runtime's environment")
+    elif tuple(env) != HOOK_ENV:
+        problems.append(f"env must be exactly {list(HOOK_ENV)!r}, got {env!r}")
+    if check_launcher and isinstance(path, str) and path.startswith("/"):
+        problem = _launcher_problem(path)
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise HookError(f"injected hook {path}: " + "; ".join(problems))
+
+
+def _launcher_problem(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError as e:
+        return f"cannot read the launcher: {e.strerror}"
+    if not os.access(path, os.X_OK):
+        return "the launcher is not executable"
+    if head.startswith(b"\x7fELF"):
+        return None
+    if not head.startswith(b"#!"):
+        return "the launcher is neither a script nor a native executable"
+    words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    if not words or not words[0].startswith("/"):
+        return f"the launcher's interpreter {words[:1]!r} is not an absolute path"
+    flags = words[1] if len(words) == 2 else ""
+    if not flags.startswith("-") or flags.startswith("--") or "I" not in flags:
+        return f"the launcher does not start {words[0]} isolated (-I)"
+    if not os.access(words[0], os.X_OK):
+        return f"the launcher's interpreter {words[0]} is not executable"
+    return None

@@ -1,0 +1,232 @@
+"""Just-in-time edits: a container's requests resolved against the host itself, no spec file.
+
+The steps, each a module of its own (DESIGN.md section 3):
+
+1. the driver's view of the GPUs from ``/proc`` (:mod:`nvhook.procfs`), or
+   NVML when a request needs it (MIG UUIDs) or ``host.resolver = "nvml"``;
+2. the request resolved to GPUs and MIG devices (:mod:`nvhook.devices`);
+3. ``NVIDIA_REQUIRE_*`` checked against the host (only when the image carries
+   requirements; the CUDA version, brand and architecture come from NVML);
+4. edits: device nodes (:mod:`nvhook.discover.nodes`), the driver files of the
+   requested capabilities (:mod:`nvhook.discover`), and the createContainer
+   hooks that make the libraries usable (ld cache, symlinks).
+
+:func:`plan` returns everything it found (for ``nvhook explain``) besides the edits.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nvhook.devices import Gpu, HostGpus, Selected, from_nvml, from_procfs, needs_nvml, resolve
+from nvhook.discover import discover_driver_files
+from nvhook.discover.nodes import control_nodes, dri_nodes, gpu_nodes, imex_nodes, nvswitch_nodes
+from nvhook.errors import DriverError
+from nvhook.hook.edits import ldcache_hook, symlinks_hook
+from nvhook.procfs import read_driver, read_mig_minors
+from nvhook.requests import All, Requests, Void
+from oci._frozen import Frozen
+from oci.cdi.edits import Edits
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nvhook.discover import DriverFiles
+    from nvhook.procfs import ProcDriver
+    from nvhook.requirements import HostFacts
+
+__all__ = ["Host", "Plan", "plan"]
+
+GRAPHICS_CAPABILITIES = frozenset({"graphics", "display"})
+
+
+class Host(Frozen):
+    """Where the host's parts are: ``root`` (``/proc``, IPC sockets), the driver, ``/dev``."""
+
+    __slots__ = ("root", "driver_root", "dev_root", "resolver", "hook_path")  # noqa: RUF023
+    root: str
+    driver_root: str
+    dev_root: str
+    resolver: str  # "procfs" | "nvml"
+    hook_path: str
+
+    def __init__(
+        self,
+        *,
+        root: str = "/",
+        driver_root: str = "",
+        dev_root: str = "",
+        resolver: str = "procfs",
+        hook_path: str = "",
+    ) -> None:
+        from nvhook.hook.edits import default_hook_path
+
+        self._set(
+            root=root,
+            driver_root=driver_root or root,
+            dev_root=dev_root or root,
+            resolver=resolver,
+            hook_path=hook_path or default_hook_path(),
+        )
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, object]) -> Host:
+        return cls(
+            root=str(settings["host.root"]),
+            driver_root=str(settings["host.driver_root"]),
+            dev_root=str(settings["host.dev_root"]),
+            resolver=str(settings["host.resolver"]),
+            hook_path=str(settings["hook.path"]),
+        )
+
+
+class Plan(Frozen):
+    """What a request resolved to on this host, and the edits that inject it."""
+
+    __slots__ = ("requests", "gpus", "selected", "driver_files", "facts", "edits")  # noqa: RUF023
+    requests: Requests
+    gpus: HostGpus
+    selected: tuple[Selected, ...]
+    driver_files: DriverFiles | None
+    facts: HostFacts | None  # what the requirements were checked against (None: not checked)
+    edits: Edits
+
+    def __init__(
+        self,
+        *,
+        requests: Requests,
+        gpus: HostGpus,
+        selected: tuple[Selected, ...],
+        driver_files: DriverFiles | None,
+        facts: HostFacts | None,
+        edits: Edits,
+    ) -> None:
+        self._set(
+            requests=requests,
+            gpus=gpus,
+            selected=selected,
+            driver_files=driver_files,
+            facts=facts,
+            edits=edits,
+        )
+
+
+def plan(requests: Requests, host: Host) -> Plan:
+    """Resolve ``requests`` on ``host`` and build the edits (raises nvhook errors on failure)."""
+    driver = read_driver(host.root)
+    if host.resolver == "nvml" or needs_nvml(requests.devices):
+        gpus = nvml_view(host)
+    else:
+        gpus = from_procfs(driver)
+    selected = resolve(requests.devices, gpus)
+    facts = _check_requirements(requests, host, gpus, selected, driver)
+    if isinstance(requests.devices, Void) and not requests.imex_channels:
+        return Plan(
+            requests=requests,
+            gpus=gpus,
+            selected=(),
+            driver_files=None,
+            facts=facts,
+            edits=Edits(),
+        )
+    majors = driver.majors
+    edits = control_nodes(dev_root=host.dev_root, majors=majors)
+    edits += gpu_nodes(selected, gpus, dev_root=host.dev_root, majors=majors)
+    if GRAPHICS_CAPABILITIES.intersection(requests.capabilities):
+        edits += dri_nodes(selected, gpus, dev_root=host.dev_root)
+    channels = requests.imex_channels
+    if channels:
+        edits += imex_nodes(
+            None if isinstance(channels, All) else channels,
+            dev_root=host.dev_root,
+            majors=majors,
+        )
+    if requests.features.nvswitch:
+        edits += nvswitch_nodes(dev_root=host.dev_root, majors=majors)
+    files = discover_driver_files(
+        host.driver_root,
+        requests.capabilities,
+        driver_version=driver.version,
+        host_root=host.root,
+    )
+    mounts = files.to_edits()
+    edits += mounts
+    edits += _hooks(files, mounts, host)
+    return Plan(
+        requests=requests,
+        gpus=gpus,
+        selected=selected,
+        driver_files=files,
+        facts=facts,
+        edits=edits,
+    )
+
+
+def _hooks(files: DriverFiles, mounts: Edits, host: Host) -> Edits:
+    """The ld cache hook over the folders of the mounted libraries, and the driver's symlinks."""
+    folders = sorted(
+        {
+            os.path.dirname(m.container_path)
+            for m in mounts.mounts
+            if ".so" in os.path.basename(m.container_path)
+            and "/xorg/" not in m.container_path
+            and "/vdpau/" not in m.container_path
+        }
+    )
+    hooks = []
+    if files.symlinks:
+        hooks.append(
+            symlinks_hook([(s.target, s.link) for s in files.symlinks], hook_path=host.hook_path)
+        )
+    if folders:
+        hooks.append(ldcache_hook(folders, hook_path=host.hook_path))
+    return Edits(hooks=tuple(hooks))
+
+
+def nvml_view(host: Host) -> HostGpus:
+    """The GPUs as NVML sees them (NVML loaded from the driver root), with their caps minors."""
+    from nvhook.nvml import open_nvml
+
+    lib_dir = nvml_library_dir(host.driver_root)
+    with open_nvml(lib_dir) as nvml:
+        infos = nvml.gpus()
+    return from_nvml(infos, read_mig_minors(host.root))
+
+
+def nvml_library_dir(driver_root: str) -> str | None:
+    """The directory of ``libnvidia-ml.so.1`` under ``driver_root`` (None: the loader's default)."""
+    if driver_root in ("", "/"):
+        return None
+    from nvhook.ldcache import read_ld_cache
+
+    cache = read_ld_cache(os.path.join(driver_root, "etc", "ld.so.cache"))
+    for soname, path in cache.libraries("x86_64"):
+        if soname == "libnvidia-ml.so.1":
+            return os.path.dirname(os.path.join(driver_root, path.lstrip("/")))
+    raise DriverError(f"{driver_root}/etc/ld.so.cache: no libnvidia-ml.so.1 (NVML) in the cache")
+
+
+def _check_requirements(
+    requests: Requests,
+    host: Host,
+    gpus: HostGpus,
+    selected: tuple[Selected, ...],
+    driver: ProcDriver,
+) -> HostFacts | None:
+    if not requests.requirements or requests.disable_require:
+        return None
+    from nvhook.nvml import open_nvml
+    from nvhook.requirements import GpuFacts, HostFacts, check_requirements
+
+    with open_nvml(nvml_library_dir(host.driver_root)) as nvml:
+        info = nvml.driver()
+        by_uuid = {g.uuid: g for g in nvml.gpus()}
+    chosen = []
+    for device in selected:
+        parent = device if isinstance(device, Gpu) else gpus.gpus[device.gpu_index]
+        gpu = by_uuid.get(parent.uuid)
+        if gpu is None:
+            raise DriverError(f"GPU {parent.index} ({parent.uuid}) is in /proc but not in NVML")
+        chosen.append(GpuFacts(gpu.compute_capability, gpu.brand, gpu.name))
+    facts = HostFacts(info.cuda_version, info.driver_version or driver.version, tuple(chosen))
+    check_requirements(requests, facts)
+    return facts

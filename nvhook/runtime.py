@@ -1,0 +1,100 @@
+"""The ``create`` path of the runtime shim: requests → edits → config.json, atomically.
+
+:func:`prepare` reads the bundle's config.json, parses what the container asks
+for, resolves it in the configured mode, applies the edits and writes the file
+back (only when something changed). Everything that can fail does so before the
+write, so a failure leaves config.json byte-identical.
+
+Modes (``runtime.mode``):
+
+- ``cdi``: qualified CDI names are resolved through the CDI registry; plain ids
+  from ``NVIDIA_VISIBLE_DEVICES`` become names of ``cdi.default_kind``
+  (``0`` → ``nvidia.com/gpu=0``, ``all`` → ``nvidia.com/gpu=all``), the names
+  that ``nvhook cdi generate`` writes;
+- ``jit``: the host is discovered directly (:mod:`nvhook.jit`);
+- ``auto`` (default): ``cdi`` when every requested device is a qualified CDI
+  name (annotations always are), else ``jit``.
+"""
+
+from __future__ import annotations
+
+from nvhook.errors import RequestError
+from nvhook.policy import Policy
+from nvhook.requests import All, CdiName, Devices, NoGpus, Requests, Void, parse_requests
+from oci._frozen import Frozen
+from oci.bundle import Bundle
+from oci.cdi.apply import apply
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from oci.argv import RuntimeArgs
+    from oci.cdi.edits import Edits
+
+__all__ = ["DEFAULT_KIND", "Outcome", "choose_mode", "edits_for", "prepare"]
+
+DEFAULT_KIND = "nvidia.com/gpu"
+
+
+class Outcome(Frozen):
+    """What a create did: the mode used (None: nothing asked), the devices, whether it wrote."""
+
+    __slots__ = ("devices", "mode", "written")
+    mode: str | None
+    devices: str
+    written: bool
+
+    def __init__(self, mode: str | None, devices: str, written: bool) -> None:
+        self._set(mode=mode, devices=devices, written=written)
+
+    def fields(self) -> dict[str, Any]:
+        return {"mode": self.mode, "devices": self.devices, "written": self.written}
+
+
+def prepare(args: RuntimeArgs, settings: dict[str, Any]) -> Outcome:
+    """Edit ``args.bundle``/config.json for the devices its container asks for."""
+    assert args.bundle is not None
+    bundle = Bundle(args.bundle)
+    spec = bundle.load()
+    requests = parse_requests(spec, Policy.from_settings(settings))
+    if not requests.wants_anything:
+        return Outcome(None, "", False)
+    mode, edits = edits_for(requests, settings)
+    written = bundle.save(apply(edits, spec))
+    return Outcome(mode, str(requests.devices), written)
+
+
+def choose_mode(configured: str, requests: Requests) -> str:
+    if configured != "auto":
+        return configured
+    devices = requests.devices
+    if isinstance(devices, Devices) and all(isinstance(i, CdiName) for i in devices.ids):
+        return "cdi"
+    return "jit"
+
+
+def edits_for(requests: Requests, settings: dict[str, Any]) -> tuple[str, Edits]:
+    """The mode chosen for ``requests`` and the edits it gives."""
+    mode = choose_mode(settings["runtime.mode"], requests)
+    if mode == "cdi":
+        from oci.cdi.registry import Registry
+
+        names = cdi_names(requests, settings["cdi.default_kind"])
+        return mode, Registry(settings["cdi.spec_dirs"]).resolve(names)
+    from nvhook.jit import Host, plan
+
+    return mode, plan(requests, Host.from_settings(settings)).edits
+
+
+def cdi_names(requests: Requests, kind: str) -> list[str]:
+    """The qualified CDI names of a request (plain ids become names of ``kind``)."""
+    devices = requests.devices
+    if isinstance(devices, All):
+        return [f"{kind}=all"]
+    if isinstance(devices, (NoGpus, Void)):
+        raise RequestError(
+            f"runtime mode cdi cannot inject {devices} (driver files without a device): "
+            "name a CDI device, or use mode jit or auto"
+        )
+    return [i.value if isinstance(i, CdiName) else f"{kind}={i}" for i in devices.ids]

@@ -1,0 +1,186 @@
+"""``nvhook-runtime``: a drop-in for runc that gives containers the GPUs they ask for.
+
+Containerd, CRI-O and podman call it exactly as they call runc, several times
+per container. It always ends by exec'ing the low-level runtime with the
+original argv; only a ``create`` (or runc's ``run``) whose container asks for
+GPUs first edits the bundle's config.json (:func:`nvhook.runtime.prepare`).
+
+On every other call this module imports almost nothing (``os``, ``sys``, the
+argv parser and the settings loader): no pydantic, pynvml, click, yaml or
+pyroute2, and no ``json``/``dataclasses`` (DESIGN.md D5; a test checks
+``sys.modules``).
+
+A failure is one line on stderr (``nvhook-runtime: …``), the same message in
+runc's log format in the ``--log`` file the caller passed (containerd shows it
+to the user), a non-zero exit, the bundle untouched, and no runtime started.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from oci.argv import RuntimeArgs
+
+__all__ = ["FALLBACK_RUNTIMES", "find_runtime", "main"]
+
+PROG = "nvhook-runtime"
+#: Where runc lives on Debian/Ubuntu and most distributions, tried after the configured ones.
+FALLBACK_RUNTIMES = ("/usr/sbin/runc", "/usr/bin/runc")
+#: PATH when the caller gave none (podman's cleanup call).
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one runtime call; returns an exit code only when it fails (success execs)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    started = time.monotonic()
+    from oci.argv import RuntimeArgs
+    from oci.errors import ArgvError
+
+    try:
+        args: RuntimeArgs | None = RuntimeArgs.parse(argv, cwd=os.getcwd())
+    except ArgvError:
+        args = None  # runc refuses this command line itself; let it say so
+    settings: dict[str, Any] | None = None
+    try:
+        from nvhook.settings import load_settings
+
+        settings = load_settings()
+        runtime = find_runtime(settings["runtime.runtimes"])
+        if args is not None and args.creates and not args.help and args.bundle is not None:
+            from nvhook.runtime import prepare
+
+            outcome = prepare(args, settings)
+            _log(settings, args, started, outcome.fields())
+        elif settings["runtime.log_level"] == "debug":
+            _log(settings, args, started, {"msg": "pass-through"})
+    except Exception as e:
+        return _fail(e, args, settings, started)
+    return exec_runtime(runtime, argv, args, settings, started)
+
+
+def find_runtime(candidates: Sequence[str]) -> str:
+    """The first executable of ``candidates`` (absolute paths, or names on PATH), else runc.
+
+    This program itself is never chosen, so that it can be installed as ``runc``
+    earlier on PATH.
+    """
+    me = _realpath(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    tried = []
+    search = (os.environ.get("PATH") or DEFAULT_PATH).split(os.pathsep)
+    for name in (*candidates, *FALLBACK_RUNTIMES):
+        paths = [name] if "/" in name else [os.path.join(d or ".", name) for d in search]
+        for path in paths:
+            tried.append(path)
+            if os.path.isfile(path) and os.access(path, os.X_OK) and _realpath(path) != me:
+                return path
+    from nvhook.errors import RuntimeNotFound
+
+    raise RuntimeNotFound(
+        "no low-level runtime found (runtime.runtimes: "
+        + ", ".join(candidates)
+        + "; also tried "
+        + ", ".join(FALLBACK_RUNTIMES)
+        + "): install runc or set runtime.runtimes in the configuration"
+    )
+
+
+def exec_runtime(
+    runtime: str,
+    argv: Sequence[str],
+    args: RuntimeArgs | None,
+    settings: dict[str, Any] | None,
+    started: float,
+) -> int:
+    """Replace this process with ``runtime`` and the original ``argv``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(runtime, [runtime, *argv])
+    except OSError as e:
+        from nvhook.errors import RuntimeNotFound
+
+        return _fail(
+            RuntimeNotFound(f"cannot exec {runtime}: {e.strerror}"), args, settings, started
+        )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _realpath(path: str) -> str | None:
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _fail(
+    error: BaseException,
+    args: RuntimeArgs | None,
+    settings: dict[str, Any] | None,
+    started: float,
+) -> int:
+    from nvhook.errors import NvhookError
+    from oci.errors import ExitCode, OciError
+
+    if isinstance(error, (NvhookError, OciError)):
+        message = str(error)
+        code = int(error.exit_code)
+    else:
+        import traceback
+
+        traceback.print_exception(error)
+        message = f"internal error: {type(error).__name__}: {error} (this is a bug; see stderr)"
+        code = int(ExitCode.BUG)
+    sys.stderr.write(f"{PROG}: {message}\n")
+    if args is not None and args.log_path:
+        from oci.runclog import write_runc_log
+
+        write_runc_log(
+            args.log_path, "error", f"{PROG}: {message}", log_format=args.log_format or "text"
+        )
+    if settings is not None:
+        _log(settings, args, started, {"level": "error", "msg": message, "exit": code})
+    return code
+
+
+_LEVELS = {"debug": 0, "info": 1, "warning": 2, "error": 3}
+
+
+def _log(
+    settings: dict[str, Any],
+    args: RuntimeArgs | None,
+    started: float,
+    fields: dict[str, Any],
+) -> None:
+    """Append one JSON line to the shim's own log; never raises (a log must not fail a start)."""
+    path = settings.get("runtime.log_file")
+    level = fields.get("level", "info")
+    if not path or _LEVELS.get(level, 1) < _LEVELS.get(settings.get("runtime.log_level", ""), 1):
+        return
+    try:
+        from oci import jsoncodec
+
+        record: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "level": level,
+            "id": args.container_id if args else None,
+            "command": args.command if args else None,
+            **{k: v for k, v in fields.items() if k != "level"},
+            "duration_ms": round((time.monotonic() - started) * 1000, 2),
+            "pid": os.getpid(),
+        }
+        line = jsoncodec.dumpb(record) + b"\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except Exception:
+        pass

@@ -1,0 +1,286 @@
+"""Shared pieces of the hook tests: launcher, bundles, host snapshots, small C libraries."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from nvhook.entrypoints import ENTRYPOINTS, install_entrypoints, launcher_text
+from nvhook.hook.edits import HOOK_ENV
+from nvhook.hook.safepath import ENV_IMPL, openat2_available
+from tests.support.containers import (  # noqa: F401  (fixtures and the root-marker hook)
+    pytest_runtest_setup,
+    require,
+    require_root,
+    runc,
+)
+
+if TYPE_CHECKING:
+    from nvhook.hook.safepath import Impl
+
+IMPLS = ("openat2", "walk")
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+
+
+@pytest.fixture(scope="session")
+def hook_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Absolute path of the ``nvhook-hook`` launcher: the venv's when it is current, else a
+    fresh one (same text, written by ``install_entrypoints``) in a session temp dir."""
+    entry = next(e for e in ENTRYPOINTS if e.name == "nvhook-hook")
+    bin_dir = Path(sys.executable).parent
+    installed = bin_dir / entry.name
+    current = {launcher_text(entry, str(bin_dir / name)) for name in ("python", "python3")}
+    if installed.is_file() and installed.read_text() in current:
+        return str(installed)
+    fresh = tmp_path_factory.mktemp("bin")
+    install_entrypoints(str(fresh), sys.executable)
+    return str(fresh / entry.name)
+
+
+@pytest.fixture(params=IMPLS)
+def impl(request: pytest.FixtureRequest) -> Impl:
+    """Each safepath implementation in turn (openat2 skipped where the kernel lacks it)."""
+    if request.param == "openat2" and not openat2_available():
+        pytest.skip("this kernel has no openat2 with RESOLVE_IN_ROOT")
+    return "openat2" if request.param == "openat2" else "walk"
+
+
+def state_json(bundle: Path | str, *, pid: int = 1, status: str = "creating") -> str:
+    return json.dumps(
+        {
+            "ociVersion": "1.0.2",
+            "id": "nvhook-test",
+            "status": status,
+            "pid": pid,
+            "bundle": str(bundle),
+        }
+    )
+
+
+def write_bundle(directory: Path, rootfs: Path | str) -> Path:
+    """A bundle whose config.json points at ``rootfs`` (relative when it is inside)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    root = Path(rootfs)
+    path = str(root.relative_to(directory)) if root.is_relative_to(directory) else str(root)
+    (directory / "config.json").write_text(
+        json.dumps({"ociVersion": "1.0.2", "root": {"path": path}, "process": {"args": ["sh"]}})
+    )
+    return directory
+
+
+@dataclass
+class HookRunner:
+    """Runs the launcher like runc does: the state on stdin, exactly the env given."""
+
+    hook_bin: str
+
+    def __call__(
+        self,
+        args: Sequence[str],
+        *,
+        bundle: Path | None = None,
+        state: str | None = None,
+        impl: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        hook_env = dict(e.split("=", 1) for e in HOOK_ENV) if env is None else dict(env)
+        if impl is not None:
+            hook_env[ENV_IMPL] = impl
+        stdin = state if state is not None else state_json(bundle or Path("/nonexistent"))
+        return subprocess.run(
+            [self.hook_bin, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=hook_env,
+            cwd=cwd,
+            timeout=timeout,
+            check=False,
+        )
+
+
+@pytest.fixture
+def run_hook(hook_bin: str) -> HookRunner:
+    return HookRunner(hook_bin)
+
+
+# --------------------------------------------------------------------------- host snapshots
+
+
+def snapshot(*tops: Path) -> dict[str, tuple[object, ...]]:
+    """Every entry under ``tops`` (not following symlinks): kind, content hash or target,
+    mode and mtime. Compare two snapshots to see that nothing changed."""
+    out: dict[str, tuple[object, ...]] = {}
+    for top in tops:
+        for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+            for name in [".", *dirnames, *filenames]:
+                p = os.path.join(dirpath, name) if name != "." else dirpath
+                st = os.lstat(p)
+                if stat.S_ISLNK(st.st_mode):
+                    what: object = ("link", os.readlink(p))
+                elif stat.S_ISREG(st.st_mode):
+                    what = ("file", hashlib.sha256(Path(p).read_bytes()).hexdigest())
+                else:
+                    what = ("dir", tuple(sorted(os.listdir(p))))
+                out[p] = (what, stat.S_IMODE(st.st_mode), st.st_mtime_ns)
+    return out
+
+
+# --------------------------------------------------------------------------- attacks
+
+
+def escape_forms(rootfs: Path, target: Path) -> list[str]:
+    """Symlink targets that reach the host path ``target`` when a link anywhere in ``rootfs``
+    (up to a few levels deep) is followed on the host: absolute, ``../..`` chain, and
+    through ``/proc/self/root``."""
+    up = "../" * (len(rootfs.parts) + 6)
+    return [str(target), f"{up}{str(target).lstrip('/')}", f"/proc/self/root{target}"]
+
+
+_FLIP_SCRIPT = r"""
+import itertools, json, os, select, sys
+
+
+targets = json.loads(sys.argv[1])
+min_swaps = int(sys.argv[2])
+aside = itertools.count()
+swaps = 0
+
+
+def put(src, dest):
+    # the code under test may recreate `dest` in the gap: move whatever is there aside
+    while True:
+        try:
+            os.rename(src, dest)
+            return
+        except OSError:
+            if os.path.isdir(dest) and not os.path.islink(dest):
+                os.rename(dest, f"{dest}.aside{next(aside)}")
+            else:
+                os.unlink(dest)
+
+
+print("ready", flush=True)
+while swaps < min_swaps or not select.select([sys.stdin], [], [], 0)[0]:
+    for path, forms in targets.items():
+        link, fresh = path + ".l", path + ".d"
+        os.symlink(forms[swaps % len(forms)], link)
+        os.rename(path, f"{path}.old{next(aside)}")
+        put(link, path)  # a symlink towards the host
+        os.mkdir(fresh)
+        os.unlink(path)
+        put(fresh, path)  # and a directory again
+    swaps += 1
+print(swaps, flush=True)
+"""
+
+
+class Flipper:
+    """In another process (so really in parallel), flips each path between a directory and
+    a symlink (cycling through its targets) until the block ends and at least ``min_swaps``
+    rounds were made; ``swaps`` is the count made."""
+
+    def __init__(self, targets: Mapping[Path, Sequence[str]], *, min_swaps: int = 300) -> None:
+        arg = json.dumps({str(p): list(forms) for p, forms in targets.items()})
+        self._argv = [sys.executable, "-c", _FLIP_SCRIPT, arg, str(min_swaps)]
+        self.swaps = 0
+
+    def __enter__(self) -> Flipper:
+        self._proc = subprocess.Popen(
+            self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self._proc.stdout is not None
+        assert self._proc.stdout.readline() == "ready\n"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        out, _ = self._proc.communicate(timeout=120)
+        if self._proc.returncode != 0:
+            pytest.fail(f"the flipping process failed ({self._proc.returncode})")
+        self.swaps = int(out.strip())
+
+
+# --------------------------------------------------------------------------- C helpers
+
+
+@pytest.fixture(scope="session")
+def cc() -> Callable[..., Path]:
+    """Compile C: ``cc(source_text, output, *flags) -> output``."""
+    gcc = require("gcc")
+
+    def compile_(source: str, output: Path, *flags: str) -> Path:
+        src = output.with_suffix(output.suffix + ".c")
+        src.write_text(source)
+        subprocess.run([gcc, *flags, "-o", str(output), str(src)], check=True, capture_output=True)
+        return output
+
+    return compile_
+
+
+@pytest.fixture(scope="session")
+def test_library(cc: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small shared library with SONAME ``libnvhooktest.so.1`` (file libnvhooktest.so.1.0)."""
+    out = tmp_path_factory.mktemp("lib") / "libnvhooktest.so.1.0"
+    return cc(
+        "int nvhooktest(void) { return 42; }\n",
+        out,
+        "-shared",
+        "-fPIC",
+        "-Wl,-soname,libnvhooktest.so.1",
+    )
+
+
+def cache_entries(cache: Path) -> dict[str, str]:
+    """SONAME -> path, read from an ld.so.cache by the host's ``ldconfig -p -C``."""
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    out = subprocess.run(
+        [ldconfig, "-p", "-C", str(cache)], capture_output=True, text=True, check=True
+    ).stdout
+    entries = {}
+    for line in out.splitlines()[1:]:
+        name, _, path = line.strip().partition(" => ")
+        entries[name.split(" (")[0]] = path
+    return entries
+
+
+# --------------------------------------------------------------------------- namespaces
+
+
+@pytest.fixture
+def netns_pid() -> Iterator[int]:
+    """The pid of a process in a fresh network namespace (``unshare --net sleep``)."""
+    require_root()
+    unshare = require("unshare")
+    proc = subprocess.Popen([unshare, "--net", "sleep", "60"])
+    try:
+        own = os.stat("/proc/self/ns/net").st_ino
+        for _ in range(500):
+            try:
+                if os.stat(f"/proc/{proc.pid}/ns/net").st_ino != own:
+                    break
+            except FileNotFoundError:
+                pass
+            if proc.poll() is not None:
+                pytest.fail("unshare --net exited early")
+            import time
+
+            time.sleep(0.01)
+        else:
+            pytest.fail("unshare --net never entered a new network namespace")
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
