@@ -237,7 +237,8 @@ def _one(device_id: DeviceId, host: HostGpus) -> Selected:
         case Uuid(value):
             gpu = _by_uuid(value, host)
             if gpu is None:
-                raise _unknown(f"GPU {value}", host)
+                shown = value if value.upper().startswith("GPU-") else f"GPU {value}"
+                raise _unknown(shown, host)
             return gpu
         case MigIndex(g, m):
             if g >= len(host.gpus):
@@ -246,7 +247,7 @@ def _one(device_id: DeviceId, host: HostGpus) -> Selected:
         case LegacyMig(gpu_uuid, gi, ci):
             gpu = _by_uuid(gpu_uuid, host)
             if gpu is None:
-                raise _unknown(f"MIG device {device_id}: GPU {gpu_uuid}", host)
+                raise _unknown(f"MIG device {device_id}: {gpu_uuid}", host)
             return _mig(gpu, f"MIG device {device_id}", host, gi=gi, ci=ci)
         case MigUuid(value):
             for gpu in host.gpus:

@@ -10,11 +10,25 @@ review the diff before committing it.
 Kinds:
 - ``cdi``: ``devices`` resolved through a registry over the case's spec
   directories (``spec_dirs``, default ``["cdi"]``), then applied.
+- ``jit``: the runtime shim's create path (:func:`nvhook.runtime.prepare`) on a
+  bundle, against a mock machine (``profile``). The input spec is read as bytes
+  and, when the case changes it, parsed by :func:`oci.bundle.parse_spec` (so a
+  broken ``config.in.json`` fails as the shim would see it); then ``env``
+  entries are set by name (``env_generated = [{name, text, times}]`` builds long
+  values), ``annotations`` set by key, ``mounts`` set by destination and
+  ``privileged = true`` adds CAP_SYS_ADMIN to the bounding set. Settings: the
+  defaults with ``host.root`` = the mock, the ``policy`` table (Policy field
+  names), ``mode`` (default ``jit``), ``resolver`` (default ``procfs``); in
+  modes ``cdi`` and ``auto`` the registry holds one spec that ``nvhook cdi
+  generate`` wrote for the mock (``generate_capabilities``, default all).
+  Paths of the mock, the hook launcher, the bundle and that spec directory are
+  written as ``<mock>``, ``<hook>``, ``<bundle>`` and ``<cdi>`` in expectations.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from nvhook.errors import NvhookError
 from oci.cdi.apply import apply
 from oci.cdi.registry import Registry
 from oci.errors import OciError
@@ -29,43 +44,172 @@ from oci.errors import OciError
 GOLDEN = Path(__file__).parent / "golden"
 SPECS = Path(__file__).parent / "data" / "specs"
 
-Runner = Callable[[Path, dict[str, Any], dict[str, Any]], dict[str, Any]]
+
+class Golden:
+    """What runners share in a session: mock machines, generated CDI specs, placeholders."""
+
+    def __init__(
+        self, mock_machine: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory
+    ) -> None:
+        from nvhook.hook.edits import default_hook_path
+
+        self._mock_machine = mock_machine
+        self._tmp = tmp_path_factory
+        self._cdi: dict[tuple[str, tuple[str, ...]], Path] = {}
+        self.hook_path = default_hook_path()
+        self.placeholders: dict[str, str] = {self.hook_path: "<hook>"}
+
+    def mock(self, profile: str) -> Path:
+        root = self._mock_machine(profile)
+        self.placeholders[str(root)] = "<mock>"
+        return root
+
+    def cdi_dir(self, profile: str, capabilities: tuple[str, ...]) -> Path:
+        """A spec directory holding what ``nvhook cdi generate`` writes for the mock."""
+        key = (profile, capabilities)
+        if key not in self._cdi:
+            from nvhook.generate import generate_spec
+            from nvhook.jit import Host
+            from oci.cdi.write import write_spec
+
+            directory = self._tmp.mktemp(f"golden-cdi-{profile}")
+            host = Host(root=str(self.mock(profile)), hook_path=self.hook_path)
+            generated = generate_spec(host, capabilities=capabilities or None)
+            write_spec(directory / "nvidia.json", generated.spec)
+            self._cdi[key] = directory
+        self.placeholders[str(self._cdi[key])] = "<cdi>"
+        return self._cdi[key]
+
+    def rewrite(self, text: str) -> str:
+        for path in sorted(self.placeholders, key=len, reverse=True):
+            text = text.replace(path, self.placeholders[path])
+        return text
 
 
-def _run_cdi(case_dir: Path, case: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+Runner = Callable[[Path, dict[str, Any], Any, Golden], dict[str, Any]]
+
+
+def _run_cdi(
+    case_dir: Path, case: dict[str, Any], base: dict[str, Any], golden: Golden
+) -> dict[str, Any]:
     dirs = [str(case_dir / d) for d in case.get("spec_dirs", ["cdi"])]
     edits = Registry(dirs).resolve(case["devices"])
     return apply(edits, base)
 
 
-RUNNERS: dict[str, Runner] = {"cdi": _run_cdi}
+def _set_env(spec: dict[str, Any], entries: list[str]) -> None:
+    env = spec.setdefault("process", {}).setdefault("env", [])
+    for entry in entries:
+        prefix = entry.split("=", 1)[0] + "="
+        at = next((i for i, e in enumerate(env) if e.startswith(prefix)), None)
+        if at is None:
+            env.append(entry)
+        else:
+            env[at] = entry
+
+
+def _compose(case: dict[str, Any], raw: bytes) -> bytes:
+    """The case's changes to the input spec (idempotent: set by name, key, destination)."""
+    from oci import jsoncodec
+    from oci.bundle import parse_spec
+
+    keys = ("env", "env_generated", "annotations", "mounts", "privileged")
+    if not any(k in case for k in keys):
+        return raw
+    spec = parse_spec(raw, source="config.in.json")
+    env = list(case.get("env", []))
+    env += [f"{g['name']}={g['text'] * g['times']}" for g in case.get("env_generated", [])]
+    _set_env(spec, env)
+    if "annotations" in case:
+        spec.setdefault("annotations", {}).update(case["annotations"])
+    for mount in case.get("mounts", []):
+        mounts = spec.setdefault("mounts", [])
+        mounts[:] = [m for m in mounts if m.get("destination") != mount["destination"]]
+        mounts.append(mount)
+    if case.get("privileged"):
+        caps = spec.setdefault("process", {}).setdefault("capabilities", {})
+        bounding = caps.setdefault("bounding", [])
+        if "CAP_SYS_ADMIN" not in bounding:
+            bounding.append("CAP_SYS_ADMIN")
+    return jsoncodec.dumpb(spec)
+
+
+def _run_jit(
+    case_dir: Path, case: dict[str, Any], base: bytes | dict[str, Any], golden: Golden
+) -> dict[str, Any]:
+    from nvhook.policy import SETTINGS_KEYS
+    from nvhook.runtime import prepare
+    from nvhook.settings import defaults
+    from oci import jsoncodec
+    from oci.argv import RuntimeArgs
+    from oci.bundle import Bundle
+
+    raw = base if isinstance(base, bytes) else jsoncodec.dumpb(base)
+    settings = defaults()
+    settings["host.root"] = str(golden.mock(case["profile"]))
+    settings["hook.path"] = golden.hook_path
+    settings["runtime.mode"] = case.get("mode", "jit")
+    settings["host.resolver"] = case.get("resolver", "procfs")
+    for field, value in case.get("policy", {}).items():
+        settings[SETTINGS_KEYS[field]] = value
+    if settings["runtime.mode"] != "jit":
+        caps = tuple(case.get("generate_capabilities", ()))
+        settings["cdi.spec_dirs"] = [str(golden.cdi_dir(case["profile"], caps))]
+    with tempfile.TemporaryDirectory(prefix="nvhook-golden-") as bundle:
+        golden.placeholders[bundle] = "<bundle>"
+        with open(f"{bundle}/config.json", "wb") as f:
+            f.write(_compose(case, raw))
+        prepare(RuntimeArgs.parse(["create", "--bundle", bundle, "golden"]), settings)
+        return Bundle(bundle).load()
+
+
+RUNNERS: dict[str, Runner] = {"cdi": _run_cdi, "jit": _run_jit}
 
 
 def _cases() -> list[Path]:
     return sorted(p for p in GOLDEN.iterdir() if (p / "case.toml").is_file())
 
 
+def _base_path(case_dir: Path, case: dict[str, Any]) -> Path:
+    return case_dir / "config.in.json" if "base" not in case else SPECS / case["base"]
+
+
 def _load_base(case_dir: Path, case: dict[str, Any]) -> dict[str, Any]:
-    path = case_dir / "config.in.json" if "base" not in case else SPECS / case["base"]
-    value = json.loads(path.read_text())
+    value = json.loads(_base_path(case_dir, case).read_text())
     assert isinstance(value, dict)
     return value
 
 
+def _load_bytes(case_dir: Path, case: dict[str, Any]) -> bytes:
+    return _base_path(case_dir, case).read_bytes()
+
+
+Loader = Callable[[Path, dict[str, Any]], Any]
+#: How each kind reads its input spec (default: JSON as a dict).
+LOADERS: dict[str, Loader] = {"jit": _load_bytes}
+
+
+@pytest.fixture(scope="session")
+def golden(mock_machine: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory) -> Golden:
+    return Golden(mock_machine, tmp_path_factory)
+
+
 @pytest.mark.parametrize("case_dir", _cases(), ids=lambda p: p.name)
-def test_golden(case_dir: Path, request: pytest.FixtureRequest) -> None:
+def test_golden(case_dir: Path, request: pytest.FixtureRequest, golden: Golden) -> None:
     case = tomllib.loads((case_dir / "case.toml").read_text())
     assert case.get("description"), f"{case_dir.name}: case.toml needs a description"
     runner = RUNNERS[case["kind"]]
-    base = _load_base(case_dir, case)
+    loader: Loader = LOADERS.get(case["kind"], _load_base)
+    base = loader(case_dir, case)
     try:
-        result: dict[str, Any] | None = runner(case_dir, case, base)
+        result: dict[str, Any] | None = runner(case_dir, case, base, golden)
         actual = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
         name, other = "expected.json", "expected.err"
-    except OciError as e:
+    except (OciError, NvhookError) as e:
         result = None
         actual = str(e).replace(str(case_dir), "<case>") + "\n"
         name, other = "expected.err", "expected.json"
+    actual = golden.rewrite(actual)
     expected_path = case_dir / name
     if request.config.getoption("--update-golden"):
         expected_path.write_text(actual)
@@ -76,7 +220,7 @@ def test_golden(case_dir: Path, request: pytest.FixtureRequest) -> None:
     assert actual == expected_path.read_text()
     if result is not None:
         # the engine is idempotent: applying the same request again changes nothing
-        assert runner(case_dir, case, result) == result
+        assert runner(case_dir, case, result, golden) == result
 
 
 def test_every_case_folder_is_a_case() -> None:

@@ -28,12 +28,13 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from nvhook.cli import cdi, entrypoints
+    from nvhook.cli import cdi, demo, entrypoints, explain, info, mock
 
     cli.add_command(cdi.cdi)
+    cli.add_command(demo.demo)
     cli.add_command(entrypoints.install_entrypoints_command)
-    from nvhook.cli import mock
-
+    cli.add_command(explain.explain)
+    cli.add_command(info.info)
     cli.add_command(mock.mock)
 
 

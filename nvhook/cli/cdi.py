@@ -6,6 +6,7 @@ import json
 
 import click
 
+from nvhook.cli.cdi_generate import generate
 from nvhook.cli.cdi_validate import validate
 from oci.cdi.registry import DEFAULT_SPEC_DIRS, Registry
 from oci.errors import ExitCode
@@ -69,3 +70,4 @@ def inject(bundle: str, spec_dirs: tuple[str, ...], dry_run: bool, names: tuple[
 
 
 cdi.add_command(validate)
+cdi.add_command(generate)

@@ -1,0 +1,41 @@
+"""``nvhook info``: the host's driver, GPUs and driver files (:mod:`nvhook.info`)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+__all__ = ["info"]
+
+
+@click.command()
+@click.option(
+    "--root",
+    default="/",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="The host's root: /proc/driver/nvidia and IPC sockets are read under it.",
+)
+@click.option(
+    "--driver-root",
+    type=click.Path(file_okay=False),
+    help="Where the driver's libraries and binaries are (default: --root).",
+)
+@click.option(
+    "--dev-root",
+    type=click.Path(file_okay=False),
+    help="Where the /dev/nvidia* nodes are (default: --root).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def info(root: str, driver_root: str | None, dev_root: str | None, as_json: bool) -> None:
+    """Show the driver and CUDA versions, the GPUs and MIG devices, and per driver
+    capability what was found, what is missing and where it was looked for."""
+    from nvhook.info import host_info, render_text
+    from nvhook.jit import Host
+
+    data = host_info(Host(root=root, driver_root=driver_root or "", dev_root=dev_root or ""))
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        click.echo(render_text(data), nl=False)

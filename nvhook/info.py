@@ -1,0 +1,202 @@
+"""``nvhook info``: what this host has for containers, as plain data.
+
+:func:`host_info` returns a dict of plain values (str, int, bool, None, lists,
+dicts; JSON as is), always in the same order for the same host:
+
+- ``roots``: the host, driver and dev roots looked under;
+- ``driver``: whether the kernel module is loaded, its version and kind (``/proc``),
+  the CUDA version (NVML), and the problem when the module or NVML is unusable;
+- ``gpus``: in NVML index order, each GPU's index, name, UUID, PCI bus id, device
+  minor and node, and its MIG devices (``<gpu>:<mig>`` name, UUID, GPU/compute
+  instance ids, profile, the ``nvidia-caps`` nodes); ``nodes_missing`` lists those
+  of its nodes that the dev root lacks;
+- ``capabilities``: per driver capability, in canonical order, the libraries,
+  binaries and configuration files found (paths inside the driver root), what is
+  missing, and where it looked;
+- ``firmware``, ``ipc`` (sockets found), ``problems`` (one line each).
+
+It never fails for what a host lacks: a driver that is not loaded, or NVML that
+cannot be initialised, is reported in ``driver.problem`` and the rest is filled
+from what is still there (``/proc`` without NVML has no MIG UUIDs and no CUDA
+version; without the module, the driver files are still listed, their version
+taken from the libraries).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from nvhook.constants import ALL_CAPABILITIES
+from nvhook.devices import HostGpus, from_nvml, from_procfs
+from nvhook.discover import discover_driver_files
+from nvhook.errors import DriverError
+from nvhook.jit import Host, nvml_library_dir
+from nvhook.procfs import ProcDriver, read_driver, read_mig_minors
+
+__all__ = ["host_info", "render_text"]
+
+
+def host_info(host: Host) -> dict[str, Any]:
+    """Everything ``nvhook info`` shows about ``host`` (see the module docstring)."""
+    problems: list[str] = []
+    driver: dict[str, Any] = {
+        "loaded": False,
+        "version": None,
+        "kernel_module": None,
+        "cuda_version": None,
+        "problem": None,
+    }
+    proc: ProcDriver | None = None
+    try:
+        proc = read_driver(host.root)
+    except DriverError as e:
+        driver["problem"] = e.message
+    gpus: HostGpus | None = None
+    profiles: dict[tuple[int, int], str] = {}
+    if proc is not None:
+        driver.update(
+            loaded=True,
+            version=proc.version,
+            kernel_module="open" if proc.open_module else "proprietary",
+        )
+        try:
+            gpus, cuda, profiles = _nvml(host)
+            driver["cuda_version"] = cuda
+        except DriverError as e:
+            driver["problem"] = f"{e.message} (GPUs from /proc: no MIG UUIDs, no CUDA version)"
+            gpus = from_procfs(proc)
+    files = discover_driver_files(
+        host.driver_root,
+        ALL_CAPABILITIES,
+        driver_version=proc.version if proc is not None else None,
+        host_root=host.root,
+    )
+    if driver["version"] is None:
+        driver["version"] = files.driver_version
+    problems += files.problems
+    return {
+        "roots": {"root": host.root, "driver_root": host.driver_root, "dev_root": host.dev_root},
+        "driver": driver,
+        "gpus": [] if gpus is None else _gpus(gpus, profiles, host.dev_root),
+        "capabilities": [
+            {
+                "name": c.capability,
+                "libraries": list(c.libraries),
+                "binaries": list(c.binaries),
+                "configs": list(c.configs),
+                "missing": list(c.missing),
+                "searched": list(c.searched),
+            }
+            for c in files.capabilities
+        ],
+        "firmware": list(files.firmware),
+        "ipc": [*files.ipc, *([files.mps_pipe_dir] if files.mps_pipe_dir else [])],
+        "problems": problems,
+    }
+
+
+def _nvml(host: Host) -> tuple[HostGpus, str, dict[tuple[int, int], str]]:
+    """The NVML view, the CUDA version and each MIG device's profile by (gpu, mig index)."""
+    from nvhook.nvml import open_nvml
+
+    with open_nvml(nvml_library_dir(host.driver_root)) as nvml:
+        cuda = nvml.driver().cuda_version
+        infos = nvml.gpus()
+    profiles = {(g.index, m.index): m.profile for g in infos for m in g.migs}
+    return from_nvml(infos, read_mig_minors(host.root)), cuda, profiles
+
+
+def _gpus(
+    gpus: HostGpus, profiles: dict[tuple[int, int], str], dev_root: str
+) -> list[dict[str, Any]]:
+    def missing(*nodes: str) -> list[str]:
+        return [n for n in nodes if not os.path.exists(os.path.join(dev_root, n.lstrip("/")))]
+
+    return [
+        {
+            "index": g.index,
+            "name": g.model,
+            "uuid": g.uuid,
+            "bus_id": g.bus_id,
+            "minor": g.minor,
+            "node": f"/dev/nvidia{g.minor}",
+            "nodes_missing": missing(f"/dev/nvidia{g.minor}")
+            + [
+                n
+                for m in g.migs
+                for n in missing(
+                    f"/dev/nvidia-caps/nvidia-cap{m.gi_caps_minor}",
+                    f"/dev/nvidia-caps/nvidia-cap{m.ci_caps_minor}",
+                )
+            ],
+            "migs": [
+                {
+                    "name": m.name,
+                    "uuid": m.uuid,
+                    "gi": m.gi,
+                    "ci": m.ci,
+                    "profile": profiles.get((g.index, m.index)),
+                    "nodes": [
+                        f"/dev/nvidia-caps/nvidia-cap{m.gi_caps_minor}",
+                        f"/dev/nvidia-caps/nvidia-cap{m.ci_caps_minor}",
+                    ],
+                }
+                for m in g.migs
+            ],
+        }
+        for g in gpus.gpus
+    ]
+
+
+def render_text(info: dict[str, Any]) -> str:
+    """``info`` for a person: one section per part, the same text for the same data."""
+    lines: list[str] = []
+    driver = info["driver"]
+    roots = info["roots"]
+    lines.append(
+        f"Roots: host {roots['root']}, driver {roots['driver_root']}, devices {roots['dev_root']}"
+    )
+    if driver["loaded"]:
+        cuda = f", CUDA {driver['cuda_version']}" if driver["cuda_version"] else ""
+        lines.append(f"Driver: {driver['version']} ({driver['kernel_module']} kernel module){cuda}")
+    else:
+        found = f" (user space {driver['version']} found)" if driver["version"] else ""
+        lines.append(f"Driver: kernel module not loaded{found}")
+    if driver["problem"]:
+        lines.append(f"  problem: {driver['problem']}")
+    lines.append(f"GPUs: {len(info['gpus'])}")
+    for g in info["gpus"]:
+        lines.append(
+            f"  {g['index']}  {g['name']}  {g['uuid']}  bus {g['bus_id']}  "
+            f"minor {g['minor']} ({g['node']})"
+        )
+        for m in g["migs"]:
+            profile = f"  {m['profile']}" if m["profile"] else ""
+            uuid = m["uuid"] or "(UUID: NVML only)"
+            lines.append(
+                f"     MIG {m['name']}  {uuid}  gi {m['gi']} ci {m['ci']}{profile}  "
+                f"{', '.join(m['nodes'])}"
+            )
+        if g["nodes_missing"]:
+            lines.append(f"     missing under {roots['dev_root']}: {', '.join(g['nodes_missing'])}")
+    lines.append("Capabilities:")
+    for c in info["capabilities"]:
+        counts = ", ".join(
+            f"{len(c[k])} {k if len(c[k]) != 1 else k[:-1]}"
+            for k in ("libraries", "binaries", "configs")
+            if c[k]
+        )
+        state = "found " + counts if counts else "nothing found"
+        lines.append(f"  {c['name']}: {state}")
+        for path in (*c["libraries"], *c["binaries"], *c["configs"]):
+            lines.append(f"      {path}")
+        if c["missing"]:
+            lines.append(f"    missing: {', '.join(c['missing'])}")
+        if c["searched"]:
+            lines.append(f"    searched: {', '.join(c['searched'])}")
+    lines.append(f"Firmware: {', '.join(info['firmware']) or 'none'}")
+    lines.append(f"IPC: {', '.join(info['ipc']) or 'none'}")
+    for problem in info["problems"]:
+        lines.append(f"Problem: {problem}")
+    return "\n".join(lines) + "\n"

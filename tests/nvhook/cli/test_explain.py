@@ -1,0 +1,348 @@
+"""``nvhook explain --bundle B``: the shim's decisions, stage by stage, without writing."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvhook.cli import main
+from nvhook.explain import explain, render_text
+from nvhook.generate import generate_spec
+from nvhook.hook.edits import default_hook_path
+from nvhook.jit import Host
+from nvhook.settings import defaults
+from oci.cdi.write import write_spec
+
+SPECS = Path(__file__).parents[2] / "data" / "specs"
+HOOK = default_hook_path()
+
+
+@pytest.fixture(autouse=True)
+def _private_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test reads /etc/nvhook or writes the settings cache under /run."""
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    monkeypatch.setenv("NVHOOK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NVHOOK_CONFIG", str(empty))
+    yield
+
+
+@pytest.fixture
+def dgx(mock_machine: Callable[..., Path]) -> Path:
+    return mock_machine("dgx-a100")
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Callable[..., Path]:
+    """Factory: a bundle with runc's spec plus ``env`` (and ``annotations``)."""
+
+    def make(
+        env: Sequence[str], annotations: dict[str, str] | None = None, name: str = "b"
+    ) -> Path:
+        spec = json.loads((SPECS / "runc-spec.json").read_text())
+        spec["process"]["env"] += list(env)
+        if annotations:
+            spec["annotations"] = annotations
+        path = tmp_path / name
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps(spec))
+        return path
+
+    return make
+
+
+def _config(tmp_path: Path, text: str, name: str = "config.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _run(argv: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def _snapshot(bundle: Path) -> tuple[bytes, int, int]:
+    st = (bundle / "config.json").stat()
+    return (bundle / "config.json").read_bytes(), st.st_ino, st.st_mtime_ns
+
+
+def test_jit_request_explained_and_bundle_untouched(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    b = bundle(
+        [
+            "NVIDIA_VISIBLE_DEVICES=0:1,3",
+            "NVIDIA_DRIVER_CAPABILITIES=utility",
+            "NVIDIA_REQUIRE_CUDA=cuda>=12.0",
+        ]
+    )
+    before = _snapshot(b)
+    code, out, err = _run(["explain", "--bundle", str(b), "--root", str(dgx)], capfd)
+    assert (code, err) == (0, "")
+    assert _snapshot(b) == before
+    lines = out.splitlines()
+    assert lines[0] == f"Bundle: {b}"
+    assert "Container: unprivileged" in lines
+    assert "Asks for: devices 0:1,3" in lines
+    assert "  from env NVIDIA_VISIBLE_DEVICES='0:1,3': 0:1,3" in lines
+    assert "  capabilities: utility" in lines
+    assert (
+        "Requirement NVIDIA_REQUIRE_CUDA='cuda>=12.0': met (CUDA 12.4, driver 550.54.15)" in lines
+    )
+    assert (
+        "Mode: jit (runtime.mode is auto and a requested device is not a qualified CDI name)"
+        in lines
+    )
+    assert "Device 0:1: /dev/nvidia0, MIG gi 3 ci 0" in lines
+    assert "Device 3 (GPU-17297365-d66b-40f2-85f4-de7bd1bd8cd3): /dev/nvidia3" in lines
+    assert "Not found for utility: nvidia-imex, nvidia-imex-ctl" in lines
+    start = lines.index("Edits that would be applied:")
+    assert lines[start + 1] == "  device nodes (8):"
+    assert lines[start + 8] == (
+        f"    /dev/nvidia-caps/nvidia-cap31  c 506:31  (host {dgx}/dev/nvidia-caps/nvidia-cap31)"
+    )
+    assert lines[start + 10] == "  mounts (11):"
+    assert f"    /usr/bin/nvidia-smi  <- {dgx}/usr/bin/nvidia-smi  [ro,nosuid,nodev,bind]" in lines
+    assert "  hooks (2):" in lines
+    assert f"    createContainer: {HOOK} update-ldcache --folder /usr/lib/x86_64-linux-gnu" in lines
+    assert "  env (0):" in lines
+    assert lines[-1] == "Result: config.json would be edited"
+
+
+def test_json_is_the_library_answer(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    b = bundle(["NVIDIA_VISIBLE_DEVICES=2"])
+    code, out, _ = _run(["explain", "-b", str(b), "--root", str(dgx), "--json"], capfd)
+    assert code == 0
+    data = json.loads(out)
+    settings = defaults()
+    settings["host.root"] = str(dgx)
+    config = data["settings"]["config_file"]
+    assert config == os.environ["NVHOOK_CONFIG"]
+    assert data == explain(str(b), settings=settings)
+    assert data["requests"]["sources"] == [
+        {"kind": "env", "name": "NVIDIA_VISIBLE_DEVICES", "value": "2", "devices": "2"}
+    ]
+    assert data["requests"]["capabilities"] == ["compute", "utility"]
+    assert data["devices"] == [
+        {"name": "2", "uuid": "GPU-086c745f-81ed-45b1-b563-f27bba6d7561", "node": "/dev/nvidia2"}
+    ]
+    assert [n["path"] for n in data["edits"]["device_nodes"]][-1] == "/dev/nvidia2"
+    assert data["outcome"] == {"result": "edit", "reason": "config.json would be edited"}
+    assert render_text(data) == _run(["explain", "-b", str(b), "--root", str(dgx)], capfd)[1]
+
+
+@pytest.mark.parametrize(
+    ("env", "code", "error"),
+    [
+        (["NVIDIA_VISIBLE_DEVICES=9"], 5, "GPU 9 does not exist; GPUs: 0 (GPU-ac376f35"),
+        (["NVIDIA_VISIBLE_DEVICES=2:0"], 5, "MIG device 2:0: GPU 2 (GPU-086c745f"),
+        (["NVIDIA_VISIBLE_DEVICES=0,x"], 3, "NVIDIA_VISIBLE_DEVICES: invalid device 'x'"),
+        (
+            ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=tensor"],
+            3,
+            "unknown capability 'tensor'",
+        ),
+    ],
+)
+def test_errors_are_the_answer(
+    dgx: Path,
+    bundle: Callable[..., Path],
+    capfd: pytest.CaptureFixture[str],
+    env: list[str],
+    code: int,
+    error: str,
+) -> None:
+    b = bundle(env)
+    before = _snapshot(b)
+    got, out, err = _run(["explain", "--bundle", str(b), "--root", str(dgx)], capfd)
+    assert got == code
+    assert err == ""
+    last = out.splitlines()[-1]
+    assert last.startswith("Result: would fail: ")
+    assert error in last
+    assert last.endswith(f"(exit code {code})")
+    assert _snapshot(b) == before
+
+
+def test_unmet_requirement(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    b = bundle(
+        [
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_REQUIRE_CUDA=cuda>=12.8",
+            "NVIDIA_REQUIRE_DRIVER=driver>=500",
+        ]
+    )
+    code, out, _ = _run(["explain", "-b", str(b), "--root", str(dgx)], capfd)
+    assert code == 7
+    lines = out.splitlines()
+    assert "Requirement NVIDIA_REQUIRE_CUDA='cuda>=12.8': NOT MET" in lines
+    assert "Requirement NVIDIA_REQUIRE_DRIVER='driver>=500': not checked (another is not met)" in (
+        lines
+    )
+    assert lines[-1] == (
+        "Result: would fail: NVIDIA_REQUIRE_CUDA is not met: cuda>=12.8 but the host's CUDA "
+        "version is 12.4; use a newer driver, an image built for this one, or set "
+        "NVIDIA_DISABLE_REQUIRE=true (exit code 7)"
+    )
+
+
+def test_strict_policy_from_config_ignores_unprivileged_env(
+    dgx: Path,
+    bundle: Callable[..., Path],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    config = _config(
+        tmp_path, f'[host]\nroot = "{dgx}"\n[policy]\naccept_env_unprivileged = false\n'
+    )
+    b = bundle(["NVIDIA_VISIBLE_DEVICES=all"])
+    code, out, _ = _run(["explain", "-b", str(b), "--config", str(config)], capfd)
+    assert code == 0
+    lines = out.splitlines()
+    assert f"Settings: {config}: mode auto, host root {dgx}, " in out
+    assert "accept_env_unprivileged=false" in lines[2]
+    assert "  from nowhere: no variable, annotation or mount asks for a device" in lines
+    assert (
+        "  ignored env NVIDIA_VISIBLE_DEVICES='all': the container is not privileged and "
+        "policy accept_env_unprivileged is false" in lines
+    )
+    assert lines[-1] == (
+        "Result: nothing asks for a GPU or an IMEX channel: the shim execs the runtime and "
+        "leaves config.json untouched"
+    )
+
+
+def test_config_flag_overrides_env_and_root_overrides_config(
+    dgx: Path,
+    mock_machine: Callable[..., Path],
+    bundle: Callable[..., Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    l40s = mock_machine("l40s-x4")
+    from_env = _config(tmp_path, f'[host]\nroot = "{dgx}"\n', "env.toml")
+    from_flag = _config(tmp_path, f'[host]\nroot = "{l40s}"\n[runtime]\nmode = "jit"\n')
+    monkeypatch.setenv("NVHOOK_CONFIG", str(from_env))
+    b = bundle(["NVIDIA_VISIBLE_DEVICES=3"])
+    data = json.loads(_run(["explain", "-b", str(b), "--json"], capfd)[1])
+    assert data["settings"]["config_file"] == str(from_env)
+    assert data["devices"][0]["node"] == "/dev/nvidia3"  # the DGX: minor 3
+    data = json.loads(
+        _run(["explain", "-b", str(b), "--config", str(from_flag), "--json"], capfd)[1]
+    )
+    assert (data["settings"]["config_file"], data["settings"]["mode"]) == (str(from_flag), "jit")
+    assert data["devices"][0]["node"] == "/dev/nvidia0"  # the L40S: index 3 is minor 0
+    argv = ["explain", "-b", str(b), "--config", str(from_flag), "--root", str(dgx), "--json"]
+    data = json.loads(_run(argv, capfd)[1])
+    assert data["settings"]["host_root"] == str(dgx)
+    assert data["devices"][0]["node"] == "/dev/nvidia3"
+
+
+def test_cdi_mode_names_and_edits(
+    dgx: Path,
+    bundle: Callable[..., Path],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    spec_dir = tmp_path / "cdi"
+    write_spec(spec_dir / "nvidia.yaml", generate_spec(Host(root=str(dgx))).spec)
+    config = _config(tmp_path, f'[host]\nroot = "{dgx}"\n[cdi]\nspec_dirs = ["{spec_dir}"]\n')
+    b = bundle(
+        ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=99"],
+        annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=0:2"},
+    )
+    code, out, _ = _run(["explain", "-b", str(b), "--config", str(config)], capfd)
+    assert code == 0
+    lines = out.splitlines()
+    assert "  from annotation cdi.k8s.io/gpu='nvidia.com/gpu=0:2': nvidia.com/gpu=0:2" in lines
+    assert "  ignored env NVIDIA_VISIBLE_DEVICES='all': annotations request devices" in lines
+    assert (
+        "Requirement NVIDIA_REQUIRE_CUDA='cuda>=99': not checked: mode cdi does not check "
+        "requirements" in lines
+    )
+    assert (
+        "Mode: cdi (runtime.mode is auto and every requested device is a qualified CDI name)"
+        in lines
+    )
+    assert "CDI devices: nvidia.com/gpu=0:2" in lines
+    assert (
+        f"    /dev/nvidia-caps/nvidia-cap40  c 506:40  (host {dgx}/dev/nvidia-caps/nvidia-cap40)"
+        in (lines)
+    )
+    assert lines[-1] == "Result: config.json would be edited"
+
+
+def test_nothing_asked(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    b = bundle([])
+    code, out, _ = _run(["explain", "-b", str(b), "--root", str(dgx), "--json"], capfd)
+    data: dict[str, Any] = json.loads(out)
+    assert code == 0
+    assert data["requests"]["devices"] == "void"
+    assert data["mode"] is None and data["edits"] is None
+    assert data["outcome"]["result"] == "unchanged"
+
+
+def test_broken_config_json(dgx: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    b = tmp_path / "broken"
+    b.mkdir()
+    (b / "config.json").write_bytes(b'{"process": {"env": ["A=\xff"]}}')
+    before = _snapshot(b)
+    code, out, _ = _run(["explain", "-b", str(b), "--root", str(dgx)], capfd)
+    assert code == 3
+    assert out.splitlines()[-1].startswith(
+        f"Result: would fail: {b}/config.json: invalid UTF-8 at byte offset"
+    )
+    assert _snapshot(b) == before
+
+
+def test_invalid_or_missing_config_is_the_answer(
+    bundle: Callable[..., Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    b = bundle(["NVIDIA_VISIBLE_DEVICES=0"])
+    missing = tmp_path / "nope.toml"
+    code, out, err = _run(["explain", "-b", str(b), "--config", str(missing)], capfd)
+    assert (code, err) == (8, "")
+    assert out == (
+        f"Bundle: {b}\nResult: would fail: {missing}: configuration file not found (exit code 8)\n"
+    )
+    bad = _config(tmp_path, "[policy]\naccept_env_unprivileged = 1\n", "bad.toml")
+    code, out, _ = _run(["explain", "-b", str(b), "--config", str(bad)], capfd)
+    assert code == 8
+    assert out.splitlines()[-1] == (
+        f"Result: would fail: {bad}: policy.accept_env_unprivileged: expected true or false, "
+        "found 1 (exit code 8)"
+    )
+    assert os.listdir(b) == ["config.json"]
+
+
+def test_bundle_the_shim_already_edited_stays_unchanged(
+    dgx: Path, bundle: Callable[..., Path]
+) -> None:
+    from nvhook.runtime import prepare
+    from oci.argv import RuntimeArgs
+
+    b = bundle(["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=utility"])
+    settings = defaults()
+    settings["host.root"] = str(dgx)
+    assert explain(str(b), settings=settings)["outcome"]["result"] == "edit"
+    assert prepare(RuntimeArgs.parse(["create", "--bundle", str(b), "c1"]), settings).written
+    data = explain(str(b), settings=settings)
+    assert data["outcome"] == {
+        "result": "unchanged",
+        "reason": "config.json already has these edits: the shim would leave it as it is",
+    }
+    assert data["edits"]["device_nodes"][-1]["path"] == "/dev/nvidia1"

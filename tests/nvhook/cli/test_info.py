@@ -1,0 +1,175 @@
+"""``nvhook info`` and :func:`nvhook.info.host_info` on every mock profile."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nvhook.cli import main
+from nvhook.constants import ALL_CAPABILITIES
+from nvhook.info import host_info, render_text
+from nvhook.jit import Host
+from nvhook.mock import list_profiles, load_profile
+
+
+@pytest.mark.parametrize("profile", list_profiles())
+def test_info_matches_the_profile(profile: str, mock_machine: Callable[..., Path]) -> None:
+    root = mock_machine(profile)
+    prof = load_profile(profile)
+    info = host_info(Host(root=str(root)))
+    assert json.loads(json.dumps(info)) == info  # plain data
+    assert info["roots"] == {"root": str(root), "driver_root": str(root), "dev_root": str(root)}
+    driver = info["driver"]
+    assert driver["version"] == prof.driver.version
+    assert [c["name"] for c in info["capabilities"]] == list(ALL_CAPABILITIES)
+    utility = info["capabilities"][1]
+    assert (
+        f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{prof.driver.version}" in utility["libraries"]
+    )
+    assert "/usr/bin/nvidia-smi" in utility["binaries"]
+    assert utility["searched"][0] == "/etc/ld.so.cache"
+    if not prof.driver.loaded:
+        assert driver["loaded"] is False
+        assert driver["problem"] == (
+            f"the NVIDIA kernel module is not loaded: {root}/proc/driver/nvidia/version "
+            "does not exist"
+        )
+        assert info["gpus"] == []
+        return
+    assert driver == {
+        "loaded": True,
+        "version": prof.driver.version,
+        "kernel_module": prof.driver.kernel_module,
+        "cuda_version": prof.driver.cuda,
+        "problem": None,
+    }
+    expected = [
+        {
+            "index": g.index,
+            "name": g.name,
+            "uuid": g.uuid,
+            "bus_id": g.bus_id,
+            "minor": g.minor,
+            "node": f"/dev/nvidia{g.minor}",
+            "nodes_missing": [],
+            "migs": [
+                {
+                    "name": f"{g.index}:{m.index}",
+                    "uuid": m.uuid,
+                    "gi": m.gi,
+                    "ci": m.ci,
+                    "profile": m.profile.name,
+                    "nodes": [
+                        f"/dev/nvidia-caps/nvidia-cap{m.gi_caps_minor}",
+                        f"/dev/nvidia-caps/nvidia-cap{m.ci_caps_minor}",
+                    ],
+                }
+                for m in g.mig_devices
+            ],
+        }
+        for g in prof.gpus
+    ]
+    assert info["gpus"] == expected
+    assert info["firmware"] == [
+        f"/lib/firmware/nvidia/{prof.driver.version}/{name}" for name in prof.driver.firmware
+    ]
+    assert "/run/nvidia-persistenced/socket" in info["ipc"]
+
+
+def test_missing_and_searched_are_reported(mock_machine: Callable[..., Path]) -> None:
+    info = host_info(Host(root=str(mock_machine("dgx-a100"))))
+    caps = {c["name"]: c for c in info["capabilities"]}
+    # driver 550 has no libnvidia-tileiras; the DGX profile installs no display files
+    assert "libnvidia-tileiras.so" in caps["compute"]["missing"]
+    assert caps["display"]["libraries"] == []
+    assert set(caps["display"]["missing"]) == {
+        "X11/xorg.conf.d/10-nvidia.conf",
+        "libglxserver_nvidia.so",
+        "nvidia_drv.so",
+    }
+    assert "/usr/lib/xorg/modules" in caps["display"]["searched"]
+    assert "/usr/lib/x86_64-linux-gnu/vdpau" in caps["video"]["searched"]
+
+
+def test_nvml_failure_falls_back_to_proc(
+    mock_machine: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NVHOOK_MOCK_NVML_FAIL", "nvmlInitWithFlags:18")
+    info = host_info(Host(root=str(mock_machine("dgx-a100"))))
+    driver = info["driver"]
+    assert driver["loaded"] is True and driver["cuda_version"] is None
+    assert driver["problem"].startswith("NVML nvmlInitWithFlags failed")
+    assert driver["problem"].endswith("(GPUs from /proc: no MIG UUIDs, no CUDA version)")
+    migs = info["gpus"][0]["migs"]
+    assert [(m["name"], m["uuid"], m["profile"]) for m in migs] == [
+        ("0:0", None, None),
+        ("0:1", None, None),
+        ("0:2", None, None),
+    ]
+    assert "(UUID: NVML only)" in render_text(info)
+
+
+@pytest.mark.parametrize("profile", list_profiles())
+def test_cli_text_and_json_are_deterministic(
+    profile: str, mock_machine: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    root = str(mock_machine(profile))
+    assert main(["info", "--root", root, "--json"]) == 0
+    first = capfd.readouterr().out
+    assert main(["info", "--root", root, "--json"]) == 0
+    assert capfd.readouterr().out == first
+    assert json.loads(first) == host_info(Host(root=root))
+    assert main(["info", "--root", root]) == 0
+    text = capfd.readouterr().out
+    assert text == render_text(json.loads(first))
+    prof = load_profile(profile)
+    for gpu in prof.gpus:
+        assert f"  {gpu.index}  {gpu.name}  {gpu.uuid}  bus {gpu.bus_id}  minor {gpu.minor}" in text
+        for mig in gpu.mig_devices:
+            assert f"MIG {gpu.index}:{mig.index}  {mig.uuid}  gi {mig.gi} ci {mig.ci}" in text
+    assert "  utility: found " in text
+
+
+def test_cli_text_example(
+    mock_machine: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    root = str(mock_machine("l40s-x4"))
+    assert main(["info", "--root", root]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    assert lines[:3] == [
+        f"Roots: host {root}, driver {root}, devices {root}",
+        "Driver: 535.230.02 (proprietary kernel module), CUDA 12.2",
+        "GPUs: 4",
+    ]
+    assert lines[6] == (
+        "  3  NVIDIA L40S  GPU-56b69e84-e2b1-47c9-9fe9-cc93344404e7  bus 0000:c1:00.0  "
+        "minor 0 (/dev/nvidia0)"
+    )
+    display = lines.index("  display: found 2 libraries, 1 config")
+    assert lines[display + 1 : display + 4] == [
+        "      /usr/lib/xorg/modules/drivers/nvidia_drv.so",
+        "      /usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.535.230.02",
+        "      /usr/share/X11/xorg.conf.d/10-nvidia.conf",
+    ]
+
+
+def test_driver_and_dev_roots_are_separate(
+    mock_machine: Callable[..., Path], tmp_path: Path
+) -> None:
+    root = mock_machine("h100-pcie")
+    empty = tmp_path / "driver"
+    empty.mkdir()
+    info = host_info(Host(root=str(root), driver_root=str(empty), dev_root=str(empty)))
+    assert info["roots"] == {"root": str(root), "driver_root": str(empty), "dev_root": str(empty)}
+    assert info["gpus"][0]["nodes_missing"] == ["/dev/nvidia0"]
+    assert f"     missing under {empty}: /dev/nvidia0" in render_text(info)
+    # no NVML under the empty driver root: GPUs still come from the host's /proc
+    assert info["driver"]["problem"] == (
+        f"{empty}/etc/ld.so.cache: cannot read ld.so.cache: No such file or directory "
+        "(GPUs from /proc: no MIG UUIDs, no CUDA version)"
+    )
+    assert [g["uuid"] for g in info["gpus"]] == ["GPU-c8c5f2ea-115d-48d0-bcf3-fa2527591762"]
+    assert all(c["libraries"] == [] for c in info["capabilities"])

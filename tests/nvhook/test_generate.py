@@ -1,0 +1,249 @@
+"""nvhook.generate: one CDI spec for the host, checked against the mock profiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvhook.errors import DriverError, RequestError
+from nvhook.generate import device_names, generate_spec
+from nvhook.hook.edits import validate_injected_hook
+from nvhook.jit import Host
+from nvhook.mock import list_profiles, load_profile
+from nvhook.mock.profiles import mig_caps_minor
+from nvhook.policy import Policy
+from nvhook.requests import parse_requests
+from nvhook.runtime import edits_for
+from nvhook.settings import defaults
+from oci.cdi.apply import apply
+from oci.cdi.spec import decode_spec, parse_spec
+from oci.cdi.validate import validate_data
+from oci.cdi.write import dump_spec, write_spec
+from oci.errors import CdiNameError
+
+LOADED = [p for p in list_profiles() if load_profile(p).driver.loaded]
+SPECS = Path(__file__).parents[1] / "data" / "specs"
+
+
+@pytest.fixture
+def host(mock_machine: Callable[..., Path]) -> Callable[[str], Host]:
+    return lambda profile: Host(root=str(mock_machine(profile)))
+
+
+def _nodes(edits: Any) -> list[tuple[str, int, int]]:
+    return [(n.path, n.major, n.minor) for n in edits.device_nodes]
+
+
+@pytest.mark.parametrize("profile", LOADED)
+def test_spec_is_valid_deterministic_and_at_version_050(
+    profile: str, host: Callable[[str], Host]
+) -> None:
+    generated = generate_spec(host(profile))
+    for fmt in ("yaml", "json"):
+        data = dump_spec(generated.spec, format=fmt)
+        # a second discovery of the same host gives the same bytes
+        assert dump_spec(generate_spec(host(profile)).spec, format=fmt) == data
+        raw = decode_spec(data, suffix=f".{fmt}")
+        assert isinstance(raw, dict)
+        assert raw["cdiVersion"] == "0.5.0"
+        assert "annotations" not in raw
+        problems = validate_data(raw, source=f"{profile}.{fmt}", strict=True)
+        assert [str(p) for p in problems] == []
+        parse_spec(raw, source=profile)  # the registry's own parser accepts it
+
+
+@pytest.mark.parametrize("profile", LOADED)
+def test_every_gpu_and_mig_device_by_index_and_uuid_then_all(
+    profile: str, host: Callable[[str], Host]
+) -> None:
+    prof = load_profile(profile)
+    generated = generate_spec(host(profile))
+    expected: list[str] = []
+    for gpu in prof.gpus:
+        expected += [str(gpu.index), gpu.uuid]
+        for mig in gpu.mig_devices:
+            expected += [f"{gpu.index}:{mig.index}", mig.uuid]
+    expected.append("all")
+    names = [d.name for d in generated.spec.devices]
+    assert names == expected
+    assert device_names(generated.gpus) == expected
+    assert generated.spec.kind == "nvidia.com/gpu"
+
+
+@pytest.mark.parametrize("profile", LOADED)
+def test_device_edits_are_the_device_nodes_by_minor(
+    profile: str, host: Callable[[str], Host]
+) -> None:
+    prof = load_profile(profile)
+    generated = generate_spec(host(profile), capabilities=["compute", "utility"])
+    spec = generated.spec
+    caps_major = prof.major("nvidia-caps")
+    for gpu in prof.gpus:
+        node = (f"/dev/nvidia{gpu.minor}", 195, gpu.minor)
+        for name in (str(gpu.index), gpu.uuid):
+            device = spec.device(name)
+            assert device is not None
+            assert _nodes(device.edits) == [node]
+            assert not (device.edits.mounts or device.edits.hooks or device.edits.env)
+        for mig in gpu.mig_devices:
+            gi = mig_caps_minor(gpu.minor, mig.gi)
+            ci = mig_caps_minor(gpu.minor, mig.gi, mig.ci)
+            assert (mig.gi_caps_minor, mig.ci_caps_minor) == (gi, ci)
+            for name in (f"{gpu.index}:{mig.index}", mig.uuid):
+                device = spec.device(name)
+                assert device is not None
+                assert _nodes(device.edits) == [
+                    node,
+                    (f"/dev/nvidia-caps/nvidia-cap{gi}", caps_major, gi),
+                    (f"/dev/nvidia-caps/nvidia-cap{ci}", caps_major, ci),
+                ]
+    everything = spec.device("all")
+    assert everything is not None
+    assert _nodes(everything.edits) == [(f"/dev/nvidia{g.minor}", 195, g.minor) for g in prof.gpus]
+
+
+def test_l40s_index_is_not_the_minor(host: Callable[[str], Host]) -> None:
+    spec = generate_spec(host("l40s-x4"), capabilities=["utility"]).spec
+    device = spec.device("3")
+    assert device is not None
+    assert _nodes(device.edits) == [("/dev/nvidia0", 195, 0)]
+
+
+def test_spec_edits_hold_control_nodes_driver_files_and_valid_hooks(
+    host: Callable[[str], Host], mock_machine: Callable[..., Path]
+) -> None:
+    root = mock_machine("dgx-a100")
+    edits = generate_spec(host("dgx-a100")).spec.edits
+    assert [p for p, _, _ in _nodes(edits)] == [
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia-modeset",
+    ]
+    assert all(n.host_path == f"{root}{n.path}" for n in edits.device_nodes)
+    destinations = {m.container_path for m in edits.mounts}
+    # a few of every capability's files
+    assert {
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
+        "/usr/bin/nvidia-smi",
+        "/usr/lib/x86_64-linux-gnu/libnvcuvid.so.550.54.15",
+        "/usr/lib/x86_64-linux-gnu/libGLX_nvidia.so.550.54.15",
+        "/usr/lib/x86_64-linux-gnu/libnvidia-ngx.so.550.54.15",
+        "/usr/lib/i386-linux-gnu/libcuda.so.550.54.15",
+    } <= destinations
+    assert all(m.host_path == f"{root}{m.container_path}" for m in edits.mounts)
+    assert [h.args[1] for h in edits.hooks] == ["create-symlinks", "update-ldcache"]
+    for hook in edits.hooks:
+        validate_injected_hook(hook)  # absolute launcher that exists, -I, fixed env
+
+
+def test_capabilities_narrow_the_mounts_and_the_dri_nodes(host: Callable[[str], Host]) -> None:
+    narrow = generate_spec(host("l40s-x4"), capabilities=["utility"])
+    assert narrow.capabilities == ("utility",)
+    destinations = {m.container_path for m in narrow.spec.edits.mounts}
+    assert "/usr/bin/nvidia-smi" in destinations
+    assert not any("libcuda" in d or "GLX" in d for d in destinations)
+    device = narrow.spec.device("0")
+    assert device is not None
+    assert [p for p, _, _ in _nodes(device.edits)] == ["/dev/nvidia1"]
+    graphics = generate_spec(host("l40s-x4"), capabilities=["graphics"]).spec.device("0")
+    assert graphics is not None
+    # GPU 0 (bus 01:00.0) has card2 and renderD129, matched by bus id
+    assert _nodes(graphics.edits) == [
+        ("/dev/nvidia1", 195, 1),
+        ("/dev/dri/card2", 226, 2),
+        ("/dev/dri/renderD129", 226, 129),
+    ]
+
+
+def test_vendor_and_class_make_the_kind(host: Callable[[str], Host]) -> None:
+    spec = generate_spec(host("h100-pcie"), vendor="example.com", class_name="accel").spec
+    assert spec.kind == "example.com/accel"
+
+
+def test_errors_are_one_line(host: Callable[[str], Host]) -> None:
+    with pytest.raises(DriverError, match=r"kernel module is not loaded: .*/proc/driver/nvidia"):
+        generate_spec(host("no-gpu"))
+    with pytest.raises(CdiNameError, match=r"kind '-bad/gpu': invalid vendor"):
+        generate_spec(host("h100-pcie"), vendor="-bad")
+    with pytest.raises(RequestError, match="unknown capability 'tensor'"):
+        generate_spec(host("h100-pcie"), capabilities=["tensor"])
+
+
+def test_written_atomically_with_mode_0644(host: Callable[[str], Host], tmp_path: Path) -> None:
+    spec = generate_spec(host("h100-pcie")).spec
+    target = tmp_path / "cdi" / "nvidia.yaml"
+    old = os.umask(0o077)
+    try:
+        write_spec(target, spec)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert target.read_bytes() == dump_spec(spec, format="yaml")
+    assert sorted(p.name for p in target.parent.iterdir()) == ["nvidia.yaml"]
+
+
+def _settings(root: Path, mode: str, spec_dir: Path | None = None) -> dict[str, Any]:
+    settings = defaults()
+    settings["host.root"] = str(root)
+    settings["runtime.mode"] = mode
+    if spec_dir is not None:
+        settings["cdi.spec_dirs"] = [str(spec_dir)]
+    return settings
+
+
+@pytest.mark.parametrize(
+    ("profile", "visible"),
+    [
+        ("dgx-a100", "2"),
+        ("dgx-a100", "GPU-086c745f-81ed-45b1-b563-f27bba6d7561"),
+        ("dgx-a100", "0:1"),
+        ("dgx-a100", "MIG-876d730c-2610-4349-abee-3967c5a8e3c8"),
+        ("dgx-a100", "all"),
+        ("l40s-x4", "3"),
+        ("l40s-x4", "all"),
+        ("gb200-imex", "1"),
+    ],
+)
+def test_cdi_mode_with_the_generated_spec_equals_jit(
+    profile: str, visible: str, mock_machine: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The same container gets the same config.json through the spec as through discovery."""
+    root = mock_machine(profile)
+    write_spec(tmp_path / "nvidia.json", generate_spec(Host(root=str(root))).spec)
+    base = json.loads((SPECS / "runc-spec.json").read_text())
+    base["process"]["env"] += [
+        f"NVIDIA_VISIBLE_DEVICES={visible}",
+        "NVIDIA_DRIVER_CAPABILITIES=all",
+    ]
+    requests = parse_requests(base, Policy())
+    jit_mode, jit_edits = edits_for(requests, _settings(root, "jit"))
+    cdi_mode, cdi_edits = edits_for(requests, _settings(root, "cdi", tmp_path))
+    assert (jit_mode, cdi_mode) == ("jit", "cdi")
+    assert apply(cdi_edits, base) == apply(jit_edits, base)
+
+
+def test_multi_device_request_same_nodes_as_jit(
+    mock_machine: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Several devices: the same nodes and rules; only their order differs (per device)."""
+    root = mock_machine("l40s-x4")
+    write_spec(tmp_path / "nvidia.json", generate_spec(Host(root=str(root))).spec)
+    base = json.loads((SPECS / "runc-spec.json").read_text())
+    base["process"]["env"] += ["NVIDIA_VISIBLE_DEVICES=2,0", "NVIDIA_DRIVER_CAPABILITIES=all"]
+    requests = parse_requests(base, Policy())
+    jit = apply(edits_for(requests, _settings(root, "jit"))[1], base)
+    cdi = apply(edits_for(requests, _settings(root, "cdi", tmp_path))[1], base)
+    key = json.dumps
+    for field in ("devices", "resources"):
+        a, b = jit["linux"][field], cdi["linux"][field]
+        if field == "resources":
+            a, b = a["devices"], b["devices"]
+        assert sorted(map(key, a)) == sorted(map(key, b))
+    assert jit["mounts"] == cdi["mounts"] and jit["hooks"] == cdi["hooks"]
