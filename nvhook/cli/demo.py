@@ -1,0 +1,25 @@
+"""``nvhook demo``: the whole chain on the built-in mock DGX A100 (the README's main command)."""
+
+from __future__ import annotations
+
+import click
+
+__all__ = ["demo"]
+
+
+@click.command()
+@click.option(
+    "--dir",
+    "workdir",
+    default="/tmp/nvhook-demo",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where the mock host, the bundle and the logs go (reused on each run).",
+)
+def demo(workdir: str) -> None:
+    """Start a busybox container with GPUs 0 and 3 of a mock DGX A100 and show what it sees."""
+    from nvhook.demo import run_demo
+
+    code = run_demo(workdir, click.echo)
+    if code:
+        raise click.exceptions.Exit(code)

@@ -1,0 +1,129 @@
+"""The README's main command: the whole chain on the built-in mock DGX A100.
+
+1. lay out the ``dgx-a100`` mock machine (8 GPUs, MIG on GPU 0);
+2. make a busybox bundle (config.json from ``runc spec``) asking for
+   ``NVIDIA_VISIBLE_DEVICES=0,3`` and running the mock ``nvidia-smi -L``;
+3. start it through ``nvhook-runtime`` and runc, configured (``$NVHOOK_CONFIG``)
+   to treat the mock as the host, and show what the container saw;
+4. show the edits that made it so.
+
+Where the machine cannot run containers (not root, no runc, no busybox), it
+says why and shows the edits that would be applied instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+
+__all__ = ["run_demo"]
+
+PROFILE = "dgx-a100"
+REQUEST = "0,3"
+INSIDE = (
+    "echo '$ nvidia-smi -L'; nvidia-smi -L; "
+    "echo '$ ls /dev | grep nvidia'; ls /dev | grep nvidia; "
+    "echo '$ head -c 4 /usr/lib/x86_64-linux-gnu/libcuda.so.1 | od -c | head -1'; "
+    "head -c 4 /usr/lib/x86_64-linux-gnu/libcuda.so.1 | od -c | head -1"
+)
+
+
+def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
+    from nvhook.mock import create
+
+    os.makedirs(workdir, exist_ok=True)
+    root = os.path.join(workdir, "host")
+    echo(f"== 1. a mock {PROFILE} host at {root}")
+    machine = create(PROFILE, root)
+    echo(f"   {len(os.listdir(os.path.join(root, 'proc/driver/nvidia/gpus')))} GPUs in /proc")
+
+    config = os.path.join(workdir, "config.toml")
+    with open(config, "w") as f:
+        f.write(
+            f'[runtime]\nlog_file = "{workdir}/nvhook-runtime.log"\n'
+            f'[host]\nroot = "{machine.root}"\n'
+            f'[cdi]\nspec_dirs = ["{workdir}/cdi"]\n'
+        )
+    env = {**os.environ, "NVHOOK_CONFIG": config, "NVHOOK_CACHE_DIR": f"{workdir}/cache"}
+
+    bundle = os.path.join(workdir, "bundle")
+    shutil.rmtree(bundle, ignore_errors=True)
+    os.makedirs(bundle)
+    why_not = _cannot_run()
+    echo(f"== 2. a busybox bundle at {bundle} asking for NVIDIA_VISIBLE_DEVICES={REQUEST}")
+    spec = _base_spec(bundle, why_not is None)
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump(spec, f, indent="\t")
+
+    if why_not is None:
+        _rootfs(os.path.join(bundle, "rootfs"))
+        runtime = os.path.join(os.path.dirname(sys.executable), "nvhook-runtime")
+        cid = f"nvhook-demo-{os.getpid()}"
+        argv = [runtime, "--root", os.path.join(workdir, "runc"), "run", "--bundle", bundle, cid]
+        echo(f"== 3. {' '.join(argv[1:])}   (nvhook-runtime, then runc)")
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        for line in (proc.stdout + proc.stderr).splitlines():
+            echo(f"   | {line}")
+        if proc.returncode != 0:
+            echo(f"   the container failed (exit {proc.returncode})")
+            return proc.returncode
+    else:
+        echo(f"== 3. not starting a container: {why_not}; showing the edits instead")
+
+    echo("== 4. why: nvhook explain --bundle " + bundle)
+    return _explain(bundle, config, echo)
+
+
+def _cannot_run() -> str | None:
+    if os.geteuid() != 0:
+        return "not root (runc needs root here)"
+    for tool in ("runc", "busybox"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    return None
+
+
+def _base_spec(bundle: str, have_runc: bool) -> dict[str, object]:
+    if have_runc:
+        subprocess.run(["runc", "spec", "--bundle", bundle], check=True, capture_output=True)
+        with open(os.path.join(bundle, "config.json")) as f:
+            spec: dict[str, object] = json.load(f)
+    else:
+        from importlib.resources import files
+
+        spec = json.loads(files("nvhook").joinpath("data/runc-spec.json").read_text())
+    process = spec["process"]
+    assert isinstance(process, dict)
+    process["terminal"] = False
+    process["args"] = ["sh", "-c", INSIDE]
+    process["env"] = [*process["env"], f"NVIDIA_VISIBLE_DEVICES={REQUEST}"]
+    root = spec["root"]
+    assert isinstance(root, dict)
+    root["readonly"] = False
+    return spec
+
+
+def _rootfs(path: str) -> None:
+    busybox = shutil.which("busybox")
+    assert busybox is not None
+    os.makedirs(os.path.join(path, "bin"))
+    for d in ("etc", "proc", "sys", "dev", "tmp", "usr/bin", "usr/lib/x86_64-linux-gnu"):
+        os.makedirs(os.path.join(path, d), exist_ok=True)
+    shutil.copy2(busybox, os.path.join(path, "bin", "busybox"))
+    for applet in ("sh", "ls", "grep", "head", "od", "echo", "cat"):
+        os.symlink("busybox", os.path.join(path, "bin", applet))
+    with open(os.path.join(path, "etc", "passwd"), "w") as f:
+        f.write("root:x:0:0:root:/root:/bin/sh\n")
+
+
+def _explain(bundle: str, config: str, echo: Callable[[str], None]) -> int:
+    from nvhook.explain import explain, render_text
+
+    report = explain(bundle, config_path=config)
+    for line in render_text(report).splitlines():
+        echo(f"   {line}")
+    return 0

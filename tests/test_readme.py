@@ -1,0 +1,48 @@
+"""The README stays true: its first lines, its generated tables, its command list."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from nvhook.settings import render_reference
+from oci.errors import exit_code_table
+
+ROOT = Path(__file__).parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _between(name: str) -> str:
+    match = re.search(rf"<!-- {name}:begin -->\n(.*?)<!-- {name}:end -->", README, re.S)
+    assert match, f"README.md has no {name} block"
+    return match.group(1)
+
+
+def test_first_lines_hold_the_two_commands() -> None:
+    head = README.splitlines()[:6]
+    assert any(line.startswith("sudo ./dev demo") for line in head)
+    assert any(line.startswith("sudo ./dev test") for line in head)
+    usage = subprocess.run(
+        ["bash", str(ROOT / "dev"), "help"], capture_output=True, text=True, check=False
+    )
+    text = usage.stdout + usage.stderr
+    assert "demo" in text and "test" in text
+
+
+def test_exit_code_table_is_current() -> None:
+    assert _between("exit-codes") == exit_code_table()
+
+
+def test_configuration_reference_is_current() -> None:
+    assert _between("config-reference") == render_reference()
+
+
+def test_every_cli_command_is_documented() -> None:
+    from nvhook.cli import _register, cli
+
+    _register()
+    for name, command in cli.commands.items():
+        subcommands = getattr(command, "commands", {})
+        for full in [f"nvhook {name} {sub}" for sub in subcommands] or [f"nvhook {name}"]:
+            assert f"`{full}" in README, f"README.md does not document {full!r}"
