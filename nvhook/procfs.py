@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from nvhook.errors import DriverError
+from oci._frozen import Frozen
 
 __all__ = [
     "ProcComputeInstance",
@@ -38,21 +38,29 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class ProcComputeInstance:
+class ProcComputeInstance(Frozen):
+    __slots__ = ("caps_minor", "ci")
     ci: int
     caps_minor: int  # /dev/nvidia-caps/nvidia-cap<caps_minor>
 
+    def __init__(self, ci: int, caps_minor: int) -> None:
+        self._set(ci=ci, caps_minor=caps_minor)
 
-@dataclass(frozen=True)
-class ProcGpuInstance:
+
+class ProcGpuInstance(Frozen):
+    __slots__ = ("gi", "caps_minor", "compute_instances")  # noqa: RUF023 - field order
     gi: int
     caps_minor: int
     compute_instances: tuple[ProcComputeInstance, ...]  # by ci
 
+    def __init__(
+        self, gi: int, caps_minor: int, compute_instances: tuple[ProcComputeInstance, ...]
+    ) -> None:
+        self._set(gi=gi, caps_minor=caps_minor, compute_instances=compute_instances)
 
-@dataclass(frozen=True)
-class ProcGpu:
+
+class ProcGpu(Frozen):
+    __slots__ = ("index", "bus_id", "uuid", "model", "minor", "gpu_instances", "info")  # noqa: RUF023
     index: int  # position in PCI bus-id order, which is NVML's index
     bus_id: str  # "0000:07:00.0" (normalize_bus_id form)
     uuid: str
@@ -61,9 +69,36 @@ class ProcGpu:
     gpu_instances: tuple[ProcGpuInstance, ...]  # MIG GPU instances that exist, by gi
     info: Mapping[str, str]  # every field of the information file
 
+    def __init__(
+        self,
+        *,
+        index: int,
+        bus_id: str,
+        uuid: str,
+        model: str,
+        minor: int,
+        gpu_instances: tuple[ProcGpuInstance, ...],
+        info: Mapping[str, str],
+    ) -> None:
+        self._set(
+            index=index,
+            bus_id=bus_id,
+            uuid=uuid,
+            model=model,
+            minor=minor,
+            gpu_instances=gpu_instances,
+            info=info,
+        )
 
-@dataclass(frozen=True)
-class ProcDriver:
+    def __hash__(self) -> int:  # info (a mapping) is left out: unhashable
+        return hash((self.index, self.bus_id, self.uuid, self.minor, self.gpu_instances))
+
+
+class ProcDriver(Frozen):
+    __slots__ = (  # noqa: RUF023 - field order
+        "version", "open_module", "gpus", "majors", "params", "mig_config_minor",
+        "mig_monitor_minor",
+    )  # fmt: skip
     version: str  # "550.54.15"
     open_module: bool  # the open kernel module (else the proprietary one)
     gpus: tuple[ProcGpu, ...]  # in index order
@@ -71,6 +106,30 @@ class ProcDriver:
     params: Mapping[str, str]
     mig_config_minor: int | None  # nvidia-caps minors of capabilities/mig/config …
     mig_monitor_minor: int | None  # … and capabilities/mig/monitor
+
+    def __init__(
+        self,
+        *,
+        version: str,
+        open_module: bool,
+        gpus: tuple[ProcGpu, ...],
+        majors: Mapping[str, int],
+        params: Mapping[str, str],
+        mig_config_minor: int | None,
+        mig_monitor_minor: int | None,
+    ) -> None:
+        self._set(
+            version=version,
+            open_module=open_module,
+            gpus=gpus,
+            majors=majors,
+            params=params,
+            mig_config_minor=mig_config_minor,
+            mig_monitor_minor=mig_monitor_minor,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.version, self.open_module, self.gpus))
 
     def gpu_by_minor(self, minor: int) -> ProcGpu | None:
         return next((g for g in self.gpus if g.minor == minor), None)

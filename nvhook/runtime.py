@@ -23,7 +23,6 @@ from nvhook.policy import Policy
 from nvhook.requests import All, CdiName, Devices, NoGpus, Requests, Void, parse_requests
 from oci._frozen import Frozen
 from oci.bundle import Bundle
-from oci.cdi.apply import apply
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,6 +60,8 @@ def prepare(args: RuntimeArgs, settings: dict[str, Any]) -> Outcome:
     if not requests.wants_anything:
         return Outcome(None, "", False)
     mode, edits = edits_for(requests, settings)
+    from oci.cdi.apply import apply  # copy, weakref: not for creates that ask for nothing
+
     written = bundle.save(apply(edits, spec))
     return Outcome(mode, str(requests.devices), written)
 

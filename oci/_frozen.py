@@ -16,9 +16,19 @@ A subclass lists its fields in ``__slots__`` (with annotations), writes a typed
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import dataclass_transform
+else:  # `typing` costs ~20 ms under `python -I -S`; the decorator only informs type checkers
+
+    def dataclass_transform(**_: object) -> object:
+        return lambda cls: cls
+
+
 __all__ = ["Frozen"]
 
 
+@dataclass_transform(frozen_default=True, eq_default=True)
 class Frozen:
     """Immutable value over ``__slots__``: eq, hash and repr by field, in slot order."""
 

@@ -40,19 +40,16 @@ from __future__ import annotations
 
 import errno
 import os
-import select
-import signal
 import sys
 import time
 
 from nvhook.errors import HookError
-from nvhook.hook.safepath import RootFd, open_root
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from nvhook.hook.safepath import Impl
+    from nvhook.hook.safepath import Impl, RootFd
 
 __all__ = [
     "CONF_DIR",
@@ -136,6 +133,8 @@ def update_ldcache(
         raise HookError(f"--ldconfig must be an absolute path, got {ldconfig!r}")
     elif not (os.path.isfile(ldconfig) and os.access(ldconfig, os.X_OK)):
         raise HookError(f"--ldconfig {ldconfig} is not an executable file on the host")
+
+    from nvhook.hook.safepath import open_root  # ctypes: only when a hook runs
 
     with open_root(rootfs, impl=impl) as root:
         try:
@@ -287,6 +286,8 @@ def _run_isolated(
     finally:
         os.close(out_r)
     if output is None:
+        import signal
+
         os.kill(pid, signal.SIGKILL)
     _, wstatus = os.waitpid(pid, 0)
     if failure:
@@ -306,6 +307,8 @@ def _read_until(fd: int, timeout: float) -> str | None:
         left = deadline - time.monotonic()
         if left <= 0:
             return None
+        import select
+
         ready, _, _ = select.select([fd], [], [], left)
         if not ready:
             continue

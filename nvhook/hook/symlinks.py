@@ -22,13 +22,12 @@ import posixpath
 import stat
 
 from nvhook.errors import HookError
-from nvhook.hook.safepath import RootFd, open_root
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from nvhook.hook.safepath import Impl
+    from nvhook.hook.safepath import Impl, RootFd
 
 __all__ = ["SEPARATOR", "create_symlinks", "parse_link", "target_escapes"]
 
@@ -111,6 +110,8 @@ def create_symlinks(
         if wanted.setdefault(link, target) != target:
             raise HookError(f"{link} is asked to point to both {wanted[link]} and {target}")
     try:
+        from nvhook.hook.safepath import open_root  # ctypes: only when a hook runs
+
         with open_root(rootfs, impl=impl) as root:
             return _create(root, wanted)
     except OSError as e:

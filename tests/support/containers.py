@@ -13,7 +13,7 @@ Plain functions and classes::
     Runc(root, binary="runc")             run / create / start / state / kill / delete / cleanup
     busybox_image_tar(dir) -> Path        docker-archive of localhost/busybox:latest (umoci+skopeo)
     Podman(workdir)                       private podman: load / run / cmd / cleanup
-    Containerd(workdir, cri=False)        private containerd: start / ctr / import_image / run
+    Containerd(workdir, cri=False, env=…) private containerd: start / ctr / import_image / run
     CaptureRuntime.create(dir, real=…)    a runc wrapper that keeps each created config.json
     cdi_spec(spec, name)                  context manager: a CDI spec file in /var/run/cdi
     unique_id(prefix) -> str              unique across tests and concurrent pytest processes
@@ -545,6 +545,8 @@ class Containerd:
     Without ``cri`` the CRI plugin is disabled. With ``cri=True`` it is configured for this VM
     (``restrict_oom_score_adj``, ``default_runtime_name = "runc"``) and ``runtimes`` maps extra
     runtime-class names to binaries; ``extra_config`` is appended to the TOML as is.
+    ``env`` is added to containerd's environment, which its shims and the runtime they call
+    inherit (e.g. ``NVHOOK_CONFIG`` for the nvhook shim).
     containerd 1.6 puts shim sockets under /run/containerd/s whatever its state dir:
     :meth:`stop` removes those it made and the directories it left empty.
     """
@@ -558,8 +560,10 @@ class Containerd:
         sandbox_image: str = BUSYBOX_IMAGE,
         namespace: str = "nvhook-test",
         extra_config: str = "",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.binary = require("containerd")
+        self.env = dict(env or {})
         self.ctr_binary = require("ctr")
         self.workdir = workdir
         self.namespace = namespace
@@ -621,6 +625,7 @@ class Containerd:
         with open(self.log, "ab") as log:
             self._proc = subprocess.Popen(
                 [self.binary, "--config", str(self.config)],
+                env={**os.environ, **self.env} if self.env else None,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

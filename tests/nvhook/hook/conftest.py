@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from nvhook.entrypoints import ENTRYPOINTS, install_entrypoints, launcher_text
+from nvhook.entrypoints import ENTRYPOINTS, import_paths, install_entrypoints, launcher_text
 from nvhook.hook.edits import HOOK_ENV
 from nvhook.hook.safepath import ENV_IMPL, openat2_available
 from tests.support.containers import (  # noqa: F401  (fixtures and the root-marker hook)
@@ -40,7 +40,8 @@ def hook_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
     entry = next(e for e in ENTRYPOINTS if e.name == "nvhook-hook")
     bin_dir = Path(sys.executable).parent
     installed = bin_dir / entry.name
-    current = {launcher_text(entry, str(bin_dir / name)) for name in ("python", "python3")}
+    paths = import_paths(sys.executable)
+    current = {launcher_text(entry, str(bin_dir / n), paths) for n in ("python", "python3")}
     if installed.is_file() and installed.read_text() in current:
         return str(installed)
     fresh = tmp_path_factory.mktemp("bin")

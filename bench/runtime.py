@@ -1,0 +1,514 @@
+"""What nvhook-runtime adds to each runtime call: time over the runtime it execs, and peak RSS.
+
+    .venv/bin/python bench/runtime.py [--runs N] [--profile]
+
+The low-level runtime behind the shim is a no-op stand-in (a static C program that exits
+0; ``/bin/true`` without a C compiler), so no container starts and each row isolates the
+shim: its median wall time minus the median of calling the stand-in directly with the same
+argv, both measured in the same loop, interleaved. Each run is started by a tiny static C
+helper that forks, execs and reports the wall time and the child's ``ru_maxrss`` from
+``wait4`` (Linux keeps the high-water mark across the shim's exec of the runtime). Started
+from Python instead, the child would inherit Python's own high-water mark: ``posix_spawn``
+and ``subprocess`` use ``vfork``, so the exec'd child starts out on the parent's memory.
+Without a C compiler the runs are spawned from Python and RSS is not shown.
+
+Cases, on the ``dgx-a100`` mock machine (laid out in a temporary directory):
+
+- pass-through ``state`` (containerd's most frequent call);
+- ``create`` of a bundle that asks for nothing (containerd's argv: ``--root --log
+  --log-format json create --bundle --pid-file``);
+- ``create`` with ``NVIDIA_VISIBLE_DEVICES=1`` and ``=all``, each in mode ``jit`` (the host
+  discovered through procfs) and mode ``cdi`` (``nvidia.com/gpu=1``/``=all`` from a spec
+  shaped like ``nvhook cdi generate``'s, built here from the jit edits: common edits at the
+  spec level, a device per GPU index, UUID and MIG device, and ``all``).
+
+config.json is restored from a pristine copy before every run, outside the timed region.
+The settings cache is warmed first, and ``oci``/``nvhook`` are byte-compiled with
+``compileall`` (this environment sets ``PYTHONDONTWRITEBYTECODE=1``, which would otherwise
+leave new modules uncompiled and charge their compilation to every run).
+
+``--profile`` then shows where a create with GPUs spends its time: ``-X importtime``
+(modules by cumulative import time) and cProfile (functions by cumulative time), for the
+1-GPU jit and cdi cases. The machine is shared and noisy: compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILE = "dgx-a100"
+BUDGET_RSS_MB = 40.0
+NOOP_C = "int main(void) { return 0; }\n"
+#: ``measure OUT PROG ARGS…``: fork, exec PROG, wait4; write "ns maxrss_kib exit_code" to OUT.
+MEASURE_C = r"""
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+int main(int argc, char **argv) {
+    struct timespec a, b;
+    struct rusage ru;
+    int status = 0;
+    if (argc < 3) return 2;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    pid_t pid = fork();
+    if (pid == 0) { execv(argv[2], argv + 2); _exit(127); }
+    if (pid < 0 || wait4(pid, &status, 0, &ru) < 0) return 3;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    FILE *out = fopen(argv[1], "w");
+    if (!out) return 4;
+    fprintf(out, "%lld %ld %d\n",
+            (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec),
+            ru.ru_maxrss, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    return fclose(out) != 0;
+}
+"""
+
+#: The modes a case runs the shim in; each gets a config file of its own.
+MODES = ("auto", "jit", "cdi")
+
+
+@dataclass
+class Case:
+    name: str
+    argv: list[str]  # after the program name
+    budget_ms: float | None  # None: a reference row (the program alone, no shim)
+    mode: str
+    bundle: Path | None = None
+    visible: str | None = None  # NVIDIA_VISIBLE_DEVICES in config.json; None: no request
+    expect_gpus: int | None = None  # /dev/nvidiaN nodes the shim must add (None: not a create)
+    program: str | None = None  # reference rows: what runs instead of the shim
+    shim_ms: list[float] = field(default_factory=list)
+    direct_ms: list[float] = field(default_factory=list)
+    rss_kb: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Setup:
+    work: Path
+    shim: str
+    noop: str
+    noop_kind: str
+    measure: str | None  # the C helper, None without a compiler
+    machine: Path
+    configs: dict[str, Path]
+    env_base: dict[str, str]
+
+    def env(self, mode: str) -> dict[str, str]:
+        return {**self.env_base, "NVHOOK_CONFIG": str(self.configs[mode])}
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def compile_bytecode() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "oci", "nvhook"], cwd=REPO, env=env, check=True
+    )
+
+
+def shim_launcher(given: str | None) -> str:
+    path = Path(given) if given else Path(sys.executable).parent / "nvhook-runtime"
+    if not path.is_file():
+        raise SystemExit(
+            f"{path} not found: run {Path(sys.executable).parent}/nvhook install-entrypoints"
+        )
+    return str(path)
+
+
+def build_c(work: Path, name: str, source: str) -> str | None:
+    """Compile ``source`` statically to ``work/name``; None without a working C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    src, out = work / f"{name}.c", work / name
+    src.write_text(source)
+    built = subprocess.run([cc, "-O2", "-static", "-o", str(out), str(src)], check=False)
+    return str(out) if built.returncode == 0 else None
+
+
+def build_noop(work: Path) -> tuple[str, str]:
+    """A static C program that exits 0 (the fastest possible runtime), else /bin/true."""
+    noop = build_c(work, "noop-runtime", NOOP_C)
+    if noop is not None:
+        return noop, "static C no-op"
+    return shutil.which("true") or "/bin/true", "/bin/true"
+
+
+def pristine_spec() -> dict[str, Any]:
+    """``runc spec`` output when runc is here (what real bundles look like), else a close copy."""
+    runc = shutil.which("runc")
+    if runc:
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([runc, "spec", "--bundle", d], check=True, capture_output=True)
+            spec: dict[str, Any] = json.loads(Path(d, "config.json").read_text())
+            spec["process"]["terminal"] = False
+            return spec
+    return {
+        "ociVersion": "1.0.2-dev",
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": ["sh"],
+            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "cwd": "/",
+        },
+        "root": {"path": "rootfs", "readonly": True},
+        "hostname": "runc",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+        ],
+        "linux": {
+            "resources": {"devices": [{"allow": False, "access": "rwm"}]},
+            "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+        },
+    }
+
+
+def cdi_spec(machine: Path) -> dict[str, Any]:
+    """A spec shaped like ``nvhook cdi generate``'s, made from the jit edits of each device."""
+    from nvhook.jit import Host, plan
+    from nvhook.mock import load_profile
+    from nvhook.policy import Policy
+    from nvhook.requests import parse_requests
+
+    host = Host(root=str(machine))
+
+    def edits(visible: str) -> dict[str, Any]:
+        spec = {"process": {"env": [f"NVIDIA_VISIBLE_DEVICES={visible}"]}}
+        result: dict[str, Any] = plan(parse_requests(spec, Policy()), host).edits.to_dict()
+        return result
+
+    common = edits("none")
+    shared = [json.dumps(n, sort_keys=True) for n in common.get("deviceNodes", [])]
+
+    def own(visible: str) -> dict[str, Any]:
+        full = edits(visible)
+        rest = {k: v for k, v in full.items() if k != "deviceNodes"}
+        if rest != {k: v for k, v in common.items() if k != "deviceNodes"}:
+            return full  # not only device nodes differ: keep everything
+        nodes = [n for n in full["deviceNodes"] if json.dumps(n, sort_keys=True) not in shared]
+        return {"deviceNodes": nodes}
+
+    devices = []
+    profile = load_profile(PROFILE)
+    for gpu in profile.gpus:
+        gpu_edits = own(str(gpu.minor))
+        devices += [
+            {"name": str(gpu.minor), "containerEdits": gpu_edits},
+            {"name": gpu.uuid, "containerEdits": gpu_edits},
+        ]
+        for mig in gpu.mig_devices:
+            mig_edits = own(f"{gpu.minor}:{mig.index}")
+            devices += [
+                {"name": f"{gpu.minor}:{mig.index}", "containerEdits": mig_edits},
+                {"name": mig.uuid, "containerEdits": mig_edits},
+            ]
+    devices.append({"name": "all", "containerEdits": own("all")})
+    return {
+        "cdiVersion": "0.8.0",
+        "kind": "nvidia.com/gpu",
+        "devices": devices,
+        "containerEdits": common,
+    }
+
+
+def prepare(work: Path, shim: str) -> Setup:
+    from nvhook.mock import create
+
+    machine = work / "machine"
+    create(PROFILE, machine, nodes="auto")
+    noop, noop_kind = build_noop(work)
+    cdi_dir = work / "cdi"
+    cdi_dir.mkdir()
+    (cdi_dir / "nvidia.json").write_text(json.dumps(cdi_spec(machine), indent=2))
+    configs = {}
+    for mode in MODES:
+        path = work / f"config-{mode}.toml"
+        path.write_text(
+            "[runtime]\n"
+            f"runtimes = [{json.dumps(noop)}]\n"
+            f"mode = {json.dumps(mode)}\n"
+            f"log_file = {json.dumps(str(work / 'shim.log'))}\n"
+            "[host]\n"
+            f"root = {json.dumps(str(machine))}\n"
+            "[cdi]\n"
+            f"spec_dirs = [{json.dumps(str(cdi_dir))}]\n"
+        )
+        configs[mode] = path
+    env_base = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "NVHOOK_CACHE_DIR": str(work / "cache"),
+    }
+    measure = build_c(work, "measure", MEASURE_C)
+    return Setup(work, shim, noop, noop_kind, measure, machine, configs, env_base)
+
+
+def make_cases(setup: Setup) -> list[Case]:
+    state_root = str(setup.work / "state")
+    python = sys.executable
+    cases = [
+        Case("python -I -c pass", ["-I", "-c", "pass"], None, "auto", program=python),
+        Case("python -I -S -c pass", ["-I", "-S", "-c", "pass"], None, "auto", program=python),
+        Case("pass-through state", ["--root", state_root, "state", "bench"], 15, "auto"),
+    ]
+    creates = [
+        ("create, no request", None, 20, "auto", None),
+        ("create 1 GPU, jit", "1", 30, "jit", 1),
+        ("create 1 GPU, cdi", "1", 30, "cdi", 1),
+        ("create all (8), jit", "all", 30, "jit", 8),
+        ("create all (8), cdi", "all", 30, "cdi", 8),
+    ]
+    spec = pristine_spec()
+    for n, (name, visible, budget, mode, gpus) in enumerate(creates):
+        bundle = setup.work / f"bundle{n}"
+        bundle.mkdir()
+        this = json.loads(json.dumps(spec))
+        if visible is not None:
+            this["process"]["env"].append(f"NVIDIA_VISIBLE_DEVICES={visible}")
+        (bundle / "pristine.json").write_text(json.dumps(this, indent=2) + "\n")
+        argv = ["--root", state_root, "--log", str(bundle / "log.json"), "--log-format", "json",
+                "create", "--bundle", str(bundle), "--pid-file", str(bundle / "init.pid"),
+                "bench"]  # fmt: skip
+        cases.append(Case(name, argv, budget, mode, bundle, visible, gpus if visible else 0))
+    return cases
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def spawn(
+    setup: Setup, argv: list[str], env: dict[str, str], errfile: Path
+) -> tuple[float, int, int | None]:
+    """Run ``argv``: (wall seconds, exit status, peak RSS in KiB or None)."""
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, str(errfile), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+    ]
+    if setup.measure is not None:
+        out = setup.work / "measured"
+        pid = os.posix_spawn(setup.measure, [setup.measure, str(out), *argv], env,
+                             file_actions=actions)  # fmt: skip
+        _, status, _ = os.wait4(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"the measuring helper failed on {argv}")
+        ns, kib, code = (int(x) for x in out.read_text().split())
+        return ns / 1e9, code, kib
+    start = time.perf_counter()
+    pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
+    _, status, _ = os.wait4(pid, 0)
+    return time.perf_counter() - start, os.waitstatus_to_exitcode(status), None
+
+
+def reset(case: Case) -> None:
+    if case.bundle is not None:
+        shutil.copyfile(case.bundle / "pristine.json", case.bundle / "config.json")
+        (case.bundle / "log.json").unlink(missing_ok=True)
+
+
+def run_shim(setup: Setup, case: Case) -> tuple[float, int | None]:
+    reset(case)
+    err = setup.work / "stderr"
+    program = case.program or setup.shim
+    elapsed, code, rss = spawn(setup, [program, *case.argv], setup.env(case.mode), err)
+    if code != 0:
+        raise SystemExit(f"{case.name}: the shim failed ({code}):\n{err.read_text()}")
+    return elapsed, rss
+
+
+def run_direct(setup: Setup, case: Case) -> float:
+    reset(case)
+    argv = [setup.noop, *case.argv]
+    elapsed, code, _ = spawn(setup, argv, setup.env(case.mode), setup.work / "stderr")
+    if code != 0:
+        raise SystemExit(f"{case.name}: the stand-in runtime failed ({code})")
+    return elapsed
+
+
+def check(setup: Setup, case: Case) -> None:
+    """One untimed run that proves the case does what it says (and warms caches)."""
+    run_shim(setup, case)
+    if case.bundle is None:
+        return
+    written = (case.bundle / "config.json").read_bytes()
+    if case.visible is None:
+        if written != (case.bundle / "pristine.json").read_bytes():
+            raise SystemExit(f"{case.name}: config.json changed without a request")
+        return
+    devices = json.loads(written)["linux"].get("devices", [])
+    gpus = [d for d in devices if d["path"].removeprefix("/dev/nvidia").isdigit()]
+    if len(gpus) != case.expect_gpus:
+        raise SystemExit(f"{case.name}: expected {case.expect_gpus} GPUs, got {gpus}")
+
+
+def measure(setup: Setup, cases: list[Case], runs: int) -> None:
+    for case in cases:
+        check(setup, case)
+        check(setup, case)
+    order = list(cases)
+    for _ in range(runs):
+        random.shuffle(order)
+        for case in order:
+            elapsed, rss = run_shim(setup, case)
+            case.shim_ms.append(elapsed * 1000)
+            if rss is not None:
+                case.rss_kb.append(rss)
+            if case.budget_ms is not None:
+                case.direct_ms.append(run_direct(setup, case) * 1000)
+
+
+def report(setup: Setup, cases: list[Case], runs: int) -> None:
+    load = os.getloadavg()
+    print(f"nvhook-runtime overhead, {runs} runs per row, medians; machine {PROFILE} (mock)")
+    print(f"  shim: {setup.shim}")
+    print(f"  runtime behind it: {setup.noop_kind} ({setup.noop}), also timed directly")
+    print("  bytecode: oci/ and nvhook/ compiled with compileall first (PYTHONDONTWRITEBYTECODE)")
+    print(f"  cpus {os.cpu_count()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print()
+    floor = statistics.median(next(c for c in cases if c.name == "python -I -c pass").shim_ms)
+    header = (f"{'case':<22} {'ms':>6} {'direct':>7} {'overhead':>9} {'budget':>7}  "
+              f"{'':<4}  {'-floor':>6}  {'peak RSS':>9} {'budget':>7}")  # fmt: skip
+    print(header)
+    print("-" * len(header))
+    for case in cases:
+        shim = statistics.median(case.shim_ms)
+        if case.budget_ms is None:
+            line = f"{case.name:<22} {shim:>6.1f} {'-':>7} {'-':>9} {'-':>7}  {'':<4}  {'-':>6}"
+        else:
+            direct = statistics.median(case.direct_ms)
+            overhead = shim - direct
+            verdict = "PASS" if overhead <= case.budget_ms else "OVER"
+            line = (f"{case.name:<22} {shim:>6.1f} {direct:>7.1f} {overhead:>9.1f} "
+                    f"{case.budget_ms:>5.0f}ms  {verdict:<4}  {shim - floor:>6.1f}")  # fmt: skip
+        if case.rss_kb:
+            rss = max(case.rss_kb) / 1024
+            rss_verdict = "PASS" if rss <= BUDGET_RSS_MB else "OVER"
+            if case.budget_ms is None:
+                line += f"  {rss:>6.1f} MB"
+            else:
+                line += f"  {rss:>6.1f} MB {BUDGET_RSS_MB:>4.0f}MB  {rss_verdict}"
+        else:
+            line += "  (no RSS: no C compiler for the measuring helper)"
+        print(line)
+    print()
+    print("overhead = shim median - direct median (the stand-in runtime alone, same argv);")
+    print("peak RSS = the highest ru_maxrss of the case's runs (the shim, then the stand-in).")
+    print("-floor = ms - the median of `python -I -c pass` (the shim's own work above the")
+    print("interpreter's start in this venv; -S shows that start without site and .pth files).")
+
+
+# --------------------------------------------------------------------------- profiling
+
+
+_PROFILE_DRIVER = """\
+import cProfile, os, pstats, sys
+class _Exec(BaseException):
+    pass
+def _execv(path, argv):
+    raise _Exec()
+os.execv = _execv
+sys.argv = ["nvhook-runtime", *sys.argv[1:]]
+profile = cProfile.Profile()
+profile.enable()
+try:
+    from nvhook.shim import main
+    main(sys.argv[1:])
+except _Exec:
+    pass
+profile.disable()
+stats = pstats.Stats(profile, stream=sys.stdout)
+stats.sort_stats("cumulative").print_stats(28)
+stats.sort_stats("tottime").print_stats(12)
+"""
+
+
+def importtime(setup: Setup, case: Case, top: int = 22) -> None:
+    reset(case)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-X", "importtime", setup.shim, *case.argv],
+        env=setup.env(case.mode),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    rows = []
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        parts = line[len("import time:") :].split("|")
+        self_us, cumulative_us, name = int(parts[0]), int(parts[1]), parts[2].rstrip()
+        rows.append((cumulative_us, self_us, name))
+    total = sum(s for _, s, _ in rows) / 1000
+    print(f"-X importtime, {case.name}: {len(rows)} modules, {total:.1f} ms of imports in all")
+    print(f"  {'cumul ms':>8} {'self ms':>8}  module")
+    for cumulative_us, self_us, name in sorted(rows, reverse=True)[:top]:
+        print(f"  {cumulative_us / 1000:>8.1f} {self_us / 1000:>8.1f}  {name}")
+    print()
+
+
+def cprofile(setup: Setup, case: Case) -> None:
+    reset(case)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", _PROFILE_DRIVER, *case.argv],
+        env=setup.env(case.mode),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    print(f"cProfile, {case.name} (shim main() up to the exec, imports included):")
+    keep = [line for line in proc.stdout.splitlines() if line.strip()]
+    print("\n".join("  " + line for line in keep if not line.lstrip().startswith("Ordered")))
+    if proc.returncode != 0:
+        print(proc.stderr)
+    print()
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per case (default 30)")
+    parser.add_argument("--shim", help="the nvhook-runtime launcher (default: next to python)")
+    parser.add_argument("--profile", action="store_true", help="then profile the GPU creates")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    compile_bytecode()
+    work = Path(tempfile.mkdtemp(prefix="nvhook-bench-runtime-"))
+    try:
+        setup = prepare(work, shim_launcher(args.shim))
+        cases = make_cases(setup)
+        measure(setup, cases, args.runs)
+        report(setup, cases, args.runs)
+        if args.profile:
+            print()
+            for case in cases:
+                if case.name in ("create 1 GPU, jit", "create 1 GPU, cdi"):
+                    importtime(setup, case)
+                    cprofile(setup, case)
+    finally:
+        if args.keep:
+            print(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""nvhook-runtime in front of real runc, on the dgx-a100 mock: what the container sees."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from nvhook.mock import Profile
+from tests.e2e.conftest import (
+    CTL_MINOR,
+    ELF_MAGIC,
+    LIBCUDA,
+    NVIDIA_MAJOR,
+    Shim,
+    expected_smi_uuids,
+    parse_probe,
+)
+from tests.support.containers import Runc, make_bundle, unique_id
+
+pytestmark = [pytest.mark.root, pytest.mark.runtime]
+
+GpuBundle = Callable[..., Path]
+
+
+def test_run_two_gpus(shim: Shim, shim_runc: Runc, gpu_bundle: GpuBundle, profile: Profile) -> None:
+    bundle = gpu_bundle("b", ["NVIDIA_VISIBLE_DEVICES=0,3"])
+    cid = unique_id("two")
+    result = shim_runc.run(bundle, cid)
+    assert result.returncode == 0, result.stderr
+    probe = parse_probe(result.stdout)
+    assert probe.gpu_uuids == expected_smi_uuids(profile, [0, 3])
+    assert probe.smi_rc == 0
+    assert probe.gpu_nodes == {"/dev/nvidia0", "/dev/nvidia3"}
+    assert probe.nodes["/dev/nvidia3"] == (NVIDIA_MAJOR, 3)
+    assert probe.nodes["/dev/nvidiactl"] == (NVIDIA_MAJOR, CTL_MINOR)
+    assert probe.env["NVIDIA_VISIBLE_DEVICES"] == "0,3"
+    assert probe.lib_magic == ELF_MAGIC
+    (record,) = shim.log_records(cid)
+    assert record["mode"] == "jit" and record["written"] is True
+
+
+def test_create_start_delete(
+    shim: Shim, shim_runc: Runc, gpu_bundle: GpuBundle, profile: Profile
+) -> None:
+    bundle = gpu_bundle("b", ["NVIDIA_VISIBLE_DEVICES=0,3"])
+    cid = shim_runc.create(bundle)
+    assert shim_runc.state(cid)["status"] == "created"
+    shim_runc.start(cid)
+    shim_runc.wait_stopped(cid)
+    probe = parse_probe(shim_runc.output(cid))
+    assert probe.gpu_uuids == expected_smi_uuids(profile, [0, 3])
+    assert probe.gpu_nodes == {"/dev/nvidia0", "/dev/nvidia3"}
+    assert "/dev/nvidiactl" in probe.nodes
+    assert probe.lib_magic == ELF_MAGIC
+    assert shim_runc.delete(cid).returncode == 0
+    assert shim_runc.call("list", "-q", check=True).stdout == ""
+    assert [r["command"] for r in shim.log_records(cid)] == ["create"]  # the rest passed through
+
+
+def test_all_gives_eight(shim_runc: Runc, gpu_bundle: GpuBundle, profile: Profile) -> None:
+    result = shim_runc.run(gpu_bundle("b", ["NVIDIA_VISIBLE_DEVICES=all"]))
+    assert result.returncode == 0, result.stderr
+    probe = parse_probe(result.stdout)
+    assert probe.gpu_uuids == expected_smi_uuids(profile, range(8))
+    assert probe.gpu_nodes == {f"/dev/nvidia{n}" for n in range(8)}
+    assert probe.lib_magic == ELF_MAGIC
+
+
+@pytest.mark.parametrize(
+    ("request_of", "gpu_instance"),
+    [
+        (lambda uuid: "0:0", 2),  # MIG device 0 of GPU 0: GPU instance 2 (3g.40gb)
+        (lambda uuid: f"MIG-{uuid}/3/0", 3),  # MIG-<GPU uuid>/<gi>/<ci>
+    ],
+    ids=["index", "gpu-uuid-gi-ci"],
+)
+def test_mig_device(
+    shim_runc: Runc,
+    gpu_bundle: GpuBundle,
+    profile: Profile,
+    request_of: Callable[[str], str],
+    gpu_instance: int,
+) -> None:
+    gpu = profile.gpu_by_minor(0)
+    assert gpu is not None
+    (mig,) = [m for m in gpu.mig_devices if m.gi == gpu_instance and m.ci == 0]
+    result = shim_runc.run(gpu_bundle("b", [f"NVIDIA_VISIBLE_DEVICES={request_of(gpu.uuid)}"]))
+    assert result.returncode == 0, result.stderr
+    probe = parse_probe(result.stdout)
+    assert probe.gpu_uuids == [gpu.uuid]
+    assert probe.mig_uuids == [mig.uuid]
+    caps = {f"/dev/nvidia-caps/nvidia-cap{n}" for n in (mig.gi_caps_minor, mig.ci_caps_minor)}
+    assert probe.caps_nodes == caps
+    assert probe.gpu_nodes == {"/dev/nvidia0"}
+    assert probe.lib_magic == ELF_MAGIC
+
+
+def test_none_gives_libraries_without_gpus(shim_runc: Runc, gpu_bundle: GpuBundle) -> None:
+    result = shim_runc.run(gpu_bundle("b", ["NVIDIA_VISIBLE_DEVICES=none"]))
+    assert result.returncode == 0, result.stderr
+    probe = parse_probe(result.stdout)
+    assert probe.gpu_uuids == []
+    assert probe.smi == ["No devices were found"] and probe.smi_rc == 6
+    assert probe.gpu_nodes == set()
+    assert "/dev/nvidiactl" in probe.nodes
+    assert probe.lib_magic == ELF_MAGIC
+
+
+def test_unknown_gpu_creates_nothing(
+    shim: Shim, shim_runc: Runc, gpu_bundle: GpuBundle, tmp_path: Path
+) -> None:
+    bundle = gpu_bundle("b", ["NVIDIA_VISIBLE_DEVICES=9"])
+    before = (bundle / "config.json").read_bytes()
+    log = tmp_path / "runc-log.json"
+    cid = unique_id("gpu9")
+    shim_runc.ids.append(cid)
+    result = shim_runc.call(
+        "--log", str(log), "--log-format", "json", "create", "--bundle", str(bundle), cid
+    )
+    assert result.returncode != 0
+    assert "GPU 9" in result.stderr
+    (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entry["level"] == "error" and "GPU 9" in entry["msg"]
+    assert (bundle / "config.json").read_bytes() == before
+    plain = Runc(shim_runc.root)
+    assert plain.call("list", "-q", check=True).stdout == ""
+    assert plain.call("state", cid).returncode != 0
+    assert [r["level"] for r in shim.log_records(cid)] == ["error"]
+
+
+def test_pass_through_is_runc(shim: Shim, runc: Runc, tmp_path: Path) -> None:
+    """state / list / --version through the shim: runc's stdout and exit code, byte for byte."""
+    cid = runc.create(make_bundle(tmp_path / "b", ["sleep", "30"]))
+    through = Runc(runc.root, binary=shim.binary, env=shim.env)
+    for args in (
+        ("state", cid),
+        ("list",),
+        ("list", "--format", "json"),
+        ("--version",),
+        ("state", "no-such-container"),
+    ):
+        direct, shimmed = runc.call(*args), through.call(*args)
+        assert (shimmed.returncode, shimmed.stdout) == (direct.returncode, direct.stdout), args
+    assert runc.call("state", "no-such-container").returncode != 0  # the comparison means something
+
+
+def test_cdi_annotation(
+    shim: Shim, shim_runc: Runc, gpu_bundle: GpuBundle, profile: Profile
+) -> None:
+    """mode auto + a cdi.k8s.io annotation: the spec in cdi.spec_dirs decides, not the host."""
+    kind = f"e2e.nvhook.test/{unique_id('gpu').replace('-', '')}"
+    spec = cdi_spec_for_gpu1(shim.machine, kind)
+    (shim.cdi_dir / f"{kind.split('/')[1]}.json").write_text(json.dumps(spec))
+    cid = unique_id("cdi")
+    bundle = gpu_bundle("b", annotations={"cdi.k8s.io/x": f"{kind}=gpu1"})
+    result = shim_runc.run(bundle, cid)
+    assert result.returncode == 0, result.stderr
+    probe = parse_probe(result.stdout)
+    assert probe.gpu_uuids == expected_smi_uuids(profile, [1])
+    assert probe.gpu_nodes == {"/dev/nvidia1"}
+    assert probe.nodes["/dev/nvidiactl"] == (NVIDIA_MAJOR, CTL_MINOR)
+    assert probe.env["NVHOOK_E2E_CDI"] == "gpu1"
+    assert probe.lib_magic == ELF_MAGIC
+    (record,) = shim.log_records(cid)
+    assert record["mode"] == "cdi"
+
+
+def test_cdi_mode_plain_id(
+    shim: Shim, gpu_bundle: GpuBundle, profile: Profile, tmp_path: Path
+) -> None:
+    """mode cdi: NVIDIA_VISIBLE_DEVICES=1 names cdi.default_kind's device ``1``."""
+    kind = f"e2e.nvhook.test/{unique_id('gpu').replace('-', '')}"
+    spec = cdi_spec_for_gpu1(shim.machine, kind, name="1")
+    (shim.cdi_dir / f"{kind.split('/')[1]}.json").write_text(json.dumps(spec))
+    cdi_shim = shim.with_config(
+        unique_id("cdi-mode"), runtime={"mode": "cdi"}, cdi={"default_kind": kind}
+    )
+    helper = cdi_shim.runc_for(tmp_path / "state")
+    try:
+        result = helper.run(gpu_bundle("b", ["NVIDIA_VISIBLE_DEVICES=1"]))
+    finally:
+        helper.cleanup()
+    assert result.returncode == 0, result.stderr
+    probe = parse_probe(result.stdout)
+    assert probe.gpu_uuids == expected_smi_uuids(profile, [1])
+    assert probe.gpu_nodes == {"/dev/nvidia1"}
+    assert probe.env["NVHOOK_E2E_CDI"] == "1"
+
+
+def cdi_spec_for_gpu1(machine: Path, kind: str, *, name: str = "gpu1") -> dict[str, object]:
+    """A hand-written CDI spec: GPU 1 and nvidiactl from the mock, plus nvidia-smi and libcuda."""
+    lib = next((machine / LIBCUDA.lstrip("/")).parent.glob("libcuda.so.*.*"))
+    return {
+        "cdiVersion": "0.5.0",
+        "kind": kind,
+        "containerEdits": {
+            "deviceNodes": [{"path": "/dev/nvidiactl", "hostPath": f"{machine}/dev/nvidiactl"}],
+            "mounts": [
+                {
+                    "hostPath": f"{machine}/usr/bin/nvidia-smi",
+                    "containerPath": "/usr/bin/nvidia-smi",
+                    "options": ["ro", "nosuid", "nodev", "bind"],
+                },
+                {
+                    "hostPath": str(lib),
+                    "containerPath": LIBCUDA,
+                    "options": ["ro", "nosuid", "nodev", "bind"],
+                },
+            ],
+        },
+        "devices": [
+            {
+                "name": name,
+                "containerEdits": {
+                    "env": [f"NVHOOK_E2E_CDI={name}"],
+                    "deviceNodes": [
+                        {
+                            "path": "/dev/nvidia1",
+                            "hostPath": f"{machine}/dev/nvidia1",
+                            "type": "c",
+                            "major": NVIDIA_MAJOR,
+                            "minor": 1,
+                        }
+                    ],
+                },
+            }
+        ],
+    }
+
+
+@pytest.mark.slow
+def test_twenty_concurrent_creates(
+    shim_runc: Runc, gpu_bundle: GpuBundle, profile: Profile
+) -> None:
+    """Threads running ``nvhook-runtime create`` at once, each its own bundle and GPU mix."""
+    seed = random.randrange(1 << 32)
+    rng = random.Random(seed)
+    mixes = [sorted(rng.sample(range(8), rng.randint(1, 4))) for _ in range(20)]
+    bundles = [
+        gpu_bundle(f"b{i}", [f"NVIDIA_VISIBLE_DEVICES={','.join(map(str, mix))}"])
+        for i, mix in enumerate(mixes)
+    ]
+    ids = [unique_id("conc") for _ in mixes]
+
+    def create(i: int) -> str:
+        return shim_runc.create(bundles[i], ids[i], check=False)
+
+    with ThreadPoolExecutor(max_workers=len(mixes)) as pool:
+        list(pool.map(create, range(len(mixes))))
+    problems = []
+    for cid, bundle, mix in zip(ids, bundles, mixes, strict=True):
+        spec = json.loads((bundle / "config.json").read_text())
+        nodes = {d["path"] for d in spec["linux"].get("devices", []) if d["path"][11:].isdigit()}
+        if nodes != {f"/dev/nvidia{n}" for n in mix}:
+            problems.append(f"{cid} {mix}: config.json has {sorted(nodes)}")
+        if shim_runc.call("state", cid).returncode != 0:
+            err = (bundle / f"{cid}.stderr").read_text()
+            problems.append(f"{cid} {mix}: not created: {err}")
+    assert not problems, f"seed {seed}:\n" + "\n".join(problems)
+    for cid in ids:
+        shim_runc.start(cid)
+    for cid, mix in zip(ids, mixes, strict=True):
+        shim_runc.wait_stopped(cid)
+        probe = parse_probe(shim_runc.output(cid))
+        seen = (probe.gpu_uuids, probe.gpu_nodes, probe.lib_magic)
+        if seen != (expected_smi_uuids(profile, mix), {f"/dev/nvidia{n}" for n in mix}, ELF_MAGIC):
+            problems.append(f"{cid} {mix}: sees {seen}")
+    assert not problems, f"seed {seed}:\n" + "\n".join(problems)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        deleted = list(pool.map(lambda cid: shim_runc.delete(cid).returncode, ids))
+    assert deleted == [0] * len(ids)
+    assert shim_runc.call("list", "-q", check=True).stdout == ""
+    shim_runc.ids.clear()
