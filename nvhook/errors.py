@@ -13,7 +13,10 @@ Hierarchy::
     ├── DriverError        the driver root, procfs or NVML cannot be read (wraps NVML errors)
     ├── MockError          a mock machine cannot be laid out (unknown profile, compiler missing)
     ├── RuntimeNotFound    no low-level runtime (runc/crun) to exec
-    └── HookError          a hook refused to act (path escaping the rootfs, conflicting link)
+    ├── HookError          a hook refused to act (path escaping the rootfs, conflicting link)
+    └── EngineConfigError  an engine's config file (containerd, Docker, CRI-O, podman) is invalid
+        │                  or unsupported: `nvhook runtime configure` changed nothing
+        └── EngineWriteError   a config file, drop-in or backup cannot be written or restored
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from oci.errors import ExitCode
 __all__ = [
     "ConfigError",
     "DriverError",
+    "EngineConfigError",
+    "EngineWriteError",
     "ExitCode",
     "HookError",
     "MockError",
@@ -37,7 +42,7 @@ __all__ = [
 class NvhookError(Exception):
     """Root of the ``nvhook`` errors: a message for a person and an exit code."""
 
-    exit_code: ExitCode = ExitCode.BUG
+    exit_code: int = ExitCode.BUG
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -77,3 +82,11 @@ class RuntimeNotFound(NvhookError):
 
 class HookError(NvhookError):
     exit_code = ExitCode.HOOK
+
+
+class EngineConfigError(NvhookError):
+    exit_code = ExitCode.CONFIG
+
+
+class EngineWriteError(EngineConfigError):
+    exit_code = ExitCode.IO

@@ -213,11 +213,11 @@ def _requests(requests: Requests) -> dict[str, Any]:
         "privileged": requests.is_privileged,
         "devices": str(requests.devices),
         "sources": [
-            {"kind": s.kind.value, "name": s.name, "value": s.value, "devices": str(s.devices)}
+            {"kind": s.kind, "name": s.name, "value": s.value, "devices": str(s.devices)}
             for s in requests.sources
         ],
         "ignored": [
-            {"kind": i.kind.value, "name": i.name, "value": i.value, "reason": i.reason}
+            {"kind": i.kind, "name": i.name, "value": i.value, "reason": i.reason}
             for i in requests.ignored
         ],
         "capabilities": list(requests.capabilities),

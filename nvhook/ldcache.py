@@ -35,9 +35,9 @@ import os
 import struct
 import sys
 from collections.abc import Iterable
-from typing import NamedTuple
 
 from nvhook.errors import DriverError
+from oci._frozen import Record as NamedTuple
 
 __all__ = [
     "ARCH_FLAGS",

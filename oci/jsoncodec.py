@@ -163,9 +163,38 @@ _MESSAGES = {
 }
 
 
-def _scan_reporting(text: str, pos: int) -> tuple[Any, int]:
+_pairs_scanners: dict[object, Callable[[str, int], tuple[Any, int]]] = {}
+
+
+def _scanner_for(hook: Callable[[list[tuple[str, Any]]], Any] | None) -> Any:
+    """The scanner, or one whose objects are built by ``hook`` from their (key, value) pairs."""
+    if hook is None:
+        return _scan
+    scanner = _pairs_scanners.get(hook)
+    if scanner is None:
+        context = _ScannerContext()
+        context.object_pairs_hook = hook  # type: ignore[assignment]
+        try:
+            import _json as c_json
+        except ImportError:  # pragma: no cover - not CPython
+            import json as _stdjson
+
+            scanner = _stdjson.JSONDecoder(
+                parse_float=_parse_float,
+                parse_constant=_refuse_constant,
+                strict=True,
+                object_pairs_hook=hook,
+            ).raw_decode
+        else:
+            scanner = c_json.make_scanner(context)  # type: ignore[arg-type]
+        _pairs_scanners[hook] = scanner
+    return scanner
+
+
+def _scan_reporting(text: str, pos: int, scan: Any = None) -> tuple[Any, int]:
+    _scan_now = scan or _scan
     try:
-        return _scan(text, pos)
+        return _scan_now(text, pos)
     except SystemError:
         # CPython 3.11's C scanner reports a syntax error with json.decoder.JSONDecodeError,
         # which it looks up in sys.modules without importing it: when `json` has not been
@@ -173,16 +202,21 @@ def _scan_reporting(text: str, pos: int) -> tuple[Any, int]:
         # only) and scan again to get the message and position.
         import json.decoder  # noqa: F401
 
-        return _scan(text, pos)
+        return _scan_now(text, pos)
 
 
-def loads(text: str) -> Any:
-    """Parse one JSON value from ``text``; raise :class:`JSONError` (with the position)."""
+def loads(
+    text: str, *, object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None
+) -> Any:
+    """Parse one JSON value from ``text``; raise :class:`JSONError` (with the position).
+
+    ``object_pairs_hook`` builds each object from its (key, value) pairs, as in ``json``.
+    """
     pos = len(text) - len(text.lstrip(_WHITESPACE))
     if pos == len(text):
         raise _syntax_error("no value: the text is empty or only whitespace", text, None)
     try:
-        value, end = _scan_reporting(text, pos)
+        value, end = _scan_reporting(text, pos, _scanner_for(object_pairs_hook))
     except StopIteration as e:  # the C scanner: no value starts at this index
         where = e.value
         msg = "unexpected end of the text" if where >= len(text) else "expecting a value"

@@ -8,7 +8,7 @@ absolute paths inside a root (the driver root, or the host root for IPC).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from oci._frozen import Record as NamedTuple
 
 __all__ = [
     "BINARIES",

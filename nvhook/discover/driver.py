@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Mapping, Sequence
-from typing import NamedTuple
 
 from nvhook.constants import ALL_CAPABILITIES, CAPABILITY_ALL
 from nvhook.discover import catalog
@@ -58,6 +57,7 @@ from nvhook.discover.libraries import Library, LibraryFinder, is_version
 from nvhook.discover.root import Root
 from nvhook.errors import DriverError, RequestError
 from nvhook.ldcache import LdCache, read_ld_cache
+from oci._frozen import Record as NamedTuple
 from oci.cdi.edits import Edits, Mount
 
 __all__ = [

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import NamedTuple
+
+from oci._frozen import Record as NamedTuple
 
 __all__ = ["ARCH_ELF", "ElfInfo", "read_elf"]
 

@@ -13,8 +13,7 @@ Plain string checks, no ``re``: the runtime shim imports this on its start path.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
+from oci._frozen import Record as NamedTuple
 from oci.errors import CdiNameError
 
 __all__ = [

@@ -41,9 +41,9 @@ from __future__ import annotations
 import os
 import types
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 from oci._frozen import Frozen
+from oci._frozen import Record as NamedTuple
 from oci.cdi.edits import HOOK_NAMES, DeviceNode, Edits, Hook, IntelRdt, Mount, NetDevice
 from oci.cdi.names import (
     class_name_problem,
@@ -61,7 +61,10 @@ from oci.cdi.version import (
 )
 from oci.errors import CdiSpecError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     import yaml
 
 __all__ = [
@@ -235,7 +238,7 @@ def _field_set(fields: tuple[str, ...]) -> tuple[frozenset[str], dict[str, str]]
     return cached
 
 
-class DuplicateKeyDict(dict[str, Any]):
+class DuplicateKeyDict(dict[str, object]):
     """A decoded object in which some key appeared more than once (the last value is kept)."""
 
     __slots__ = ("duplicates",)
@@ -790,7 +793,7 @@ def decode_spec(raw: bytes, *, suffix: str) -> object:
 
 
 def _decode_json(raw: bytes) -> object:
-    import json
+    from oci.jsoncodec import JSONError, loads
 
     if not raw.strip():
         raise ValueError("empty file (a CDI spec needs cdiVersion, kind and devices)")
@@ -799,11 +802,10 @@ def _decode_json(raw: bytes) -> object:
     except UnicodeDecodeError as e:
         raise ValueError(f"not UTF-8 text: {e.reason} at byte {e.start}") from None
     try:
-        return json.loads(text, object_pairs_hook=_object_from_pairs)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"invalid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
-    except RecursionError:
-        raise ValueError("invalid JSON: nested too deeply") from None
+        return loads(text, object_pairs_hook=_object_from_pairs)
+    except JSONError as e:
+        where = f" (line {e.lineno}, column {e.colno})" if e.lineno is not None else ""
+        raise ValueError(f"invalid JSON: {e.msg}{where}") from None
 
 
 _yaml_loader: type[yaml.SafeLoader] | None = None

@@ -152,7 +152,7 @@ def test_yaml_files_are_validated(tmp_path: Path) -> None:
     ("name", "content", "message"),
     [
         ("missing.json", None, "cannot read: No such file or directory"),
-        ("a.json", "{", "invalid JSON: Expecting property name enclosed in double quotes"),
+        ("a.json", "{", "invalid JSON: unexpected end of the text"),
         ("a.yaml", "a: [", "invalid YAML:"),
         ("a.txt", "{}", 'unsupported file extension ".txt"'),
     ],
