@@ -34,10 +34,13 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from collections.abc import Iterable
 
 from nvhook.errors import DriverError
 from oci._frozen import Record as NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "ARCH_FLAGS",

@@ -20,11 +20,14 @@ Stdlib only and no regular expressions: the runtime shim calls this on every con
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from types import MappingProxyType
 
 from nvhook.errors import DriverError
 from oci._frozen import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "ProcComputeInstance",

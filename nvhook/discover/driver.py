@@ -40,7 +40,6 @@ Decisions:
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping, Sequence
 
 from nvhook.constants import ALL_CAPABILITIES, CAPABILITY_ALL
 from nvhook.discover import catalog
@@ -59,6 +58,10 @@ from nvhook.errors import DriverError, RequestError
 from nvhook.ldcache import LdCache, read_ld_cache
 from oci._frozen import Record as NamedTuple
 from oci.cdi.edits import Edits, Mount
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping, Sequence
 
 __all__ = [
     "DATA_OPTIONS",

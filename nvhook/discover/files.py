@@ -9,11 +9,14 @@ missing file: what is optional on one host is absent on another.
 from __future__ import annotations
 
 import stat
-from collections.abc import Sequence
 
 from nvhook.discover.catalog import WINE_DIR, XorgModule
 from nvhook.discover.libraries import version_key, version_of
 from nvhook.discover.root import Root
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = [
     "find_binaries",

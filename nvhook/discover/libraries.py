@@ -19,13 +19,15 @@ or in a directory the highest version.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from nvhook.discover.catalog import LibrarySpec
 from nvhook.discover.elf import ARCH_ELF, read_elf
 from nvhook.discover.root import Root
 from nvhook.ldcache import ARCH_FLAGS, LdCache
 from oci._frozen import Record as NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["Library", "LibraryFinder", "is_version", "version_key", "version_of"]
 

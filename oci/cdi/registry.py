@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from oci._frozen import Frozen
 from oci.cdi.edits import Edits
@@ -24,12 +23,17 @@ from oci.cdi.names import parse_qualified_name
 from oci.cdi.spec import Device, Spec, load_spec
 from oci.errors import CdiError, CdiNameError, CdiResolveError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import TypeAlias
+
+    SpecLoader: TypeAlias = Callable[[str], Spec]
+
 __all__ = ["DEFAULT_SPEC_DIRS", "SPEC_SUFFIXES", "Definition", "Registry"]
 
 DEFAULT_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
 SPEC_SUFFIXES: tuple[str, ...] = (".json", ".yaml", ".yml")
-
-SpecLoader = Callable[[str], Spec]
 
 
 class Definition(Frozen):

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import os
 import types
-from collections.abc import Iterable, Mapping
 
 from oci._frozen import Frozen
 from oci._frozen import Record as NamedTuple
@@ -63,6 +62,7 @@ from oci.errors import CdiSpecError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
     from typing import Any
 
     import yaml

@@ -25,12 +25,15 @@ supported version, so a spec declaring them always fails its version check.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import TypeAlias
+
     from oci.cdi.edits import Edits
     from oci.cdi.spec import Spec
+
+    Predicate: TypeAlias = Callable[[Spec], str | None]
 
 __all__ = [
     "CURRENT",
@@ -61,7 +64,6 @@ EARLIEST = "0.3.0"
 CURRENT = "1.1.0"
 
 #: Where a spec uses a feature of a version: a field path, or None.
-Predicate = Callable[["Spec"], "str | None"]
 
 
 def _all_edits(spec: Spec) -> Iterator[tuple[str, Edits]]:

@@ -44,8 +44,6 @@ Format = Literal["json", "yaml"]
 SPEC_MODE = 0o644
 
 
-
-
 def _node_to_dict(node: DeviceNode) -> dict[str, Any]:
     return node.to_dict()  # path, hostPath, type, major, minor, fileMode, permissions, uid, gid
 
