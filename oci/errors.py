@@ -70,7 +70,8 @@ EXIT_CODE_DOCS: dict[int, str] = {
     ExitCode.UNRESOLVED: "a requested device does not exist: CDI name, GPU index or UUID, MIG id",
     ExitCode.DEVICE: "the driver, /proc, NVML or a host device node cannot be read",
     ExitCode.REQUIREMENT: "an NVIDIA_REQUIRE_* constraint is unmet",
-    ExitCode.CONFIG: "nvhook's configuration file is invalid",
+    ExitCode.CONFIG: "nvhook's configuration file, or an engine's config file that "
+    "`nvhook runtime configure` edits, is invalid or unsupported",
     ExitCode.IO: "a file could not be read or written (bundle, spec directory, output)",
     ExitCode.RUNTIME: "no low-level runtime was found, or it could not be executed",
     ExitCode.HOOK: "a hook refused to act (a path escaping the rootfs, a conflicting link)",

@@ -28,7 +28,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from nvhook.cli import cdi, demo, entrypoints, explain, info, mock
+    from nvhook.cli import cdi, demo, entrypoints, explain, info, mock, runtime
 
     cli.add_command(cdi.cdi)
     cli.add_command(demo.demo)
@@ -36,6 +36,7 @@ def _register() -> None:
     cli.add_command(explain.explain)
     cli.add_command(info.info)
     cli.add_command(mock.mock)
+    cli.add_command(runtime.runtime)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,489 @@
+"""``nvhook runtime configure --runtime containerd``: golden configs, loaded by the real containerd.
+
+Each case under ``tests/data/containerd/<case>/`` is data: ``in/`` (the config tree before,
+``@ROOT@`` standing for where it lies; no ``config.toml``: no config file), ``case.toml``
+(name, set_as_default, containerd_major, load) and ``out/`` (the tree after, ``@ROOT@``
+again; review it by eye; ``pytest --update-golden`` rewrites it). Every case is configured,
+compared, configured again (nothing changes), loaded by containerd 1.6 unless ``load =
+false`` (``config dump`` shows the runtime with runc's options, and a containerd started
+on it loads its CRI plugin), then unconfigured (the tree is byte for byte ``in/`` again).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvhook.cli import main
+from nvhook.engines import DEFAULT_CONFIGS, apply_plan, apply_unconfigure, plan_unconfigure
+from nvhook.engines.containerd import (
+    CRI_PLUGIN,
+    DEFAULT_CONFIG,
+    installed_containerd_major,
+    plan_configure,
+)
+from nvhook.errors import EngineConfigError, EngineWriteError
+from tests.support.containers import require, require_root, unique_id
+
+DATA = Path(__file__).parents[2] / "data" / "containerd"
+CASES = sorted(p.name for p in DATA.iterdir() if (p / "case.toml").is_file())
+SHIM = "/usr/local/bin/nvhook-runtime"  # golden files name this path; nothing runs it here
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file under root, by relative path (directories show as empty entries)."""
+    out: dict[str, bytes] = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        out[rel + ("/" if path.is_dir() else "")] = path.read_bytes() if path.is_file() else b""
+    return out
+
+
+def _configure(case: dict[str, Any], root: Path, backups: Path) -> list[str]:
+    plan = plan_configure(
+        str(root / "config.toml"),
+        name=case["name"],
+        runtime_path=SHIM,
+        set_as_default=case.get("set_as_default", False),
+        containerd_major=case.get("containerd_major"),
+    )
+    return apply_plan(plan, str(backups))
+
+
+@pytest.mark.parametrize("case_name", CASES)
+def test_golden(case_name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    case_dir = DATA / case_name
+    case = tomllib.loads((case_dir / "case.toml").read_text())
+    root, backups = tmp_path / "etc", tmp_path / "backups"
+    root.mkdir()
+    for path in sorted((case_dir / "in").rglob("*")):  # "@ROOT@" in a file: where it lies now
+        target = root / path.relative_to(case_dir / "in")
+        if path.is_dir():
+            target.mkdir()
+        else:
+            target.write_bytes(path.read_bytes().replace(b"@ROOT@", str(root).encode()))
+    before = _tree(root)
+    assert _configure(case, root, backups)
+
+    after = {k: v.replace(str(root).encode(), b"@ROOT@") for k, v in _tree(root).items()}
+    out = case_dir / "out"
+    if request.config.getoption("--update-golden"):
+        shutil.rmtree(out, ignore_errors=True)
+        for rel, data in after.items():
+            if not rel.endswith("/"):
+                (out / rel).parent.mkdir(parents=True, exist_ok=True)
+                (out / rel).write_bytes(data)
+    expected = _tree(out)
+    assert {k for k in after if not k.endswith("/")} == {k for k in expected if not k.endswith("/")}
+    for rel, data in expected.items():
+        if not rel.endswith("/"):
+            assert after[rel].decode() == data.decode(), f"{case_name}: {rel} differs from out/"
+
+    # configuring again changes nothing, and keeps the first backup
+    record = list(backups.iterdir())
+    record_bytes = {p: p.read_bytes() for p in record}
+    assert _configure(case, root, backups) == []
+    assert {p: p.read_bytes() for p in backups.iterdir()} == record_bytes
+
+    if case.get("load", True):
+        _check_with_containerd(root / "config.toml", case, tmp_path / "containerd")
+
+    plan = plan_unconfigure("containerd", str(root / "config.toml"), str(backups))
+    apply_unconfigure(plan, str(backups))
+    assert _tree(root) == before
+    assert list(backups.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- real containerd
+
+
+def _check_with_containerd(config: Path, case: dict[str, Any], workdir: Path) -> None:
+    """containerd 1.6 reads the configured file: the runtime is there with runc's options,
+    runc is still there, and the CRI plugin loads (its runtime checks pass)."""
+    binary = require("containerd")
+    major = installed_containerd_major()
+    if major != 1:
+        pytest.skip(f"the golden files are checked with containerd 1.x, not {major}")
+    dump = subprocess.run(
+        [binary, "--config", str(config), "config", "dump"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd="/",  # as under systemd: containerd 1.x globs relative imports from there
+    )
+    assert dump.returncode == 0, dump.stderr
+    dumped = tomllib.loads(dump.stdout)
+    containerd = dumped["plugins"][CRI_PLUGIN[2]]["containerd"]
+    runtime = containerd["runtimes"][case["name"]]
+    assert runtime["runtime_type"] == "io.containerd.runc.v2"
+    assert runtime["options"]["BinaryName"] == SHIM
+    runc = containerd["runtimes"]["runc"]
+    for key, value in runc["options"].items():
+        if key != "BinaryName":
+            assert runtime["options"][key] == value, key  # inherited from runc
+    expected_default = case["name"] if case.get("set_as_default") else "runc"
+    assert containerd["default_runtime_name"] == expected_default
+    _start(binary, config, workdir)
+
+
+def _start(binary: str, config: Path, workdir: Path) -> None:
+    """Start containerd on ``config`` with private root, state and socket; its CRI plugin
+    must load. A private mount namespace with a tmpfs on /opt keeps the opt plugin's
+    /opt/containerd off the host."""
+    require_root()
+    ctr = require("ctr")
+    workdir.mkdir()
+    sock = Path(f"/tmp/{unique_id('nvh-ctrd')}.sock")
+    argv = [
+        "unshare", "--mount", "--propagation", "private", "sh", "-c",
+        'mount -t tmpfs tmpfs /opt && exec "$@"', "sh",
+        binary, "--config", str(config), "--root", str(workdir / "root"),
+        "--state", str(workdir / "state"), "--address", str(sock),
+    ]  # fmt: skip
+    with open(workdir / "log", "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd="/")
+    try:
+        plugins = ""
+        for _ in range(200):
+            if proc.poll() is not None:
+                break
+            probe = subprocess.run(
+                [ctr, "-a", str(sock), "plugins", "ls"], capture_output=True, text=True, check=False
+            )
+            if probe.returncode == 0:
+                plugins = probe.stdout
+                break
+            time.sleep(0.05)
+        log_text = (workdir / "log").read_text()
+        cri = [line.split() for line in plugins.splitlines() if " cri " in f" {line} "]
+        assert cri and cri[0][-1] == "ok", f"CRI plugin did not load:\n{plugins}\n{log_text}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+        sock.unlink(missing_ok=True)
+        Path(f"{sock}.ttrpc").unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def _plan(path: Path, **kwargs: Any) -> Any:
+    return plan_configure(str(path), name="nvidia", runtime_path=SHIM, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("version = 2\n[plugins\n", "config.toml: invalid TOML: "),
+        ("version = 4\n", "containerd config version 4 is not supported"),
+        ('version = "2"\n', "containerd config version '2' is not supported"),
+        (
+            'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\nruntimes = "x"\n',
+            'config.toml: plugins."io.containerd.grpc.v1.cri".containerd.runtimes is not a table',
+        ),
+        (
+            'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\nnvidia = 1\n',
+            'config.toml: plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia is not',
+        ),
+        (
+            'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+            "options = 1\n",
+            'config.toml: plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options',
+        ),
+        ('version = 2\nimports = ["missing.toml"]\n', "missing.toml (imported by"),
+        ("version = 2\nimports = [1]\n", "imports must be an array of strings"),
+    ],
+)
+def test_invalid_configs_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    path = _config(tmp_path, text)
+    with pytest.raises(EngineConfigError) as err:
+        _plan(path)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+    assert path.read_text() == text
+
+
+def test_non_utf8_config_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_bytes(b"version = 2\n# caf\xe9\n")
+    with pytest.raises(EngineConfigError, match=r"config.toml: not UTF-8 \(byte 17\)"):
+        _plan(path)
+
+
+def test_symlinked_config_is_refused(tmp_path: Path) -> None:
+    real = _config(tmp_path, "version = 2\n")
+    link = tmp_path / "link.toml"
+    link.symlink_to(real)
+    with pytest.raises(
+        EngineConfigError, match=r"link.toml is a symbolic link \(to .*config.toml\)"
+    ):
+        _plan(link)
+    assert real.read_text() == "version = 2\n" and link.is_symlink()
+
+
+def test_mixed_versions_in_imports_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.toml").write_text("version = 3\n")
+    path = _config(tmp_path, f'version = 2\nimports = ["{tmp_path}/d/*.toml"]\n')
+    with pytest.raises(EngineConfigError, match=r"a.toml: containerd config version 3 differs"):
+        _plan(path)
+
+
+def test_foreign_drop_in_is_not_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "99-nvhook.toml").write_text("version = 2\n")
+    path = _config(tmp_path, f'version = 2\nimports = ["{tmp_path}/d/*.toml"]\n')
+    with pytest.raises(EngineConfigError, match=r"99-nvhook.toml exists and was not written by"):
+        _plan(path)
+
+
+def test_drop_in_goes_after_the_files_that_configure_cri(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "zzz-late.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nsandbox_image = "p:1"\n'
+    )
+    path = _config(tmp_path, f'version = 2\nimports = ["{tmp_path}/d/*.toml"]\n')
+    plan = _plan(path)
+    # 99-nvhook.toml and zz-nvhook.toml sort before zzz-late.toml: an explicit import instead
+    assert [c.path for c in plan.changed] == [str(path), str(tmp_path / "conf.d/99-nvhook.toml")]
+    assert plan.dirs == (str(tmp_path / "conf.d"),)
+    dropin = tomllib.loads(plan.changed[1].new.decode())
+    assert dropin["plugins"][CRI_PLUGIN[2]]["sandbox_image"] == "p:1"
+
+
+def test_no_place_for_a_drop_in(tmp_path: Path) -> None:
+    (tmp_path / "late.toml").write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n')
+    (tmp_path / "conf.d").mkdir()
+    # conf.d/99-nvhook.toml imports late.toml, which would then come after it
+    path = _config(tmp_path, f'version = 2\nimports = ["{tmp_path}/conf.d/*.toml", "late.toml"]\n')
+    (tmp_path / "conf.d" / "a.toml").write_text('version = 2\nimports = ["../late.toml"]\n')
+    with pytest.raises(EngineConfigError, match="no place for a drop-in"):
+        _plan(path)
+
+
+def test_new_file_version_follows_the_installed_containerd(tmp_path: Path) -> None:
+    assert DEFAULT_CONFIGS["containerd"] == DEFAULT_CONFIG == "/etc/containerd/config.toml"
+    for major, version in ((1, 2), (2, 3), (None, 3)):
+        plan = _plan(tmp_path / f"new-{major}.toml", containerd_major=major)
+        assert tomllib.loads(plan.changed[0].new.decode())["version"] == version
+
+
+# --------------------------------------------------------------------------- CLI, backups
+
+
+@pytest.fixture
+def shim_path(tmp_path: Path) -> str:
+    path = tmp_path / "bin" / "nvhook-runtime"
+    path.parent.mkdir()
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def _cli(*args: str) -> int:
+    return main(["runtime", *args])
+
+
+def test_cli_dry_run_prints_a_diff_and_writes_nothing(
+    tmp_path: Path, shim_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _config(tmp_path, "version = 2\n")
+    backups = tmp_path / "backups"
+    args = ["--runtime", "containerd", "--config", str(path), "--backup-dir", str(backups)]
+    assert _cli("configure", *args, "--runtime-path", shim_path, "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"--- {path}\n+++ {path}\n@@ -1 +1,")
+    assert f'+BinaryName = "{shim_path}"\n' in out
+    assert path.read_text() == "version = 2\n"
+    assert not backups.exists()
+
+
+def test_cli_configure_twice_then_unconfigure(
+    tmp_path: Path, shim_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = "# mine\nversion = 2\n"
+    path = _config(tmp_path, original)
+    os.chmod(path, 0o640)
+    backups = tmp_path / "backups"
+    args = ["--runtime", "containerd", "--config", str(path), "--backup-dir", str(backups)]
+    assert _cli("configure", *args, "--runtime-path", shim_path) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {path}\noriginals saved under {backups}")
+    configured = path.read_bytes()
+    assert os.stat(path).st_mode & 0o777 == 0o640
+    assert _cli("configure", *args, "--runtime-path", shim_path) == 0
+    assert "already has runtime 'nvidia': nothing changed" in capsys.readouterr().out
+    # a second configure with another option: the backup still holds the true original
+    assert _cli("configure", *args, "--runtime-path", shim_path, "--set-as-default") == 0
+    assert path.read_bytes() != configured
+    assert _cli("unconfigure", *args, "--dry-run") == 0
+    assert '-default_runtime_name = "nvidia"' in capsys.readouterr().out
+    assert path.read_bytes() != original.encode()
+    assert _cli("unconfigure", *args) == 0
+    assert capsys.readouterr().out.startswith(f"restored {path}\n")
+    assert path.read_text() == original
+    assert os.stat(path).st_mode & 0o777 == 0o640
+    assert list(backups.iterdir()) == []
+    assert _cli("unconfigure", *args) == 0  # nothing recorded: nothing to do
+    assert "nothing to undo" in capsys.readouterr().err
+
+
+def test_cli_unconfigure_refuses_a_file_changed_since(
+    tmp_path: Path, shim_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _config(tmp_path, "version = 2\n")
+    backups = tmp_path / "backups"
+    args = ["--runtime", "containerd", "--config", str(path), "--backup-dir", str(backups)]
+    assert _cli("configure", *args, "--runtime-path", shim_path) == 0
+    with path.open("a") as f:
+        f.write("# a later edit\n")
+    capsys.readouterr()
+    assert _cli("unconfigure", *args) == 8
+    err = capsys.readouterr().err
+    assert err.startswith(f"nvhook: {path} changed since nvhook wrote it (its original is ")
+    assert err.count("\n") == 1
+    assert path.read_text().endswith("# a later edit\n")
+    assert _cli("unconfigure", *args, "--force") == 0
+    assert path.read_text() == "version = 2\n"
+
+
+def test_cli_new_file_is_removed_by_unconfigure(tmp_path: Path, shim_path: str) -> None:
+    path = tmp_path / "containerd" / "config.toml"
+    path.parent.mkdir()
+    backups = tmp_path / "backups"
+    args = ["--runtime", "containerd", "--config", str(path), "--backup-dir", str(backups)]
+    assert _cli("configure", *args, "--runtime-path", shim_path) == 0
+    assert path.read_text().startswith("# Written by `nvhook runtime configure")
+    assert _cli("unconfigure", *args) == 0
+    assert not path.exists()
+
+
+def test_cli_errors_are_one_line(
+    tmp_path: Path, shim_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _config(tmp_path, "version = 2\n")
+    base = ["--runtime", "containerd", "--config", str(path), "--backup-dir", str(tmp_path / "b")]
+    assert _cli("configure", *base, "--runtime-path", "nvhook-runtime") == 8
+    assert capsys.readouterr().err == (
+        "nvhook: runtime path 'nvhook-runtime' must be absolute (engines have no PATH)\n"
+    )
+    assert _cli("configure", *base, "--runtime-path", str(tmp_path / "nope")) == 8
+    assert "nope is not an executable file" in capsys.readouterr().err
+    assert _cli("configure", *base, "--runtime-path", shim_path, "--name", "runc") == 8
+    assert "runtime name 'runc' would replace" in capsys.readouterr().err
+    assert _cli("configure", *base, "--runtime-path", shim_path, "--name", "a b") == 8
+    assert path.read_text() == "version = 2\n"
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory nobody, root included, can write: a read-only bind mount (or mode 0555)."""
+    directory = tmp_path / "ro"
+    directory.mkdir()
+    (directory / "config.toml").write_text("version = 2\n")
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        yield directory
+        directory.chmod(0o755)
+        return
+    subprocess.run(["mount", "--bind", str(directory), str(directory)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(directory)], check=True)
+        yield directory
+    finally:
+        subprocess.run(["umount", str(directory)], check=True)
+
+
+def test_unwritable_config_changes_nothing(read_only_dir: Path, tmp_path: Path) -> None:
+    path = read_only_dir / "config.toml"
+    backups = tmp_path / "backups"
+    plan = _plan(path)
+    with pytest.raises(EngineWriteError, match=r"cannot write .*ro/config.toml: "):
+        apply_plan(plan, str(backups))
+    assert path.read_text() == "version = 2\n"
+    assert list(backups.iterdir()) == []  # the backup record was taken back too
+
+
+def test_unwritable_backup_dir_changes_nothing(read_only_dir: Path, tmp_path: Path) -> None:
+    path = _config(tmp_path, "version = 2\n")
+    with pytest.raises(EngineWriteError, match=r"cannot write the backup of .*config.toml to "):
+        apply_plan(_plan(path), str(read_only_dir / "backups"))
+    assert path.read_text() == "version = 2\n"
+
+
+def test_relative_glob_is_not_a_drop_in_place_for_containerd_1(tmp_path: Path) -> None:
+    # containerd 1.x globs "conf.d/*.toml" from its working directory, not from the file's
+    (tmp_path / "conf.d").mkdir()
+    path = _config(tmp_path, 'version = 2\nimports = ["conf.d/*.toml"]\n')
+    plan = _plan(path)
+    assert [c.path for c in plan.changed] == [str(path), str(tmp_path / "conf.d/99-nvhook.toml")]
+    assert tomllib.loads(plan.changed[0].new.decode())["imports"] == [
+        "conf.d/*.toml",
+        str(tmp_path / "conf.d/99-nvhook.toml"),
+    ]
+    # containerd 2.x globs it relative to the file: the drop-in goes there, the file stays
+    path.write_text('version = 3\nimports = ["conf.d/*.toml"]\n')
+    assert [c.path for c in _plan(path).changed] == [str(tmp_path / "conf.d/99-nvhook.toml")]
+
+
+def test_inline_tables_are_extended(tmp_path: Path) -> None:
+    path = _config(
+        tmp_path,
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+        'runtimes = { runc = { runtime_type = "io.containerd.runc.v2", '
+        "options = { SystemdCgroup = true } } }\n",
+    )
+    new = tomllib.loads(_plan(path).changed[0].new.decode())
+    assert new["plugins"][CRI_PLUGIN[2]]["containerd"]["runtimes"]["nvidia"] == {
+        "runtime_type": "io.containerd.runc.v2",
+        "options": {"SystemdCgroup": True, "BinaryName": SHIM},
+    }
+
+
+def test_a_layout_tomlkit_cannot_edit_is_refused(tmp_path: Path) -> None:
+    text = (
+        "version = 2\n[plugins]\n"
+        '"io.containerd.grpc.v1.cri".containerd.runtimes.runc.runtime_type = "x"\n'
+    )
+    path = _config(tmp_path, text)
+    with pytest.raises(EngineConfigError, match="cannot edit this file's layout faithfully"):
+        _plan(path)
+    assert path.read_text() == text
+
+
+def test_drop_in_follows_the_other_files_and_keeps_its_runtimes(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    cri = tmp_path / "d" / "10-cri.toml"
+    cri.write_text('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nsandbox_image = "p:1"\n')
+    path = _config(tmp_path, f'version = 2\nimports = ["{tmp_path}/d/*.toml"]\n')
+    backups = str(tmp_path / "backups")
+    drop_in = tmp_path / "d" / "99-nvhook.toml"
+
+    def configure(name: str) -> dict[str, Any]:
+        plan = plan_configure(str(path), name=name, runtime_path=SHIM, set_as_default=True)
+        apply_plan(plan, backups)
+        section: dict[str, Any] = tomllib.loads(drop_in.read_text())["plugins"][CRI_PLUGIN[2]]
+        return section
+
+    assert configure("a")["sandbox_image"] == "p:1"
+    cri.write_text(cri.read_text().replace("p:1", "p:2"))
+    section = configure("b")  # made again from 10-cri.toml, keeping runtime a
+    assert section["sandbox_image"] == "p:2"
+    assert set(section["containerd"]["runtimes"]) == {"runc", "a", "b"}
+    assert section["containerd"]["default_runtime_name"] == "b"
+    apply_unconfigure(plan_unconfigure("containerd", str(path), backups), backups)
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["10-cri.toml"]
