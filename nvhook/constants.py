@@ -13,7 +13,6 @@ __all__ = [
     "CAP_SYS_ADMIN",
     "DEFAULT_ANNOTATION_PREFIXES",
     "DEFAULT_CAPABILITIES",
-    "DEFAULT_RUNTIME_NAME",
     "DEVICE_ALL",
     "DEVICE_LIST_MOUNT_ROOT",
     "DEVICE_LIST_MOUNT_SOURCE",
@@ -116,10 +115,3 @@ DEVICE_LIST_MOUNT_SOURCE = "/dev/null"
 
 #: A container is privileged when this is in ``process.capabilities.bounding``.
 CAP_SYS_ADMIN = "CAP_SYS_ADMIN"
-
-# --- container engines ---------------------------------------------------------------------
-
-#: The runtime name ``nvhook runtime configure`` gives nvhook-runtime in an engine's config
-#: (containerd's ``runtimes.<name>``): the Kubernetes RuntimeClass handler, and what pods name
-#: in ``runtimeClassName`` (packaging/kubernetes/).
-DEFAULT_RUNTIME_NAME = "nvidia"

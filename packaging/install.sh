@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# install.sh install|uninstall: put nvhook on a node, or take it off again. Run as root.
+#
+# install, step by step; each step is idempotent, so running it again is safe:
+#   venv    a self-contained Python environment in PREFIX, made by PYTHON (an absolute
+#           interpreter, the node's own), nvhook installed into it from SOURCE, and the
+#           nvhook-runtime / nvhook-hook launchers written with PREFIX/bin/python as their
+#           absolute, isolated interpreter (`nvhook install-entrypoints`)
+#   config  SYSCONFDIR/config.toml, a copy of the config.toml next to this script, unless the
+#           file exists
+#   cdi     the CDI spec CDI_DIR/nvidia.json (`nvhook cdi generate`); skipped, with a message,
+#           when no NVIDIA driver is loaded (HOST_ROOT/proc/driver/nvidia/version missing)
+#   units   nvhook-cdi-refresh.service and .path (systemd/ next to this script, their paths
+#           set to PREFIX and CDI_DIR) into SYSTEMD_UNIT_DIR, enabled when systemd runs: they
+#           regenerate the spec at boot and when the driver's files change
+#   engine  `nvhook runtime configure --runtime containerd --name RUNTIME_NAME` on
+#           CONTAINERD_CONFIG (the originals kept in BACKUP_DIR); containerd has no reload, so
+#           when that changed anything, containerd is restarted through systemd when systemd
+#           runs it, else the script says to
+# uninstall reverses them, last first: `nvhook runtime unconfigure` puts the engine's files
+# back (it refuses, and uninstall stops, if they were edited since), containerd is restarted
+# likewise, the units are disabled and removed, the spec removed if this nvhook wrote it (it
+# names PREFIX/bin/nvhook-hook), the config removed if it is unchanged from the one install
+# wrote (an edited one is kept), and PREFIX removed if install made it.
+#
+# Environment, with defaults:
+#   PREFIX=/opt/nvhook                SYSCONFDIR=/etc/nvhook        CDI_DIR=/var/run/cdi
+#   CONTAINERD_CONFIG=/etc/containerd/config.toml                   RUNTIME_NAME=nvidia
+#   BACKUP_DIR=/var/lib/nvhook/backups
+#   ENGINE=containerd     the container engine to configure: containerd, or none
+#   SOURCE=…              what to install: a wheelhouse directory (packaging/wheels.sh makes
+#                         one; installs offline), a project directory or a wheel or sdist file
+#                         (pip fetches the dependencies); default: wheels/ next to this script
+#                         when it exists, else the project this script is part of
+#   PYTHON=/usr/bin/python3           absolute path of a Python >= 3.11
+#   HOST_ROOT=/                       where the driver's /proc and files are (cdi step)
+#   SYSTEMD_UNIT_DIR=/etc/systemd/system
+#   SYSTEMD=auto          auto: call systemctl when systemd runs (/run/systemd/system); no: never
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PREFIX="${PREFIX:-/opt/nvhook}"
+SYSCONFDIR="${SYSCONFDIR:-/etc/nvhook}"
+CDI_DIR="${CDI_DIR:-/var/run/cdi}"
+CONTAINERD_CONFIG="${CONTAINERD_CONFIG:-/etc/containerd/config.toml}"
+RUNTIME_NAME="${RUNTIME_NAME:-nvidia}"
+BACKUP_DIR="${BACKUP_DIR:-/var/lib/nvhook/backups}"
+ENGINE="${ENGINE:-containerd}"
+PYTHON="${PYTHON:-/usr/bin/python3}"
+HOST_ROOT="${HOST_ROOT:-/}"
+SYSTEMD_UNIT_DIR="${SYSTEMD_UNIT_DIR:-/etc/systemd/system}"
+SYSTEMD="${SYSTEMD:-auto}"
+SOURCE="${SOURCE:-}"
+
+CONFIG_TEMPLATE="$HERE/config.toml"
+CDI_SPEC="nvidia.json"
+UNITS=(nvhook-cdi-refresh.service nvhook-cdi-refresh.path)
+# Written into PREFIX right after the venv is made: only a PREFIX holding it is ever removed
+# or reinstalled over.
+MARKER=".nvhook-install"
+
+say() { printf 'install.sh: %s\n' "$*" >&2; }
+die() {
+    say "error: $*"
+    exit 1
+}
+
+usage() {
+    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+}
+
+# check_path NAME VALUE: an absolute path of plain characters (they go into unit files, and
+# through sed).
+check_path() {
+    [[ "$2" =~ ^/[-A-Za-z0-9._/+@:]*$ ]] ||
+        die "$1=$2: expected an absolute path of letters, digits and -._/+@:"
+}
+
+check_settings() {
+    local name
+    for name in PREFIX SYSCONFDIR CDI_DIR CONTAINERD_CONFIG BACKUP_DIR PYTHON HOST_ROOT \
+        SYSTEMD_UNIT_DIR; do
+        check_path "$name" "${!name}"
+    done
+    [[ "$PREFIX" != / && "$SYSCONFDIR" != / ]] || die "PREFIX and SYSCONFDIR cannot be /"
+    [[ "$RUNTIME_NAME" =~ ^[A-Za-z0-9][-A-Za-z0-9_.]*$ ]] ||
+        die "RUNTIME_NAME=$RUNTIME_NAME: expected letters, digits and -_."
+    case "$ENGINE" in containerd | none) ;; *) die "ENGINE=$ENGINE: expected containerd or none" ;; esac
+    case "$SYSTEMD" in auto | no) ;; *) die "SYSTEMD=$SYSTEMD: expected auto or no" ;; esac
+}
+
+systemd_runs() {
+    [[ "$SYSTEMD" == auto && -d /run/systemd/system ]]
+}
+
+ours() {
+    [[ -f "$PREFIX/$MARKER" ]]
+}
+
+# ------------------------------------------------------------------------------ install steps
+
+step_venv() {
+    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null ||
+        die "PYTHON=$PYTHON is not a Python >= 3.11"
+    if [[ -e "$PREFIX" ]] && ! ours && [[ -n "$(ls -A "$PREFIX")" ]]; then
+        die "$PREFIX exists and was not made by this installer (no $MARKER in it): not touching it"
+    fi
+
+    local source="$SOURCE"
+    if [[ -z "$source" ]]; then
+        if [[ -d "$HERE/wheels" ]]; then
+            source="$HERE/wheels"
+        elif [[ -f "$HERE/../pyproject.toml" ]]; then
+            source="$(dirname "$HERE")"
+        else
+            die "nothing to install: set SOURCE"
+        fi
+    fi
+    [[ -e "$source" ]] || die "SOURCE=$source does not exist"
+
+    local pip_wheel="" wheelhouse=0
+    if [[ -d "$source" && ! -f "$source/pyproject.toml" ]]; then
+        compgen -G "$source/nvhook-*.whl" >/dev/null || die "SOURCE=$source holds no nvhook wheel"
+        wheelhouse=1
+        pip_wheel="$(find "$source" -maxdepth 1 -name 'pip-*.whl' | sort -V | tail -n 1)"
+    fi
+
+    # A venv of another Python (the node's python3 was upgraded) is made again from scratch.
+    local venv_args=()
+    local version='import sys; print("%d.%d" % sys.version_info[:2])'
+    if ours && [[ "$("$PREFIX/bin/python" -c "$version" 2>/dev/null)" != \
+        "$("$PYTHON" -c "$version")" ]]; then
+        venv_args+=(--clear)
+    fi
+    [[ -n "$pip_wheel" ]] && venv_args+=(--without-pip)
+    say "venv: $PREFIX (${venv_args[*]:-keeping what is there}) with $PYTHON"
+    "$PYTHON" -m venv "${venv_args[@]}" "$PREFIX"
+    echo "made by nvhook's install.sh; uninstall removes this directory" >"$PREFIX/$MARKER"
+
+    local pip=("$PREFIX/bin/python" -m pip)
+    [[ -n "$pip_wheel" ]] && pip=("$PREFIX/bin/python" "$pip_wheel/pip")
+    say "venv: installing nvhook from $source"
+    if ((wheelhouse)); then
+        # offline, and deaf to the node's own pip configuration
+        PIP_CONFIG_FILE=/dev/null "${pip[@]}" --isolated install --quiet --disable-pip-version-check \
+            --no-index --find-links "$source" --upgrade --force-reinstall nvhook
+    else
+        "${pip[@]}" install --quiet --disable-pip-version-check --upgrade --force-reinstall "$source"
+    fi
+    "$PREFIX/bin/nvhook" install-entrypoints >/dev/null
+    say "venv: $("$PREFIX/bin/nvhook" --version); launchers $PREFIX/bin/nvhook-runtime, nvhook-hook"
+}
+
+step_config() {
+    local target="$SYSCONFDIR/config.toml"
+    if [[ -e "$target" ]]; then
+        say "config: $target exists: kept"
+        return
+    fi
+    [[ -f "$CONFIG_TEMPLATE" ]] || die "$CONFIG_TEMPLATE is missing"
+    mkdir -p "$SYSCONFDIR"
+    cp "$CONFIG_TEMPLATE" "$target.tmp"
+    chmod 0644 "$target.tmp"
+    mv "$target.tmp" "$target"
+    say "config: wrote $target (the defaults)"
+}
+
+step_cdi() {
+    local version="${HOST_ROOT%/}/proc/driver/nvidia/version"
+    if [[ ! -e "$version" ]]; then
+        say "cdi: skipped: no NVIDIA driver is loaded ($version is missing); the" \
+            "nvhook-cdi-refresh units write $CDI_DIR/$CDI_SPEC when it is"
+        return
+    fi
+    "$PREFIX/bin/nvhook" cdi generate --root "$HOST_ROOT" --output "$CDI_DIR/$CDI_SPEC"
+}
+
+step_units() {
+    if [[ ! -d "$HERE/systemd" ]]; then
+        say "units: skipped: $HERE/systemd is missing"
+        return
+    fi
+    mkdir -p "$SYSTEMD_UNIT_DIR"
+    local unit
+    for unit in "${UNITS[@]}"; do
+        sed -e "s|/opt/nvhook|$PREFIX|g" -e "s|/var/run/cdi|$CDI_DIR|g" "$HERE/systemd/$unit" \
+            >"$SYSTEMD_UNIT_DIR/$unit.tmp"
+        chmod 0644 "$SYSTEMD_UNIT_DIR/$unit.tmp"
+        mv "$SYSTEMD_UNIT_DIR/$unit.tmp" "$SYSTEMD_UNIT_DIR/$unit"
+    done
+    if systemd_runs; then
+        systemctl daemon-reload
+        systemctl enable nvhook-cdi-refresh.service
+        systemctl enable --now nvhook-cdi-refresh.path
+        say "units: installed and enabled in $SYSTEMD_UNIT_DIR"
+    else
+        say "units: installed in $SYSTEMD_UNIT_DIR; systemd is not running here: run" \
+            "\`systemctl enable nvhook-cdi-refresh.service; systemctl enable --now" \
+            "nvhook-cdi-refresh.path\` where it does"
+    fi
+}
+
+# reload_engine: containerd has no reload; restart it where systemd runs it.
+reload_engine() {
+    if systemd_runs && systemctl is-active --quiet containerd; then
+        say "engine: restarting containerd"
+        systemctl restart containerd
+    else
+        say "engine: restart containerd to load the change (it has no reload)"
+    fi
+}
+
+step_engine() {
+    if [[ "$ENGINE" == none ]]; then
+        say "engine: skipped (ENGINE=none)"
+        return
+    fi
+    local configure=("$PREFIX/bin/nvhook" runtime configure --runtime containerd
+        --config "$CONTAINERD_CONFIG" --name "$RUNTIME_NAME"
+        --runtime-path "$PREFIX/bin/nvhook-runtime" --backup-dir "$BACKUP_DIR")
+    local diff
+    diff="$("${configure[@]}" --dry-run)"
+    "${configure[@]}" >&2
+    if [[ -z "$diff" ]]; then
+        say "engine: $CONTAINERD_CONFIG already has the '$RUNTIME_NAME' runtime"
+        return
+    fi
+    say "engine: added the '$RUNTIME_NAME' runtime to $CONTAINERD_CONFIG"
+    reload_engine
+}
+
+# ---------------------------------------------------------------------------- uninstall steps
+
+unstep_engine() {
+    if [[ "$ENGINE" == none ]]; then
+        say "engine: skipped (ENGINE=none)"
+        return
+    fi
+    if [[ ! -x "$PREFIX/bin/nvhook" ]]; then
+        say "engine: $PREFIX/bin/nvhook is missing, so $CONTAINERD_CONFIG is left as it is;" \
+            "the originals of what nvhook changed are in $BACKUP_DIR"
+        return
+    fi
+    local unconfigure=("$PREFIX/bin/nvhook" runtime unconfigure --runtime containerd
+        --config "$CONTAINERD_CONFIG" --backup-dir "$BACKUP_DIR")
+    local diff
+    diff="$("${unconfigure[@]}" --dry-run)"
+    "${unconfigure[@]}" >&2
+    rmdir "$BACKUP_DIR" 2>/dev/null || true
+    if [[ -n "$diff" ]]; then
+        say "engine: $CONTAINERD_CONFIG is as it was before install"
+        reload_engine
+    fi
+}
+
+unstep_units() {
+    local unit present=0
+    for unit in "${UNITS[@]}"; do
+        [[ -e "$SYSTEMD_UNIT_DIR/$unit" ]] && present=1
+    done
+    ((present)) || return 0
+    if systemd_runs; then
+        systemctl disable --now nvhook-cdi-refresh.path nvhook-cdi-refresh.service
+    fi
+    for unit in "${UNITS[@]}"; do
+        rm -f "$SYSTEMD_UNIT_DIR/$unit"
+    done
+    if systemd_runs; then
+        systemctl daemon-reload
+    fi
+    say "units: removed from $SYSTEMD_UNIT_DIR"
+}
+
+unstep_cdi() {
+    local spec="$CDI_DIR/$CDI_SPEC"
+    [[ -e "$spec" ]] || return 0
+    if grep -qF "$PREFIX/bin/nvhook-hook" "$spec"; then
+        rm -f "$spec"
+        say "cdi: removed $spec"
+    else
+        say "cdi: kept $spec: it does not name $PREFIX/bin/nvhook-hook, so another tool wrote it"
+    fi
+}
+
+unstep_config() {
+    local target="$SYSCONFDIR/config.toml"
+    [[ -e "$target" ]] || return 0
+    if [[ -f "$CONFIG_TEMPLATE" ]] && cmp -s "$CONFIG_TEMPLATE" "$target"; then
+        rm -f "$target"
+        rmdir "$SYSCONFDIR" 2>/dev/null || true
+        say "config: removed $target"
+    else
+        say "config: kept $target: it differs from the one install writes"
+    fi
+}
+
+unstep_venv() {
+    if ours; then
+        rm -rf "$PREFIX"
+        say "venv: removed $PREFIX"
+    elif [[ -e "$PREFIX" ]]; then
+        say "venv: kept $PREFIX: this installer did not make it (no $MARKER in it)"
+    fi
+}
+
+main() {
+    local command="${1:-}"
+    (($# <= 1)) || {
+        usage >&2
+        exit 2
+    }
+    case "$command" in
+        install)
+            check_settings
+            step_venv
+            step_config
+            step_cdi
+            step_units
+            step_engine
+            say "installed"
+            ;;
+        uninstall)
+            check_settings
+            unstep_engine
+            unstep_units
+            unstep_cdi
+            unstep_config
+            unstep_venv
+            say "uninstalled"
+            ;;
+        -h | --help | help) usage ;;
+        *)
+            usage >&2
+            exit 2
+            ;;
+    esac
+}
+
+main "$@"
