@@ -56,6 +56,7 @@ __all__ = [
     "CONF_PATH",
     "INCLUDE_LINE",
     "LDCONFIG_CANDIDATES",
+    "LDCONFIG_MAX_DATA",
     "LDCONFIG_TIMEOUT_S",
     "LD_SO_CACHE",
     "LD_SO_CONF",
@@ -79,6 +80,12 @@ LDCONFIG_CANDIDATES: tuple[str, ...] = (
     "/usr/sbin/ldconfig",
 )
 LDCONFIG_TIMEOUT_S = 60.0
+#: ldconfig's memory (RLIMIT_DATA, set in the child before exec). It reads files the image
+#: chose: a ``*.conf`` in ld.so.conf.d that is (a link to) ``/dev/zero`` is one "line" that
+#: never ends, and ldconfig would grow until the container's memory limit or the host's OOM
+#: killer stopped it. glibc's ldconfig treats the failed allocation as the end of that file.
+#: It needs a few MiB for thousands of libraries.
+LDCONFIG_MAX_DATA = 256 << 20
 
 _CLONE_NEWNS = 0x00020000
 _MS_REC = 0x4000
@@ -243,6 +250,7 @@ def _run(argv: list[str], *, rootfs: str, detach: list[str], timeout: float) -> 
                 stderr=subprocess.STDOUT,
                 timeout=timeout,
                 close_fds=True,
+                preexec_fn=_memory_limiter(),
                 check=False,
             )
         except subprocess.TimeoutExpired:
@@ -256,6 +264,7 @@ def _run(argv: list[str], *, rootfs: str, detach: list[str], timeout: float) -> 
 def _run_isolated(
     argv: list[str], *, detach: list[str], rootfs: str, timeout: float
 ) -> tuple[int, str]:
+    limit_memory = _memory_limiter()
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
@@ -271,6 +280,7 @@ def _run_isolated(
             left = procfs_mounts_under(rootfs)
             if left:
                 raise OSError(errno.EBUSY, f"procfs still mounted at {', '.join(left)}")
+            limit_memory()
             os.execve(argv[0], argv, {})
         except BaseException as e:
             try:
@@ -316,6 +326,25 @@ def _read_until(fd: int, timeout: float) -> str | None:
         if not chunk:
             return b"".join(chunks).decode("utf-8", "replace")
         chunks.append(chunk)
+
+
+def _memory_limiter() -> Callable[[], None]:
+    """A function for the child, before exec: lower RLIMIT_DATA to :data:`LDCONFIG_MAX_DATA`
+    (never raise it). Everything is imported and read here, in the parent, before the fork."""
+    import resource
+
+    def capped(value: int) -> int:
+        if value == resource.RLIM_INFINITY or value > LDCONFIG_MAX_DATA:
+            return LDCONFIG_MAX_DATA
+        return value
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    limits = (capped(soft), capped(hard))
+
+    def apply() -> None:  # pragma: no cover - runs in the child
+        resource.setrlimit(resource.RLIMIT_DATA, limits)
+
+    return apply
 
 
 def _private_mounts(detach: list[str]) -> None:  # pragma: no cover - runs in the child

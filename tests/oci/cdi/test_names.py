@@ -52,7 +52,7 @@ def test_parse_valid_and_invalid_splits(device: str, expected: tuple[str, str, s
     ("device", "message"),
     [
         ("", "a device name cannot be empty or start with '/'"),
-        ("gpu0", 'unqualified device "gpu0": expected vendor/class=name (no \'=name\' part)'),
+        ("gpu0", "unqualified device \"gpu0\": expected vendor/class=name (no '=name' part)"),
         ("/dev/nvidia0", "cannot be empty or start with '/'"),
         ("nvidia.com/gpu", "no '=name' part"),
         ("nvidia.com/gpu=", "empty name after '='"),
