@@ -1,0 +1,84 @@
+"""The launchers: absolute interpreter, isolated, immune to the caller's Python environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvhook.entrypoints import ENTRYPOINTS, import_paths, install_entrypoints, launcher_text
+
+BIN = Path(sys.executable).parent
+
+
+def test_launcher_text_is_absolute_and_isolated() -> None:
+    entry = ENTRYPOINTS[0]
+    text = launcher_text(entry, "/opt/nvhook/bin/python", ["/opt/nvhook/lib/site"])
+    first = text.splitlines()[0]
+    assert first == "#!/opt/nvhook/bin/python -IS"
+    assert "sys.path.extend(['/opt/nvhook/lib/site'])" in text
+    with pytest.raises(ValueError, match="absolute"):
+        launcher_text(entry, "python3", [])
+
+
+def test_import_paths_are_those_of_site() -> None:
+    paths = import_paths(sys.executable)
+    import site
+
+    for directory in site.getsitepackages():
+        if os.path.isdir(directory):
+            assert directory in paths
+
+
+def test_installed_launchers_run_from_another_directory(tmp_path: Path) -> None:
+    written = install_entrypoints(str(tmp_path / "bin"), sys.executable)
+    assert sorted(p.name for p in written) == ["nvhook-hook", "nvhook-runtime"]
+    for path in written:
+        assert os.access(path, os.X_OK)
+        assert path.read_text().startswith(f"#!{sys.executable} -IS\n")
+    hook = subprocess.run(
+        [str(tmp_path / "bin" / "nvhook-hook")], capture_output=True, text=True, env={}
+    )
+    assert hook.returncode == 2 and "usage" in hook.stderr.lower()
+
+
+def test_runtime_ignores_the_callers_python_environment(tmp_path: Path) -> None:
+    """PYTHONPATH, PYTHONHOME, PYTHONSTARTUP, a user site and a shadowing module change nothing."""
+    if shutil.which("runc") is None and not Path("/usr/sbin/runc").exists():
+        pytest.skip("runc is not installed: the pass-through has nothing to exec")
+    marker = tmp_path / "marker"
+    evil = tmp_path / "evil"
+    for module in ("nvhook", "oci"):
+        (evil / module).mkdir(parents=True)
+        payload = f"open({str(marker)!r}, 'w').write('{module}')\n"
+        (evil / module / "__init__.py").write_text(payload)
+    (evil / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('site')\n")
+    (evil / "startup.py").write_text(f"open({str(marker)!r}, 'w').write('startup')\n")
+    home = tmp_path / "home"
+    user_site = home / ".local/lib/python3.11/site-packages/nvhook"
+    user_site.mkdir(parents=True)
+    (user_site / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('user')\n")
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "PYTHONPATH": str(evil),
+        "PYTHONHOME": str(tmp_path / "no-such-home"),
+        "PYTHONSTARTUP": str(evil / "startup.py"),
+        "PYTHONUSERBASE": str(home / ".local"),
+        "NVHOOK_CONFIG": str(tmp_path / "config.toml"),
+        "NVHOOK_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    (tmp_path / "config.toml").write_text('[runtime]\nlog_file = ""\n')
+    result = subprocess.run(
+        [str(BIN / "nvhook-runtime"), "--version"], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("runc version")
+    assert not marker.exists(), f"the caller's environment ran code: {marker.read_text()}"
+    # the control: the same environment does run the payload in a plain interpreter
+    subprocess.run([sys.executable, "-c", "import nvhook"], env={**env, "PYTHONHOME": ""})
+    assert marker.exists()
