@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from nvhook.cli.options import host_options
+
 __all__ = ["generate"]
 
 _SUFFIX_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
@@ -50,23 +52,7 @@ def _capabilities(value: str | None) -> tuple[str, ...] | None:
 
 
 @click.command("generate")
-@click.option(
-    "--root",
-    default="/",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="The host's root: /proc/driver/nvidia and IPC sockets are read under it.",
-)
-@click.option(
-    "--driver-root",
-    type=click.Path(file_okay=False),
-    help="Where the driver's libraries and binaries are (default: --root).",
-)
-@click.option(
-    "--dev-root",
-    type=click.Path(file_okay=False),
-    help="Where the /dev/nvidia* nodes are (default: --root).",
-)
+@host_options
 @click.option(
     "--output",
     "-o",

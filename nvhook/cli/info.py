@@ -6,27 +6,13 @@ import json
 
 import click
 
+from nvhook.cli.options import host_options
+
 __all__ = ["info"]
 
 
 @click.command()
-@click.option(
-    "--root",
-    default="/",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="The host's root: /proc/driver/nvidia and IPC sockets are read under it.",
-)
-@click.option(
-    "--driver-root",
-    type=click.Path(file_okay=False),
-    help="Where the driver's libraries and binaries are (default: --root).",
-)
-@click.option(
-    "--dev-root",
-    type=click.Path(file_okay=False),
-    help="Where the /dev/nvidia* nodes are (default: --root).",
-)
+@host_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def info(root: str, driver_root: str | None, dev_root: str | None, as_json: bool) -> None:
     """Show the driver and CUDA versions, the GPUs and MIG devices, and per driver
