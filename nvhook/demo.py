@@ -75,7 +75,7 @@ def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
         echo(f"== 3. not starting a container: {why_not}; showing the edits instead")
 
     echo("== 4. why: nvhook explain --bundle " + bundle)
-    return _explain(bundle, config, echo)
+    return _explain(bundle, config, f"{workdir}/cache", echo)
 
 
 def _cannot_run() -> str | None:
@@ -120,10 +120,12 @@ def _rootfs(path: str) -> None:
         f.write("root:x:0:0:root:/root:/bin/sh\n")
 
 
-def _explain(bundle: str, config: str, echo: Callable[[str], None]) -> int:
+def _explain(bundle: str, config: str, cache_dir: str, echo: Callable[[str], None]) -> int:
     from nvhook.explain import explain, render_text
+    from nvhook.settings import load_settings
 
-    report = explain(bundle, config_path=config)
+    settings = load_settings(config, cache_dir=cache_dir)
+    report = explain(bundle, config_path=config, settings=settings)
     for line in render_text(report).splitlines():
         echo(f"   {line}")
     return 0

@@ -172,8 +172,11 @@ def config_path() -> tuple[str, bool]:
     return DEFAULT_CONFIG_PATH, False
 
 
-def load_settings(path: str | None = None) -> dict[str, Any]:
-    """The settings: defaults overlaid with the config file, validated (cached by file identity)."""
+def load_settings(path: str | None = None, *, cache_dir: str | None = None) -> dict[str, Any]:
+    """The settings: defaults overlaid with the config file, validated (cached by file identity).
+
+    The cache goes to ``cache_dir``, else ``$NVHOOK_CACHE_DIR``, else ``/run/nvhook``.
+    """
     explicit = path is not None
     if path is None:
         path, explicit = config_path()
@@ -186,7 +189,7 @@ def load_settings(path: str | None = None) -> dict[str, Any]:
     except OSError as e:
         _fail(f"{path}: cannot read configuration file: {e.strerror}")
     key = (_CACHE_FORMAT, os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
-    cache_file = _cache_file(key[1])
+    cache_file = _cache_file(key[1], cache_dir)
     cached = _read_cache(cache_file, key)
     if cached is not None:
         return cached
@@ -241,8 +244,8 @@ def _check(path: str, key: str, value: object) -> object:
     return value
 
 
-def _cache_file(config_abspath: str) -> str:
-    directory = os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR
+def _cache_file(config_abspath: str, cache_dir: str | None = None) -> str:
+    directory = cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR
     tag = format(abs(hash_path(config_abspath)), "x")
     return os.path.join(directory, f"config-{tag}.marshal")
 
