@@ -33,11 +33,17 @@ INSIDE = (
 
 
 def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
+    from nvhook.errors import MockError
     from nvhook.mock import create
+    from nvhook.mock.layout import DATA_DIR
 
     os.makedirs(workdir, exist_ok=True)
     root = os.path.join(workdir, "host")
     echo(f"== 1. a mock {PROFILE} host at {root}")
+    if os.path.lexists(root):
+        if not os.path.isfile(os.path.join(root, DATA_DIR, "profile.json")):
+            raise MockError(f"{root} exists and is not a mock machine: choose another --dir")
+        shutil.rmtree(root)  # the previous run's mock host: lay it out afresh
     machine = create(PROFILE, root)
     echo(f"   {len(os.listdir(os.path.join(root, 'proc/driver/nvidia/gpus')))} GPUs in /proc")
 

@@ -43,3 +43,22 @@ def test_demo_without_containers_shows_the_edits(
     assert "/dev/nvidia0  c 195:0" in out and "/dev/nvidia3  c 195:3" in out
     assert "/dev/nvidia1 " not in out
     assert "Result: config.json would be edited" in out
+
+
+def test_demo_runs_again_in_the_same_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nvhook.demo, "_cannot_run", lambda: "not root (runc needs root here)")
+    assert main(["demo", "--dir", str(tmp_path)]) == 0
+    assert main(["demo", "--dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("/dev/nvidia3  c 195:3") == 2
+
+
+def test_demo_refuses_a_host_dir_that_is_not_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "host").mkdir()
+    (tmp_path / "host" / "precious").write_text("keep me")
+    assert main(["demo", "--dir", str(tmp_path)]) != 0
+    assert "is not a mock machine" in capsys.readouterr().err
+    assert (tmp_path / "host" / "precious").read_text() == "keep me"
