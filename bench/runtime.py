@@ -20,7 +20,10 @@ Cases, on the ``dgx-a100`` mock machine (laid out in a temporary directory):
 - ``create`` with ``NVIDIA_VISIBLE_DEVICES=1`` and ``=all``, each in mode ``jit`` (the host
   discovered through procfs) and mode ``cdi`` (``nvidia.com/gpu=1``/``=all`` from a spec
   shaped like ``nvhook cdi generate``'s, built here from the jit edits: common edits at the
-  spec level, a device per GPU index, UUID and MIG device, and ``all``).
+  spec level, a device per GPU index, UUID and MIG device, and ``all``);
+- ``create`` with ``NVIDIA_VISIBLE_DEVICES=1`` in mode ``cdi`` with 1,000 other specs beside
+  that one (one per DRA claim, another kind), older than the index's racy window
+  (:data:`oci.cdi.registry.RACY_NS`), so later runs read them from the index.
 
 config.json is restored from a pristine copy before every run, outside the timed region.
 The settings cache is warmed first, and ``oci``/``nvhook`` are byte-compiled with
@@ -29,7 +32,8 @@ leave new modules uncompiled and charge their compilation to every run).
 
 ``--profile`` then shows where a create with GPUs spends its time: ``-X importtime``
 (modules by cumulative import time) and cProfile (functions by cumulative time), for the
-1-GPU jit and cdi cases. The machine is shared and noisy: compare rows of one run.
+1-GPU jit and cdi cases (the crowded one too). The machine is shared and noisy: compare rows
+of one run.
 """
 
 from __future__ import annotations
@@ -80,6 +84,9 @@ int main(int argc, char **argv) {
 
 #: The modes a case runs the shim in; each gets a config file of its own.
 MODES = ("auto", "jit", "cdi")
+#: A config of its own: mode cdi over a spec directory that also holds OTHER_SPECS claim specs.
+CDI_CROWDED = "cdi-crowded"
+OTHER_SPECS = 1000
 
 
 @dataclass
@@ -229,18 +236,46 @@ def cdi_spec(machine: Path) -> dict[str, Any]:
     }
 
 
+def other_spec(i: int) -> dict[str, Any]:
+    """A spec like a DRA driver's for one claim: one device, a few edits, another kind."""
+    uid = f"{i:08x}-0000-4000-8000-{i:012x}"
+    return {
+        "cdiVersion": "0.5.0",
+        "kind": "k8s.gpu.example.com/claim",
+        "devices": [
+            {
+                "name": f"{uid}-gpu-0",
+                "containerEdits": {
+                    "env": [f"CLAIM_UID={uid}"],
+                    "deviceNodes": [{"path": f"/dev/example{i % 8}"}],
+                },
+            }
+        ],
+    }
+
+
 def prepare(work: Path, shim: str) -> Setup:
     from nvhook.mock import create
+    from oci.cdi.registry import RACY_NS
 
+    crowded_dir = work / "cdi-crowded"
+    crowded_dir.mkdir()
+    for i in range(OTHER_SPECS):
+        name = f"k8s.gpu.example.com-claim_{i:04}.json"
+        (crowded_dir / name).write_text(json.dumps(other_spec(i), indent=2))
+    settled_at = time.monotonic() + RACY_NS / 1e9
     machine = work / "machine"
     create(PROFILE, machine, nodes="auto")
     noop, noop_kind = build_noop(work)
     cdi_dir = work / "cdi"
     cdi_dir.mkdir()
-    (cdi_dir / "nvidia.json").write_text(json.dumps(cdi_spec(machine), indent=2))
+    gpu_spec = json.dumps(cdi_spec(machine), indent=2)
+    (cdi_dir / "nvidia.json").write_text(gpu_spec)
+    (crowded_dir / "nvidia.json").write_text(gpu_spec)
     configs = {}
-    for mode in MODES:
-        path = work / f"config-{mode}.toml"
+    for name, mode, spec_dir in [*((m, m, cdi_dir) for m in MODES),
+                                 (CDI_CROWDED, "cdi", crowded_dir)]:  # fmt: skip
+        path = work / f"config-{name}.toml"
         path.write_text(
             "[runtime]\n"
             f"runtimes = [{json.dumps(noop)}]\n"
@@ -249,14 +284,15 @@ def prepare(work: Path, shim: str) -> Setup:
             "[host]\n"
             f"root = {json.dumps(str(machine))}\n"
             "[cdi]\n"
-            f"spec_dirs = [{json.dumps(str(cdi_dir))}]\n"
+            f"spec_dirs = [{json.dumps(str(spec_dir))}]\n"
         )
-        configs[mode] = path
+        configs[name] = path
     env_base = {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "NVHOOK_CACHE_DIR": str(work / "cache"),
     }
     measure = build_c(work, "measure", MEASURE_C)
+    time.sleep(max(0.0, settled_at - time.monotonic()))  # the crowded specs count as settled
     return Setup(work, shim, noop, noop_kind, measure, machine, configs, env_base)
 
 
@@ -274,6 +310,7 @@ def make_cases(setup: Setup) -> list[Case]:
         ("create 1 GPU, cdi", "1", 30, "cdi", 1),
         ("create all (8), jit", "all", 30, "jit", 8),
         ("create all (8), cdi", "all", 30, "cdi", 8),
+        (f"create 1 GPU, cdi, {OTHER_SPECS} other specs", "1", 30, CDI_CROWDED, 1),
     ]
     spec = pristine_spec()
     for n, (name, visible, budget, mode, gpus) in enumerate(creates):
@@ -383,19 +420,19 @@ def report(setup: Setup, cases: list[Case], runs: int) -> None:
     print(f"  cpus {os.cpu_count()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print()
     floor = statistics.median(next(c for c in cases if c.name == "python -I -c pass").shim_ms)
-    header = (f"{'case':<22} {'ms':>6} {'direct':>7} {'overhead':>9} {'budget':>7}  "
+    header = (f"{'case':<36} {'ms':>6} {'direct':>7} {'overhead':>9} {'budget':>7}  "
               f"{'':<4}  {'-floor':>6}  {'peak RSS':>9} {'budget':>7}")  # fmt: skip
     print(header)
     print("-" * len(header))
     for case in cases:
         shim = statistics.median(case.shim_ms)
         if case.budget_ms is None:
-            line = f"{case.name:<22} {shim:>6.1f} {'-':>7} {'-':>9} {'-':>7}  {'':<4}  {'-':>6}"
+            line = f"{case.name:<36} {shim:>6.1f} {'-':>7} {'-':>9} {'-':>7}  {'':<4}  {'-':>6}"
         else:
             direct = statistics.median(case.direct_ms)
             overhead = shim - direct
             verdict = "PASS" if overhead <= case.budget_ms else "OVER"
-            line = (f"{case.name:<22} {shim:>6.1f} {direct:>7.1f} {overhead:>9.1f} "
+            line = (f"{case.name:<36} {shim:>6.1f} {direct:>7.1f} {overhead:>9.1f} "
                     f"{case.budget_ms:>5.0f}ms  {verdict:<4}  {shim - floor:>6.1f}")  # fmt: skip
         if case.rss_kb:
             rss = max(case.rss_kb) / 1024
@@ -500,7 +537,7 @@ def main() -> None:
         if args.profile:
             print()
             for case in cases:
-                if case.name in ("create 1 GPU, jit", "create 1 GPU, cdi"):
+                if case.name.startswith(("create 1 GPU, jit", "create 1 GPU, cdi")):
                     importtime(setup, case)
                     cprofile(setup, case)
     finally:

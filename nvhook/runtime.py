@@ -7,7 +7,9 @@ write, so a failure leaves config.json byte-identical.
 
 Modes (``runtime.mode``):
 
-- ``cdi``: qualified CDI names are resolved through the CDI registry; plain ids
+- ``cdi``: qualified CDI names are resolved through the CDI registry
+  (:func:`oci.cdi.registry.resolve`, whose index of the spec files is kept in
+  ``$NVHOOK_CACHE_DIR``, default ``/run/nvhook``, beside the settings); plain ids
   from ``NVIDIA_VISIBLE_DEVICES`` become names of ``cdi.default_kind``
   (``0`` → ``nvidia.com/gpu=0``, ``all`` → ``nvidia.com/gpu=all``), the names
   that ``nvhook cdi generate`` writes;
@@ -79,10 +81,14 @@ def edits_for(requests: Requests, settings: dict[str, Any]) -> tuple[str, Edits]
     """The mode chosen for ``requests`` and the edits it gives."""
     mode = choose_mode(settings["runtime.mode"], requests)
     if mode == "cdi":
-        from oci.cdi.registry import Registry
+        import os
+
+        from nvhook.settings import CACHE_ENV, DEFAULT_CACHE_DIR
+        from oci.cdi.registry import resolve
 
         names = cdi_names(requests, settings["cdi.default_kind"])
-        return mode, Registry(settings["cdi.spec_dirs"]).resolve(names)
+        cache_dir = os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR
+        return mode, resolve(settings["cdi.spec_dirs"], names, cache_dir=cache_dir)
     from nvhook.jit import Host, plan
 
     return mode, plan(requests, Host.from_settings(settings)).edits

@@ -10,6 +10,14 @@ import pytest
 pytest_plugins = ["tests.support.containers"]
 
 
+@pytest.fixture(autouse=True)
+def _private_nvhook_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Settings and CDI index caches go to a temp dir, never the host's /run/nvhook."""
+    monkeypatch.setenv("NVHOOK_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "nvhook-cache"))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-golden",

@@ -11,11 +11,37 @@
   the reference ``InjectDevices`` does, a spec's own edits are added once,
   before the edits of the first requested device it defines, and devices
   follow in request order. Unresolvable names fail together in one error.
+
+:func:`resolve` gives the same answers as ``Registry(dirs).resolve(names)``
+without parsing every file (DESIGN.md D5: nodes with DRA drivers hold a spec per
+claim). It lists the directories and stats each spec file, and keeps an *index*
+of what each file defines, keyed by the file's identity ``(st_dev, st_ino,
+st_size, st_mtime_ns, st_ctime_ns)``: ``("ok", kind, device names)`` or
+``("error", message, ())``. Only new or changed files are parsed, plus the files
+whose definitions win for the requested names: edits always come from the file
+itself, never from the index, which only decides which files to read.
+
+- ctime is in the key because ``os.utime`` cannot set it: an in-place edit that
+  keeps the size and restores the mtime still changes the key.
+- A file is remembered only when its identity is the same before and after it
+  is parsed, and when it last changed more than :data:`RACY_NS` before the scan
+  began: a change within the same timestamp tick (a jiffy; a second on some
+  filesystems) would not change the key, so recent files are parsed again.
+- The index is kept in ``cache_dir`` (marshal), one file per list of spec
+  directories: ``{directory: {file name: (st_dev, st_ino, st_size, st_mtime_ns,
+  st_ctime_ns, "ok" or "error", kind or message, device names)}}``, written
+  atomically (temp file and rename) and only when it changed. A missing,
+  unreadable, corrupt, foreign-owned or stale index is ignored (a malformed
+  record: its file is parsed); one that cannot be written is not an error.
 """
 
 from __future__ import annotations
 
+import marshal
 import os
+import sys
+import time
+from stat import S_ISREG
 
 from oci._frozen import Frozen
 from oci.cdi.edits import Edits
@@ -29,8 +55,16 @@ if TYPE_CHECKING:
     from typing import TypeAlias
 
     SpecLoader: TypeAlias = Callable[[str], Spec]
+    #: ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)``
+    Ident: TypeAlias = tuple[int, int, int, int, int]
+    #: ``("ok", kind, device names)`` or ``("error", message, ())``
+    Entry: TypeAlias = tuple[str, str, tuple[str, ...]]
+    #: ident and entry in one flat tuple, as the index file keeps it
+    Record: TypeAlias = tuple[int, int, int, int, int, str, str, tuple[str, ...]]
+    #: ``{directory: {file name: record}}``
+    Index: TypeAlias = dict[str, dict[str, Record]]
 
-__all__ = ["DEFAULT_SPEC_DIRS", "SPEC_SUFFIXES", "Definition", "Registry"]
+__all__ = ["DEFAULT_SPEC_DIRS", "RACY_NS", "SPEC_SUFFIXES", "Definition", "Registry", "resolve"]
 
 DEFAULT_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
 SPEC_SUFFIXES: tuple[str, ...] = (".json", ".yaml", ".yml")
@@ -80,18 +114,11 @@ class Registry:
 
     def resolve(self, names: Iterable[str]) -> Edits:
         """The edits that inject ``names`` (qualified ``vendor/class=name`` each)."""
-        requested = list(dict.fromkeys(names))
-        malformed: list[str] = []
-        for name in requested:
-            try:
-                parse_qualified_name(name)
-            except CdiNameError as e:
-                malformed.append(str(e))
-        if malformed:
-            raise CdiNameError("; ".join(malformed))
+        requested = _checked_names(names)
         unresolved = [n for n in requested if n not in self._devices]
         if unresolved:
-            raise CdiResolveError(self._unresolved_message(unresolved), names=tuple(unresolved))
+            message = _unresolved_message(unresolved, self.spec_dirs, self._errors)
+            raise CdiResolveError(message, names=tuple(unresolved))
         edits = Edits()
         seen_specs: set[int] = set()
         for name in requested:
@@ -101,17 +128,6 @@ class Registry:
                 edits = edits + definition.spec.edits
             edits = edits + definition.device.edits
         return edits
-
-    def _unresolved_message(self, unresolved: list[str]) -> str:
-        quoted = ", ".join(repr(n) for n in unresolved)
-        noun = "device" if len(unresolved) == 1 else "devices"
-        msg = f"unresolvable CDI {noun} {quoted}: not defined in any spec in " + ", ".join(
-            self.spec_dirs
-        )
-        if self._errors:
-            bad = sorted(self._errors)
-            msg += f" (problems in {len(bad)} file(s), see `nvhook cdi list`: {', '.join(bad)})"
-        return msg
 
     def _scan(self) -> None:
         candidates: dict[str, list[Definition]] = {}
@@ -143,26 +159,292 @@ class Registry:
                 )
 
     def _spec_files(self, directory: str) -> list[str]:
+        files, problem = _list_spec_files(directory)
+        if problem is not None:
+            self._errors.setdefault(directory, []).append(problem)
+        return [path for path, _, _ in files]
+
+
+def _checked_names(names: Iterable[str]) -> list[str]:
+    """``names`` without repeats, in order; every malformed one fails together."""
+    requested = list(dict.fromkeys(names))
+    malformed: list[str] = []
+    for name in requested:
         try:
-            with os.scandir(directory) as it:
-                entries = sorted(e.name for e in it)
-        except FileNotFoundError:
-            return []
-        except NotADirectoryError:
-            self._errors.setdefault(directory, []).append(
-                f"{directory}: CDI spec directory is not a directory"
-            )
-            return []
-        except OSError as e:
-            self._errors.setdefault(directory, []).append(
-                f"{directory}: cannot read CDI spec directory: {e.strerror or e}"
-            )
-            return []
-        files = []
-        for name in entries:
+            parse_qualified_name(name)
+        except CdiNameError as e:
+            malformed.append(str(e))
+    if malformed:
+        raise CdiNameError("; ".join(malformed))
+    return requested
+
+
+def _unresolved_message(
+    unresolved: Sequence[str], spec_dirs: Sequence[str], problems: Iterable[str]
+) -> str:
+    quoted = ", ".join(repr(n) for n in unresolved)
+    noun = "device" if len(unresolved) == 1 else "devices"
+    msg = f"unresolvable CDI {noun} {quoted}: not defined in any spec in " + ", ".join(spec_dirs)
+    bad = sorted(set(problems))
+    if bad:
+        msg += f" (problems in {len(bad)} file(s), see `nvhook cdi list`: {', '.join(bad)})"
+    return msg
+
+
+def _list_spec_files(
+    directory: str,
+) -> tuple[list[tuple[str, str, os.stat_result]], str | None]:
+    """The regular ``.json/.yaml/.yml`` files of ``directory`` (links followed), by name:
+    path, name and ``stat``; and a problem with the directory (None: missing is empty)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return [], None
+    except NotADirectoryError:
+        return [], f"{directory}: CDI spec directory is not a directory"
+    except OSError as e:
+        return [], f"{directory}: cannot read CDI spec directory: {e.strerror or e}"
+    files = []
+    prefix = os.path.join(directory, "")  # what os.path.join(directory, name) puts first
+    try:
+        for name in sorted(os.listdir(fd)):
             if not name.endswith(SPEC_SUFFIXES):
                 continue
-            path = os.path.join(directory, name)
-            if os.path.isfile(path):
-                files.append(path)
-        return files
+            try:
+                st = os.stat(name, dir_fd=fd)
+            except OSError:  # a dangling link, or gone since listed: not a file
+                continue
+            if S_ISREG(st.st_mode):
+                files.append((prefix + name, name, st))
+    except OSError as e:
+        return [], f"{directory}: cannot read CDI spec directory: {e.strerror or e}"
+    finally:
+        os.close(fd)
+    return files, None
+
+
+# --------------------------------------------------------------------------- indexed resolution
+
+#: A file whose ctime (or mtime) is less than this many ns before a scan is parsed
+#: but not remembered: a later change within one timestamp tick would keep its key.
+#: Two seconds cover filesystems with whole-second timestamps plus a jiffy.
+RACY_NS = 2_000_000_000
+_INDEX_FORMAT = 1
+
+
+def resolve(
+    spec_dirs: Sequence[str],
+    names: Iterable[str],
+    *,
+    cache_dir: str | None = None,
+    loader: SpecLoader = load_spec,
+) -> Edits:
+    """What ``Registry(spec_dirs).resolve(names)`` gives, parsing only what it must.
+
+    ``cache_dir`` keeps the index between calls (None: nothing is kept, every
+    file is parsed once). ``loader`` reads one spec file (tests count its calls).
+    """
+    dirs = tuple(spec_dirs)
+    requested = _checked_names(names)
+    if not requested:
+        return Edits()
+    index_file = _index_file(cache_dir, dirs) if cache_dir else None
+    old = _read_index(index_file, dirs) if index_file is not None else {}
+    scan = _IndexedScan(dirs, old, {name.partition("=")[0] for name in requested}, loader)
+    while True:
+        winners, unresolved = scan.decide(requested)
+        unread = [p for p in dict.fromkeys(winners.values()) if p not in scan.parsed]
+        if unresolved or not unread:
+            break
+        for path in unread:  # their entries may change if the files did: decide again
+            scan.parse(path)
+    if index_file is not None and scan.index != old:
+        _write_index(index_file, dirs, scan.index)
+    if unresolved:
+        message = _unresolved_message(unresolved, dirs, scan.problems())
+        raise CdiResolveError(message, names=tuple(unresolved))
+    edits = Edits()
+    seen: set[str] = set()
+    for name in requested:
+        path = winners[name]
+        spec = scan.specs[path]
+        if path not in seen:
+            seen.add(path)
+            edits = edits + spec.edits
+        device = spec.device(name.partition("=")[2])
+        assert device is not None  # the entry was made from this very spec
+        edits = edits + device.edits
+    return edits
+
+
+class _IndexedScan:
+    """The spec files of ``dirs`` and what each defines: from the index when unchanged."""
+
+    def __init__(
+        self, dirs: tuple[str, ...], old: Index, kinds: set[str], loader: SpecLoader
+    ) -> None:
+        self._kinds = kinds
+        self._loader = loader
+        self._settled_before = time.time_ns() - RACY_NS
+        self.files: list[tuple[int, str]] = []  # (priority, path), in scan order
+        self.entries: dict[str, Entry] = {}
+        self.index: Index = {}  # what to remember: settled, unchanged while parsed
+        self.specs: dict[str, Spec] = {}  # parsed in this call, of a requested kind
+        self.parsed: set[str] = set()
+        self.bad_dirs: list[str] = []
+        self._idents: dict[str, tuple[Ident, dict[str, Record], str]] = {}
+        for priority, directory in enumerate(dirs):
+            listed, problem = _list_spec_files(directory)
+            if problem is not None:
+                self.bad_dirs.append(directory)
+            known = old.get(directory)
+            if type(known) is not dict:
+                known = {}
+            remembered = self.index.setdefault(directory, {})
+            for path, name, st in listed:
+                self.files.append((priority, path))
+                if path in self._idents:  # a directory listed twice
+                    continue
+                ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                self._idents[path] = (ident, remembered, name)
+                record = known.get(name)
+                if type(record) is tuple and len(record) == 8 and record[:5] == ident:
+                    entry = _checked_entry(record[5:])
+                    if entry is not None:
+                        self.entries[path] = entry
+                        remembered[name] = record
+                        continue
+                self.parse(path)
+
+    def parse(self, path: str) -> None:
+        """Parse one file: its entry for this call, and for the index if it held still."""
+        ident, remembered, name = self._idents[path]
+        self.parsed.add(path)
+        self.specs.pop(path, None)
+        entry: Entry
+        try:
+            spec = self._loader(path)
+        except CdiError as e:
+            entry = ("error", str(e), ())
+        else:
+            entry = ("ok", sys.intern(spec.kind), tuple(d.name for d in spec.devices))
+            if spec.kind in self._kinds:
+                self.specs[path] = spec
+        self.entries[path] = entry
+        remembered.pop(name, None)
+        if max(ident[3], ident[4]) < self._settled_before and _ident(path) == ident:
+            remembered[name] = ident + entry
+
+    def decide(self, requested: list[str]) -> tuple[dict[str, str], list[str]]:
+        """The winning file of each requested name, and the names without one (in order)."""
+        found: dict[str, list[tuple[int, str]]] = {name: [] for name in requested}
+        kinds = self._kinds
+        for priority, path in self.files:
+            status, kind, devices = self.entries[path]
+            if status == "ok" and kind in kinds:
+                for device in devices:
+                    defs = found.get(f"{kind}={device}")
+                    if defs is not None:
+                        defs.append((priority, path))
+        winners: dict[str, str] = {}
+        unresolved: list[str] = []
+        for name, defs in found.items():
+            top = max((priority for priority, _ in defs), default=-1)
+            at_top = [path for priority, path in defs if priority == top]
+            if len(at_top) == 1:
+                winners[name] = at_top[0]
+            else:  # not defined, or defined twice at the same priority
+                unresolved.append(name)
+        return winners, unresolved
+
+    def problems(self) -> set[str]:
+        """The paths :attr:`Registry.errors` would name: directories, broken and
+        conflicting files (only needed for an error message, so done only then)."""
+        bad = set(self.bad_dirs)
+        found: dict[str, list[tuple[int, str]]] = {}
+        for priority, path in self.files:
+            status, kind, devices = self.entries[path]
+            if status != "ok":
+                bad.add(path)
+                continue
+            for device in devices:
+                found.setdefault(f"{kind}={device}", []).append((priority, path))
+        for defs in found.values():
+            top = max(priority for priority, _ in defs)
+            at_top = [path for priority, path in defs if priority == top]
+            if len(at_top) > 1:
+                bad.update(at_top)
+        return bad
+
+
+def _ident(path: str) -> Ident | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _index_file(cache_dir: str, dirs: tuple[str, ...]) -> str:
+    h = 0xCBF29CE484222325  # FNV-1a, 64 bits: stable across processes, unlike hash()
+    for byte in "\0".join(dirs).encode():
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return os.path.join(cache_dir, f"cdi-index-{h:016x}.marshal")
+
+
+def _read_index(index_file: str, dirs: tuple[str, ...]) -> Index:
+    """The index kept for ``dirs``; empty when missing, unreadable, corrupt or not ours.
+
+    Its records are checked as they are used (:func:`_checked_entry`): one that is
+    malformed only means that its file is parsed again.
+    """
+    try:
+        with open(index_file, "rb") as f:
+            if os.fstat(f.fileno()).st_uid != os.geteuid():
+                return {}
+            data = marshal.loads(f.read())  # 25x faster than marshal.load(f) here
+    except Exception:  # unreadable or corrupt (marshal's errors vary): simply not used
+        return {}
+    if (
+        type(data) is not tuple
+        or len(data) != 3
+        or data[0] != _INDEX_FORMAT
+        or data[1] != dirs
+        or type(data[2]) is not dict
+    ):
+        return {}
+    index: Index = data[2]  # each directory's table and record is checked as it is used
+    return index
+
+
+def _checked_entry(entry: object) -> Entry | None:
+    """``entry`` if it has the shape of one (the index file may be corrupt), else None."""
+    if type(entry) is not tuple or len(entry) != 3:
+        return None
+    status, text, devices = entry
+    if type(text) is not str or type(devices) is not tuple:
+        return None
+    if status == "ok":
+        for device in devices:
+            if type(device) is not str:
+                return None
+        return (status, text, devices)
+    if status == "error" and not devices:
+        return (status, text, devices)
+    return None
+
+
+def _write_index(index_file: str, dirs: tuple[str, ...], index: Index) -> None:
+    """Replace the index atomically; a cache that cannot be written is no error."""
+    tmp = f"{index_file}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(index_file), mode=0o700, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with open(os.open(tmp, flags, 0o600), "wb") as f:
+            marshal.dump((_INDEX_FORMAT, dirs, index), f)
+        os.replace(tmp, index_file)
+    except OSError:
+        try:  # noqa: SIM105 - contextlib is an import the shim's path does without
+            os.unlink(tmp)
+        except OSError:
+            pass
