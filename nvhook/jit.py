@@ -20,7 +20,14 @@ import os
 
 from nvhook.devices import Gpu, HostGpus, Selected, from_nvml, from_procfs, needs_nvml, resolve
 from nvhook.discover import discover_driver_files
-from nvhook.discover.nodes import control_nodes, dri_nodes, gpu_nodes, imex_nodes, nvswitch_nodes
+from nvhook.discover.nodes import (
+    control_nodes,
+    dri_nodes,
+    feature_nodes,
+    gpu_nodes,
+    imex_nodes,
+    nvswitch_nodes,
+)
 from nvhook.errors import DriverError
 from nvhook.hook.edits import ldcache_hook, symlinks_hook
 from nvhook.procfs import read_driver, read_mig_minors
@@ -142,6 +149,9 @@ def plan(requests: Requests, host: Host) -> Plan:
         )
     if requests.features.nvswitch:
         edits += nvswitch_nodes(dev_root=host.dev_root, majors=majors)
+    enabled = [f for f in ("gds", "mofed", "gdrcopy") if getattr(requests.features, f)]
+    if enabled:
+        edits += feature_nodes(enabled, dev_root=host.dev_root)
     files = discover_driver_files(
         host.driver_root,
         requests.capabilities,

@@ -17,6 +17,7 @@ the node. DRI nodes (graphics/display) are the ``card``/``renderD`` nodes that
 from __future__ import annotations
 
 import os
+import stat
 
 from nvhook.devices import Gpu, HostGpus, Mig, Selected
 from nvhook.errors import DriverError
@@ -31,6 +32,7 @@ __all__ = [
     "NVIDIA_MAJOR",
     "control_nodes",
     "dri_nodes",
+    "feature_nodes",
     "gpu_nodes",
     "imex_nodes",
     "nvswitch_nodes",
@@ -134,6 +136,39 @@ def nvswitch_nodes(*, dev_root: str, majors: Mapping[str, int]) -> Edits:
     # nvidia-nvswitchctl has the last minor of the range, like nvidiactl (255)
     nodes = [_node(dev_root, "/dev/nvidia-nvswitchctl", major, 255)]
     nodes += [_node(dev_root, f"/dev/nvidia-nvswitch{n}", major, n) for n in numbers]
+    return Edits(device_nodes=tuple(nodes))
+
+
+#: The host nodes of the optional features (``NVIDIA_GDS``, ``NVIDIA_MOFED``,
+#: ``NVIDIA_GDRCOPY``): directory under /dev, and the name prefixes of its nodes.
+FEATURE_NODES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gds": ("/dev", ("nvidia-fs",)),
+    "gdrcopy": ("/dev", ("gdrdrv",)),
+    "mofed": ("/dev/infiniband", ("uverbs", "rdma_cm", "umad", "issm")),
+}
+
+
+def feature_nodes(features: Iterable[str], *, dev_root: str) -> Edits:
+    """The character nodes the host has for the enabled features (GDS, MOFED, GDRCopy).
+
+    Their majors are dynamic and not all are in ``/proc/devices`` under a stable name, so
+    each node is taken from the host's ``/dev`` as it is (``lstat``). A feature whose nodes
+    the host lacks adds nothing: its driver is not loaded there.
+    """
+    nodes: list[DeviceNode] = []
+    for feature in features:
+        directory, prefixes = FEATURE_NODES[feature]
+        host_dir = _host(dev_root, directory)
+        for name in sorted(_listdir(host_dir)):
+            if not name.startswith(prefixes):
+                continue
+            try:
+                st = os.lstat(os.path.join(host_dir, name))
+            except OSError:
+                continue
+            if stat.S_ISCHR(st.st_mode):
+                path = f"{directory}/{name}"
+                nodes.append(_node(dev_root, path, os.major(st.st_rdev), os.minor(st.st_rdev)))
     return Edits(device_nodes=tuple(nodes))
 
 
