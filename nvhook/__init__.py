@@ -1,1 +1,64 @@
-"""nvhook: give containers NVIDIA GPUs."""
+"""nvhook: give containers NVIDIA GPUs.
+
+The public API is re-exported here lazily (PEP 562 ``__getattr__``): ``import nvhook``
+loads no submodule, because the runtime shim and hooks import ``nvhook.shim`` and
+``nvhook.hook`` on every call and must not pay for the rest (DESIGN.md D5).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nvhook.devices import HostGpus, resolve
+    from nvhook.errors import NvhookError
+    from nvhook.explain import explain
+    from nvhook.generate import generate_spec
+    from nvhook.info import host_info
+    from nvhook.jit import Host, Plan, plan
+    from nvhook.policy import Policy
+    from nvhook.requests import Requests, parse_requests
+    from nvhook.requirements import check_requirements
+    from nvhook.settings import load_settings
+
+__all__ = [
+    "Host",
+    "HostGpus",
+    "NvhookError",
+    "Plan",
+    "Policy",
+    "Requests",
+    "check_requirements",
+    "explain",
+    "generate_spec",
+    "host_info",
+    "load_settings",
+    "parse_requests",
+    "plan",
+    "resolve",
+]
+
+_WHERE = {
+    "Host": "nvhook.jit",
+    "HostGpus": "nvhook.devices",
+    "NvhookError": "nvhook.errors",
+    "Plan": "nvhook.jit",
+    "Policy": "nvhook.policy",
+    "Requests": "nvhook.requests",
+    "check_requirements": "nvhook.requirements",
+    "explain": "nvhook.explain",
+    "generate_spec": "nvhook.generate",
+    "host_info": "nvhook.info",
+    "load_settings": "nvhook.settings",
+    "parse_requests": "nvhook.requests",
+    "plan": "nvhook.jit",
+    "resolve": "nvhook.devices",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nvhook' has no attribute {name!r}")
+    import importlib  # only when a re-exported name is used
+
+    return getattr(importlib.import_module(module), name)
