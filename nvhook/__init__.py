@@ -2,7 +2,9 @@
 
 The public API is re-exported here lazily (PEP 562 ``__getattr__``): ``import nvhook``
 loads no submodule, because the runtime shim and hooks import ``nvhook.shim`` and
-``nvhook.hook`` on every call and must not pay for the rest (DESIGN.md D5).
+``nvhook.hook`` on every call and must not pay for the rest (DESIGN.md D5). A name that
+is also a submodule's (``explain``) is not re-exported: once the submodule is imported,
+the package attribute is the module.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.devices import HostGpus, resolve
     from nvhook.errors import NvhookError
-    from nvhook.explain import explain
     from nvhook.generate import generate_spec
     from nvhook.info import host_info
     from nvhook.jit import Host, Plan, plan
@@ -28,7 +29,6 @@ __all__ = [
     "Policy",
     "Requests",
     "check_requirements",
-    "explain",
     "generate_spec",
     "host_info",
     "load_settings",
@@ -45,7 +45,6 @@ _WHERE = {
     "Policy": "nvhook.policy",
     "Requests": "nvhook.requests",
     "check_requirements": "nvhook.requirements",
-    "explain": "nvhook.explain",
     "generate_spec": "nvhook.generate",
     "host_info": "nvhook.info",
     "load_settings": "nvhook.settings",

@@ -13,8 +13,12 @@ import oci
 
 @pytest.mark.parametrize("package", [oci, nvhook], ids=lambda p: p.__name__)
 def test_all_is_sorted_complete_and_resolves(package: object) -> None:
+    import pkgutil
+
     names = package.__all__  # type: ignore[attr-defined]
     assert names == sorted(names)
+    submodules = {m.name for m in pkgutil.iter_modules(package.__path__)}  # type: ignore[attr-defined]
+    assert not submodules & set(names), "a submodule would shadow the re-exported name"
     assert set(names) == set(package._WHERE)  # type: ignore[attr-defined]
     for name in names:
         value = getattr(package, name)
