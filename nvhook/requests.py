@@ -146,6 +146,20 @@ def _show(text: str, limit: int = 80) -> str:
 # --- device ids --------------------------------------------------------------------------
 
 
+class _Text(Frozen):
+    """A device id that is its text (a UUID, a MIG UUID, a CDI name); subclasses tell which."""
+
+    __slots__ = ("value",)
+    __match_args__ = ("value",)
+    value: str
+
+    def __init__(self, value: str) -> None:
+        self._set(value=value)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Index(Frozen):
     """A GPU by NVML index (``0``)."""
 
@@ -160,18 +174,10 @@ class Index(Frozen):
         return str(self.n)
 
 
-class Uuid(Frozen):
+class Uuid(_Text):
     """A GPU by UUID (``GPU-8c6ae9a5-…``), as written."""
 
-    __slots__ = ("value",)
-    __match_args__ = ("value",)
-    value: str
-
-    def __init__(self, value: str) -> None:
-        self._set(value=value)
-
-    def __str__(self) -> str:
-        return self.value
+    __slots__ = ()
 
 
 class MigIndex(Frozen):
@@ -189,18 +195,10 @@ class MigIndex(Frozen):
         return f"{self.gpu}:{self.mig}"
 
 
-class MigUuid(Frozen):
+class MigUuid(_Text):
     """A MIG device by UUID (``MIG-<uuid>``, drivers R470+), as written."""
 
-    __slots__ = ("value",)
-    __match_args__ = ("value",)
-    value: str
-
-    def __init__(self, value: str) -> None:
-        self._set(value=value)
-
-    def __str__(self) -> str:
-        return self.value
+    __slots__ = ()
 
 
 class LegacyMig(Frozen):
@@ -219,18 +217,10 @@ class LegacyMig(Frozen):
         return f"MIG-{self.gpu_uuid}/{self.gi}/{self.ci}"
 
 
-class CdiName(Frozen):
+class CdiName(_Text):
     """A fully qualified CDI device name ``vendor/class=name``."""
 
-    __slots__ = ("value",)
-    __match_args__ = ("value",)
-    value: str
-
-    def __init__(self, value: str) -> None:
-        self._set(value=value)
-
-    def __str__(self) -> str:
-        return self.value
+    __slots__ = ()
 
 
 DeviceId = Index | Uuid | MigIndex | MigUuid | LegacyMig | CdiName

@@ -28,6 +28,9 @@ else:  # `typing` costs ~20 ms under `python -I -S`; the decorator only informs 
 __all__ = ["Frozen", "Record"]
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 @dataclass_transform(frozen_default=True, eq_default=True)
 class Frozen:
     """Immutable value over ``__slots__``: eq, hash and repr by field, in slot order."""
@@ -40,7 +43,17 @@ class Frozen:
             object.__setattr__(self, name, value)
 
     def _names(self) -> tuple[str, ...]:
-        names: tuple[str, ...] = type(self).__slots__
+        """The fields: the ``__slots__`` of the class and its Frozen bases, bases first."""
+        cls = type(self)
+        names: tuple[str, ...] | None = _FIELDS.get(cls)
+        if names is None:
+            names = tuple(
+                name
+                for klass in reversed(cls.__mro__)
+                if issubclass(klass, Frozen)
+                for name in klass.__dict__.get("__slots__", ())
+            )
+            _FIELDS[cls] = names
         return names
 
     def _values(self) -> tuple[object, ...]:

@@ -21,6 +21,10 @@ from __future__ import annotations
 import os
 import stat
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 __all__ = ["MAX_SYMLINKS", "Root"]
 
 #: Symlinks followed in one lookup before it counts as a loop (Linux's own limit).
@@ -112,17 +116,13 @@ class Root:
 
     def regular_file(self, path: str) -> str | None:
         """The resolved ``path`` if it is a regular file, else None."""
-        real = self.resolve(path)
-        if real is None:
-            return None
-        try:
-            mode = os.lstat(self.prefix + real).st_mode
-        except OSError:
-            return None
-        return real if stat.S_ISREG(mode) else None
+        return self._of_type(path, stat.S_ISREG)
 
     def directory(self, path: str) -> str | None:
         """The resolved ``path`` if it is a directory, else None."""
+        return self._of_type(path, stat.S_ISDIR)
+
+    def _of_type(self, path: str, is_type: Callable[[int], bool]) -> str | None:
         real = self.resolve(path)
         if real is None:
             return None
@@ -130,7 +130,7 @@ class Root:
             mode = os.lstat(self.prefix + real).st_mode
         except OSError:
             return None
-        return real if stat.S_ISDIR(mode) else None
+        return real if is_type(mode) else None
 
     def listdir(self, path: str) -> tuple[str, ...]:
         """Sorted names in the directory ``path`` (resolved); empty if it is not one."""

@@ -367,3 +367,12 @@ def _like(current: Any, value: Any) -> Any:
 
 def _unwrap(value: Any) -> Any:
     return value.unwrap() if hasattr(value, "unwrap") else value
+
+
+def config_text(config: str, data: bytes | None) -> str:
+    """The text of a TOML config read as ``data`` (None: no file yet, ``""``), after
+    checking that it parses (an error names ``config``)."""
+    if data is None:
+        return ""
+    parse(config, data)
+    return data.decode()

@@ -37,10 +37,7 @@ def plan_configure(
     """The change that adds runtime handler ``name`` (running ``runtime_path``) to ``config``."""
     config = os.path.abspath(config)
     data = read_file(config)
-    text = ""
-    if data is not None:
-        _toml.parse(config, data)
-        text = data.decode()
+    text = _toml.config_text(config, data)
     edits: list[_toml.Edit] = []
     if set_as_default:
         edits.append((("crio", "runtime", "default_runtime"), name))

@@ -59,6 +59,7 @@ from oci.cdi.version import (
     version_key,
 )
 from oci.errors import CdiSpecError
+from oci.jsoncodec import type_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -263,21 +264,11 @@ def _object_from_pairs(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
 
 
 def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
+    """:func:`oci.jsoncodec.type_name`, telling integers from other numbers (the parser checks
+    integer fields)."""
+    if isinstance(value, int) and not isinstance(value, bool):
         return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return type_name(value)
 
 
 def _key_path(path: str, key: str) -> str:

@@ -80,3 +80,22 @@ def test_copy_and_pickle() -> None:
 def test_a_value_with_a_dict_field_is_unhashable_like_a_dataclass() -> None:
     with pytest.raises(TypeError, match="unhashable"):
         hash(Holder({"a": 1}))
+
+
+def test_fields_of_a_base_class_count_in_a_subclass() -> None:
+    from oci._frozen import Frozen
+
+    class Text(Frozen):
+        __slots__ = ("value",)
+        value: str
+
+        def __init__(self, value: str) -> None:
+            self._set(value=value)
+
+    class Name(Text):
+        __slots__ = ()
+
+    assert Name("a") != Name("b")
+    assert Name("a") == Name("a") and hash(Name("a")) == hash(Name("a"))
+    assert Name("a") != Text("a")
+    assert repr(Name("a")) == "Name(value='a')"
