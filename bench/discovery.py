@@ -5,11 +5,11 @@
 In-process (median of ``--runs`` after a warm-up, so imports and first-time costs are
 excluded), for ``NVIDIA_VISIBLE_DEVICES=<devices>`` (default ``all``):
 
-- jit, procfs resolver: :func:`nvhook.requests.parse_requests` + :func:`nvhook.jit.plan`
+- jit, procfs resolver: :func:`nvhook.requests.parse_requests` + :func:`nvhook.edits.plan`
   with ``host.resolver = "procfs"`` (the shim's default);
 - jit, nvml resolver: the same with ``host.resolver = "nvml"`` (NVML init and shutdown on
   every call, against the mock's fake libnvidia-ml);
-- cdi generate: :func:`nvhook.generate.generate_spec` + :func:`oci.cdi.write.dump_spec`
+- cdi generate: :func:`nvhook.tools.generate.generate_spec` + :func:`oci.cdi.write.dump_spec`
   (the whole spec, every device, as JSON bytes: the default format);
 - cdi mode: a registry over a directory holding that spec (as JSON, then as YAML) resolving
   ``nvidia.com/gpu=<devices>`` (what the shim does per container in mode cdi, reading and
@@ -35,9 +35,9 @@ from collections.abc import Callable
 
 _COLD = """
 import sys
-from nvhook.jit import Host, plan
-from nvhook.policy import Policy
-from nvhook.requests import parse_requests
+from nvhook.edits import Host, plan
+from nvhook.requests.policy import Policy
+from nvhook.requests.parse import parse_requests
 spec = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=" + sys.argv[2]]}}
 plan(parse_requests(spec, Policy()), Host(root=sys.argv[1]))
 """
@@ -73,11 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", default="all")
     args = parser.parse_args(argv)
 
-    from nvhook.generate import generate_spec
-    from nvhook.jit import Host, plan
+    from nvhook.edits import Host, plan
     from nvhook.mock import create
-    from nvhook.policy import Policy
-    from nvhook.requests import parse_requests
+    from nvhook.requests.parse import parse_requests
+    from nvhook.requests.policy import Policy
+    from nvhook.tools.generate import generate_spec
     from oci.cdi.registry import Registry
     from oci.cdi.write import dump_spec, write_spec
 

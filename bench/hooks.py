@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nvhook.entrypoints import ENTRYPOINTS, install_entrypoints
-from nvhook.hook.edits import HOOK_ENV
-from nvhook.hook.ldcache import default_ldconfig
+from nvhook.discover.hooks import HOOK_ENV
+from nvhook.hook.update_ldcache import default_ldconfig
+from nvhook.tools.entrypoints import ENTRYPOINTS, install_entrypoints
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 ENV = dict(e.split("=", 1) for e in HOOK_ENV)

@@ -190,10 +190,10 @@ def pristine_spec() -> dict[str, Any]:
 
 def cdi_spec(machine: Path) -> dict[str, Any]:
     """A spec shaped like ``nvhook cdi generate``'s, made from the jit edits of each device."""
-    from nvhook.jit import Host, plan
+    from nvhook.edits import Host, plan
     from nvhook.mock import load_profile
-    from nvhook.policy import Policy
-    from nvhook.requests import parse_requests
+    from nvhook.requests.parse import parse_requests
+    from nvhook.requests.policy import Policy
 
     host = Host(root=str(machine))
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nvhook.devices import HostGpus, resolve
+    from nvhook.devices.gpus import HostGpus, resolve
+    from nvhook.edits import Host, Plan, plan
     from nvhook.errors import NvhookError
-    from nvhook.generate import generate_spec
-    from nvhook.info import host_info
-    from nvhook.jit import Host, Plan, plan
-    from nvhook.policy import Policy
-    from nvhook.requests import Requests, parse_requests
-    from nvhook.requirements import check_requirements
+    from nvhook.requests.parse import Requests, parse_requests
+    from nvhook.requests.policy import Policy
+    from nvhook.requests.requirements import check_requirements
     from nvhook.settings import load_settings
+    from nvhook.tools.generate import generate_spec
+    from nvhook.tools.info import host_info
 
 __all__ = [
     "Host",
@@ -38,19 +38,19 @@ __all__ = [
 ]
 
 _WHERE = {
-    "Host": "nvhook.jit",
-    "HostGpus": "nvhook.devices",
+    "Host": "nvhook.edits",
+    "HostGpus": "nvhook.devices.gpus",
     "NvhookError": "nvhook.errors",
-    "Plan": "nvhook.jit",
-    "Policy": "nvhook.policy",
-    "Requests": "nvhook.requests",
-    "check_requirements": "nvhook.requirements",
-    "generate_spec": "nvhook.generate",
-    "host_info": "nvhook.info",
+    "Plan": "nvhook.edits",
+    "Policy": "nvhook.requests.policy",
+    "Requests": "nvhook.requests.parse",
+    "check_requirements": "nvhook.requests.requirements",
+    "generate_spec": "nvhook.tools.generate",
+    "host_info": "nvhook.tools.info",
     "load_settings": "nvhook.settings",
-    "parse_requests": "nvhook.requests",
-    "plan": "nvhook.jit",
-    "resolve": "nvhook.devices",
+    "parse_requests": "nvhook.requests.parse",
+    "plan": "nvhook.edits",
+    "resolve": "nvhook.devices.gpus",
 }
 
 

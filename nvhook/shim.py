@@ -3,7 +3,7 @@
 Containerd, CRI-O and podman call it exactly as they call runc, several times
 per container. It always ends by exec'ing the low-level runtime with the
 original argv; only a ``create`` (or runc's ``run``) whose container asks for
-GPUs first edits the bundle's config.json (:func:`nvhook.runtime.prepare`).
+GPUs first edits the bundle's config.json (:func:`nvhook.create.prepare`).
 
 On every other call this module imports almost nothing (``os``, ``sys``, the
 argv parser and the settings loader): no pydantic, pynvml, click, yaml or
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings()
         runtime = find_runtime(settings["runtime.runtimes"])
         if args is not None and args.creates and not args.help and args.bundle is not None:
-            from nvhook.runtime import prepare
+            from nvhook.create import prepare
 
             outcome = prepare(args, settings)
             _log(settings, args, started, outcome.fields())

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from nvhook.tools.entrypoints import ENTRYPOINTS, import_paths, install_entrypoints, launcher_text
 
 pytest_plugins = ["tests.support.containers"]
 
@@ -16,6 +19,22 @@ def _private_nvhook_cache(
 ) -> None:
     """Settings and CDI index caches go to a temp dir, never the host's /run/nvhook."""
     monkeypatch.setenv("NVHOOK_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "nvhook-cache"))
+
+
+@pytest.fixture(scope="session")
+def hook_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Absolute path of the ``nvhook-hook`` launcher: the venv's when it is current, else a
+    fresh one (same text, written by ``install_entrypoints``) in a session temp dir."""
+    entry = next(e for e in ENTRYPOINTS if e.name == "nvhook-hook")
+    bin_dir = Path(sys.executable).parent
+    installed = bin_dir / entry.name
+    paths = import_paths(sys.executable)
+    current = {launcher_text(entry, str(bin_dir / n), paths) for n in ("python", "python3")}
+    if installed.is_file() and installed.read_text() in current:
+        return str(installed)
+    fresh = tmp_path_factory.mktemp("bin")
+    install_entrypoints(str(fresh), sys.executable)
+    return str(fresh / entry.name)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -10,7 +10,7 @@ review the diff before committing it.
 Kinds:
 - ``cdi``: ``devices`` resolved through a registry over the case's spec
   directories (``spec_dirs``, default ``["cdi"]``), then applied.
-- ``jit``: the runtime shim's create path (:func:`nvhook.runtime.prepare`) on a
+- ``jit``: the runtime shim's create path (:func:`nvhook.create.prepare`) on a
   bundle, against a mock machine (``profile``). The input spec is read as bytes
   and, when the case changes it, parsed by :func:`oci.bundle.parse_spec` (so a
   broken ``config.in.json`` fails as the shim would see it); then ``env``
@@ -51,7 +51,7 @@ class Golden:
     def __init__(
         self, mock_machine: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory
     ) -> None:
-        from nvhook.hook.edits import default_hook_path
+        from nvhook.discover.hooks import default_hook_path
 
         self._mock_machine = mock_machine
         self._tmp = tmp_path_factory
@@ -68,8 +68,8 @@ class Golden:
         """A spec directory holding what ``nvhook cdi generate`` writes for the mock."""
         key = (profile, capabilities)
         if key not in self._cdi:
-            from nvhook.generate import generate_spec
-            from nvhook.jit import Host
+            from nvhook.edits import Host
+            from nvhook.tools.generate import generate_spec
             from oci.cdi.write import write_spec
 
             directory = self._tmp.mktemp(f"golden-cdi-{profile}")
@@ -137,8 +137,8 @@ def _compose(case: dict[str, Any], raw: bytes) -> bytes:
 def _run_jit(
     case_dir: Path, case: dict[str, Any], base: bytes | dict[str, Any], golden: Golden
 ) -> dict[str, Any]:
-    from nvhook.policy import SETTINGS_KEYS
-    from nvhook.runtime import prepare
+    from nvhook.create import prepare
+    from nvhook.requests.policy import SETTINGS_KEYS
     from nvhook.settings import defaults
     from oci import jsoncodec
     from oci.argv import RuntimeArgs

@@ -28,7 +28,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from nvhook.cli import cdi, demo, entrypoints, explain, info, mock, runtime
+    from nvhook.cli import cdi, demo, engines, entrypoints, explain, info, mock
 
     cli.add_command(cdi.cdi)
     cli.add_command(demo.demo)
@@ -36,7 +36,7 @@ def _register() -> None:
     cli.add_command(explain.explain)
     cli.add_command(info.info)
     cli.add_command(mock.mock)
-    cli.add_command(runtime.runtime)
+    cli.add_command(engines.runtime)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

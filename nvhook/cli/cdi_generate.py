@@ -1,4 +1,4 @@
-"""``nvhook cdi generate``: write a CDI spec for this host's GPUs (:mod:`nvhook.generate`)."""
+"""``nvhook cdi generate``: write a CDI spec for this host's GPUs (:mod:`nvhook.tools.generate`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ _SUFFIX_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
 
 def _output_and_format(output: str | None, fmt: str | None) -> tuple[str, str]:
     """The file to write (``-``: stdout) and its format, from the flags given."""
-    from nvhook.generate import DEFAULT_OUTPUT
+    from nvhook.tools.generate import DEFAULT_OUTPUT
 
     if output is None:
         chosen = fmt or "json"
@@ -40,7 +40,7 @@ def _output_and_format(output: str | None, fmt: str | None) -> tuple[str, str]:
 def _capabilities(value: str | None) -> tuple[str, ...] | None:
     if value is None:
         return None
-    from nvhook.policy import canonical_capabilities
+    from nvhook.requests.policy import canonical_capabilities
 
     items = [s.strip() for s in value.split(",") if s.strip()]
     if not items:
@@ -100,8 +100,8 @@ def generate(
     deterministic and cdiVersion is the lowest the content allows (0.5.0), which
     podman 4.3 reads.
     """
-    from nvhook.generate import generate_spec, summary
-    from nvhook.jit import Host
+    from nvhook.edits import Host
+    from nvhook.tools.generate import generate_spec, summary
     from oci.cdi.version import minimum_version
     from oci.cdi.write import Format, dump_spec, write_spec
 

@@ -18,7 +18,7 @@ __all__ = ["demo"]
 )
 def demo(workdir: str) -> None:
     """Start a busybox container with GPUs 0 and 3 of a mock DGX A100 and show what it sees."""
-    from nvhook.demo import run_demo
+    from nvhook.tools.demo import run_demo
 
     code = run_demo(workdir, click.echo)
     if code:

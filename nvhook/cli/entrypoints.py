@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from nvhook.entrypoints import install_entrypoints
+from nvhook.tools.entrypoints import install_entrypoints
 
 __all__ = ["install_entrypoints_command"]
 

@@ -1,4 +1,7 @@
-"""``nvhook explain``: what the shim would inject into a bundle, and why (:mod:`nvhook.explain`)."""
+"""``nvhook explain``: what the shim would inject into a bundle, and why.
+
+The work is :mod:`nvhook.tools.explain`; this module only parses flags and renders.
+"""
 
 from __future__ import annotations
 
@@ -37,8 +40,8 @@ def explain(bundle: str, root: str | None, config_file: str | None, as_json: boo
     When the shim would fail, the error is the answer ("would fail: ...") and the
     exit code is the shim's.
     """
-    from nvhook.explain import explain as do_explain
-    from nvhook.explain import render_text
+    from nvhook.tools.explain import explain as do_explain
+    from nvhook.tools.explain import render_text
 
     data = do_explain(bundle, config_path=config_file, root=root)
     if as_json:

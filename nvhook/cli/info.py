@@ -1,4 +1,4 @@
-"""``nvhook info``: the host's driver, GPUs and driver files (:mod:`nvhook.info`)."""
+"""``nvhook info``: the host's driver, GPUs and driver files (:mod:`nvhook.tools.info`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ __all__ = ["info"]
 def info(root: str, driver_root: str | None, dev_root: str | None, as_json: bool) -> None:
     """Show the driver and CUDA versions, the GPUs and MIG devices, and per driver
     capability what was found, what is missing and where it was looked for."""
-    from nvhook.info import host_info, render_text
-    from nvhook.jit import Host
+    from nvhook.edits import Host
+    from nvhook.tools.info import host_info, render_text
 
     data = host_info(Host(root=root, driver_root=driver_root or "", dev_root=dev_root or ""))
     if as_json:

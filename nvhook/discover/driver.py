@@ -52,10 +52,10 @@ from nvhook.discover.files import (
     find_wine_dlls,
     find_xorg_modules,
 )
+from nvhook.discover.ldsocache import LdCache, read_ld_cache
 from nvhook.discover.libraries import Library, LibraryFinder, is_version
 from nvhook.discover.root import Root
 from nvhook.errors import DriverError, RequestError
-from nvhook.ldcache import LdCache, read_ld_cache
 from oci._frozen import Record as NamedTuple
 from oci.cdi.edits import Edits, Mount
 

@@ -3,7 +3,7 @@
 For one architecture (``x86_64``, ``aarch64``, or ``i386`` for compat32), a
 library stem is looked up
 
-1. in the driver root's ``/etc/ld.so.cache`` (parsed by :mod:`nvhook.ldcache`):
+1. in the driver root's ``/etc/ld.so.cache`` (parsed by :mod:`nvhook.discover.ldsocache`):
    the entries of that architecture whose SONAME is ``<stem>.<n>``; the entry's
    path (usually the SONAME symlink) is resolved inside the root and taken when
    the file is ``<stem>.<driver version>``, or sits next to such a file;
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from nvhook.discover.catalog import LibrarySpec
 from nvhook.discover.elf import ARCH_ELF, read_elf
+from nvhook.discover.ldsocache import ARCH_FLAGS, LdCache
 from nvhook.discover.root import Root
-from nvhook.ldcache import ARCH_FLAGS, LdCache
 from oci._frozen import Record as NamedTuple
 
 TYPE_CHECKING = False

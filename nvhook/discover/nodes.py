@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 
-from nvhook.devices import Gpu, HostGpus, Mig, Selected
+from nvhook.devices.gpus import Gpu, HostGpus, Mig, Selected
 from nvhook.errors import DriverError
 from oci.cdi.edits import DeviceNode, Edits
 

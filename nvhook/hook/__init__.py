@@ -141,12 +141,12 @@ def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
         print(f"{PROGRAM} {command}: {message}", file=sys.stderr)
 
     if command == "update-ldcache":
-        from nvhook.hook.ldcache import update_ldcache
+        from nvhook.hook.update_ldcache import update_ldcache
 
         ldconfig = options["--ldconfig"][0] if options["--ldconfig"] else None
         update_ldcache(rootfs_of(state), options["--folder"], ldconfig=ldconfig, log=log)
     elif command == "create-symlinks":
-        from nvhook.hook.symlinks import create_symlinks, parse_link
+        from nvhook.hook.create_symlinks import create_symlinks, parse_link
 
         links = [parse_link(spec) for spec in options["--link"]]
         create_symlinks(rootfs_of(state), links)

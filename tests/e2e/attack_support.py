@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from nvhook.hook.edits import HOOK_PROGRAM, LIFECYCLES, validate_injected_hook
+from nvhook.discover.hooks import HOOK_PROGRAM, LIFECYCLES, validate_injected_hook
 from tests.nvhook.hook.conftest import cache_entries, escape_forms, snapshot
 from tests.support.containers import make_bundle, require
 

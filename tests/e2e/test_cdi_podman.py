@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from nvhook.hook.edits import validate_injected_hook
+from nvhook.discover.hooks import validate_injected_hook
 from oci.cdi.apply import mount_depth
 from oci.cdi.inject import inject
 from tests.support.containers import CaptureRuntime, Podman, cdi_spec, unique_id

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from nvhook.discover.hooks import HOOK_ENV, default_hook_path, symlinks_hook
 from nvhook.errors import HookError
 from nvhook.hook import parse_args
-from nvhook.hook.edits import HOOK_ENV, default_hook_path, symlinks_hook
-from nvhook.hook.ldcache import LDCONFIG_MAX_DATA, LDCONFIG_TIMEOUT_S, update_ldcache
-from nvhook.hook.symlinks import create_symlinks, parse_link
+from nvhook.hook.create_symlinks import create_symlinks, parse_link
+from nvhook.hook.update_ldcache import LDCONFIG_MAX_DATA, LDCONFIG_TIMEOUT_S, update_ldcache
 from tests.e2e.attack_support import (
     FORMS,
     LIBDIR,

@@ -104,7 +104,7 @@ def test_create_without_request_imports_nothing_heavy(shim: Shim) -> None:
     warm = shim.modules_at_exec(*argv)
     for name in (*HEAVY, *LIGHT):
         assert not loaded(name, warm), f"create without request imported {loaded(name, warm)}"
-    assert "nvhook.runtime" in warm  # the create path did run: the bundle was read
+    assert "nvhook.create" in warm  # the create path did run: the bundle was read
     assert (bundle / "config.json").read_bytes() == CONFIG_JSON
 
 
@@ -120,4 +120,4 @@ def test_create_with_gpus_imports_no_heavy_library(
     modules = shim.modules_at_exec("create", "--bundle", str(bundle), "c2")
     for name in HEAVY:
         assert not loaded(name, modules), f"create with GPUs imported {loaded(name, modules)}"
-    assert "nvhook.jit" in modules
+    assert "nvhook.edits" in modules

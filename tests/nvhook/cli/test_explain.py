@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from nvhook.cli import main
-from nvhook.explain import explain, render_text
-from nvhook.generate import generate_spec
-from nvhook.hook.edits import default_hook_path
-from nvhook.jit import Host
+from nvhook.discover.hooks import default_hook_path
+from nvhook.edits import Host
 from nvhook.settings import defaults
+from nvhook.tools.explain import explain, render_text
+from nvhook.tools.generate import generate_spec
 from oci.cdi.write import write_spec
 
 SPECS = Path(__file__).parents[2] / "data" / "specs"
@@ -332,7 +332,7 @@ def test_invalid_or_missing_config_is_the_answer(
 def test_bundle_the_shim_already_edited_stays_unchanged(
     dgx: Path, bundle: Callable[..., Path]
 ) -> None:
-    from nvhook.runtime import prepare
+    from nvhook.create import prepare
     from oci.argv import RuntimeArgs
 
     b = bundle(["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=utility"])

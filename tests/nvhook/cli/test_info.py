@@ -1,4 +1,4 @@
-"""``nvhook info`` and :func:`nvhook.info.host_info` on every mock profile."""
+"""``nvhook info`` and :func:`nvhook.tools.info.host_info` on every mock profile."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from nvhook.cli import main
 from nvhook.constants import ALL_CAPABILITIES
-from nvhook.info import host_info, render_text
-from nvhook.jit import Host
+from nvhook.edits import Host
 from nvhook.mock import list_profiles, load_profile
+from nvhook.tools.info import host_info, render_text
 
 
 @pytest.mark.parametrize("profile", list_profiles())

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from nvhook.discover.catalog import DEFAULT_SEARCH_PATHS, LibrarySpec
+from nvhook.discover.ldsocache import read_ld_cache
 from nvhook.discover.libraries import Library, LibraryFinder, is_version, version_of
 from nvhook.discover.root import Root
-from nvhook.ldcache import read_ld_cache
 from tests.nvhook.discover import fakeroot
 from tests.nvhook.discover.fakeroot import I386, VERSION, X86, FakeRoot, driver_library
 

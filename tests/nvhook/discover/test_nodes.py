@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from nvhook.discover.nodes import feature_nodes
-from nvhook.jit import Host, plan
-from nvhook.policy import Policy
-from nvhook.requests import parse_requests
+from nvhook.edits import Host, plan
+from nvhook.requests.parse import parse_requests
+from nvhook.requests.policy import Policy
 
 
 def _mknod(path: Path, major: int, minor: int) -> None:

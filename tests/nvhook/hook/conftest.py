@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from nvhook.entrypoints import ENTRYPOINTS, import_paths, install_entrypoints, launcher_text
-from nvhook.hook.edits import HOOK_ENV
+from nvhook.discover.hooks import HOOK_ENV
 from nvhook.hook.safepath import ENV_IMPL, openat2_available
 from tests.support.containers import (  # noqa: F401  (fixtures and the root-marker hook)
     pytest_runtest_setup,
@@ -31,22 +30,6 @@ if TYPE_CHECKING:
 
 IMPLS = ("openat2", "walk")
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
-
-
-@pytest.fixture(scope="session")
-def hook_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Absolute path of the ``nvhook-hook`` launcher: the venv's when it is current, else a
-    fresh one (same text, written by ``install_entrypoints``) in a session temp dir."""
-    entry = next(e for e in ENTRYPOINTS if e.name == "nvhook-hook")
-    bin_dir = Path(sys.executable).parent
-    installed = bin_dir / entry.name
-    paths = import_paths(sys.executable)
-    current = {launcher_text(entry, str(bin_dir / n), paths) for n in ("python", "python3")}
-    if installed.is_file() and installed.read_text() in current:
-        return str(installed)
-    fresh = tmp_path_factory.mktemp("bin")
-    install_entrypoints(str(fresh), sys.executable)
-    return str(fresh / entry.name)
 
 
 @pytest.fixture(params=IMPLS)

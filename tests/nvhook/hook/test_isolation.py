@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.hook.edits import HOOK_ENV, ldcache_hook, symlinks_hook, validate_injected_hook
+from nvhook.discover.hooks import HOOK_ENV, ldcache_hook, symlinks_hook, validate_injected_hook
 from tests.support.containers import Runc, make_bundle
 
 from .conftest import LIBDIR, HookRunner, state_json, write_bundle

@@ -16,8 +16,9 @@ from oci.errors import ExitCode
 
 from .conftest import HookRunner
 
-MODULES = ["nvhook.hook", *(f"nvhook.hook.{m}" for m in ("edits", "ldcache", "netdev",
-                                                          "safepath", "symlinks"))]  # fmt: skip
+MODULES = ["nvhook.hook", "nvhook.discover.hooks",
+           *(f"nvhook.hook.{m}" for m in ("create_symlinks", "netdev", "safepath",
+                                          "update_ldcache"))]  # fmt: skip
 
 
 def test_parse_args_forms() -> None:
@@ -92,8 +93,9 @@ def test_relative_root_path_is_relative_to_the_bundle(run_hook: HookRunner, tmp_
 def test_import_stays_light() -> None:
     """No click, pydantic or pyroute2 on the hook's path (each is tens to hundreds of ms)."""
     code = (
-        "import sys; import nvhook.hook, nvhook.hook.ldcache, nvhook.hook.symlinks, "
-        "nvhook.hook.edits; print(sorted(m for m in ('click', 'pydantic', 'pyroute2', 'argparse') "
+        "import sys; import nvhook.hook, nvhook.hook.update_ldcache, nvhook.hook.create_symlinks, "
+        "nvhook.discover.hooks; "
+        "print(sorted(m for m in ('click', 'pydantic', 'pyroute2', 'argparse') "
         "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,

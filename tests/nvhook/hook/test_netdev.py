@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.discover.hooks import netdev_hook
 from nvhook.hook import UsageError
-from nvhook.hook.edits import netdev_hook
 from nvhook.hook.netdev import check_ifname, parse_device
 from oci.errors import ExitCode
 from tests.support.containers import Runc, make_bundle, require, require_root

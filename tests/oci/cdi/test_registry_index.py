@@ -524,9 +524,9 @@ def test_read_only_cache_directory_is_no_error(tmp_path: Path, settled: None) ->
 def test_runtime_cdi_mode_keeps_its_index_in_the_cache_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settled: None
 ) -> None:
-    from nvhook.policy import Policy
-    from nvhook.requests import parse_requests
-    from nvhook.runtime import edits_for
+    from nvhook.create import edits_for
+    from nvhook.requests.parse import parse_requests
+    from nvhook.requests.policy import Policy
     from nvhook.settings import defaults
 
     d = tmp_path / "cdi"

@@ -1,7 +1,7 @@
 """``nvhook explain``: what the shim would do to a bundle, and why, without doing it.
 
 The answer to "why doesn't my container see the GPU". :func:`explain` walks the
-shim's create path (:func:`nvhook.runtime.prepare`) with the same settings, stage
+shim's create path (:func:`nvhook.create.prepare`) with the same settings, stage
 by stage, and records what each stage decided instead of writing config.json:
 
 1. the bundle's config.json, loaded as the shim loads it;
@@ -31,7 +31,7 @@ from oci.errors import OciError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nvhook.requests import Requests
+    from nvhook.requests.parse import Requests
     from oci.cdi.edits import Edits
 
 __all__ = ["explain", "render_text"]
@@ -94,8 +94,8 @@ def explain(
 
 
 def _walk(bundle: str, settings: dict[str, Any], out: dict[str, Any]) -> None:
-    from nvhook.policy import Policy
-    from nvhook.requests import parse_requests
+    from nvhook.requests.parse import parse_requests
+    from nvhook.requests.policy import Policy
     from oci.bundle import Bundle
 
     policy = Policy.from_settings(settings)
@@ -116,13 +116,13 @@ def _walk(bundle: str, settings: dict[str, Any], out: dict[str, Any]) -> None:
             "and leaves config.json untouched",
         }
         return
-    from nvhook.runtime import choose_mode
+    from nvhook.create import choose_mode
 
     mode = choose_mode(settings["runtime.mode"], requests)
     out["mode"] = mode
     out["mode_reason"] = _mode_reason(settings["runtime.mode"], mode)
     if mode == "cdi":
-        from nvhook.runtime import cdi_names
+        from nvhook.create import cdi_names
         from oci.cdi.registry import Registry
 
         out["requirements"] = [
@@ -151,9 +151,9 @@ def _walk(bundle: str, settings: dict[str, Any], out: dict[str, Any]) -> None:
 
 
 def _jit(requests: Requests, settings: dict[str, Any], out: dict[str, Any]) -> Edits:
-    from nvhook.devices import Gpu
+    from nvhook.devices.gpus import Gpu
+    from nvhook.edits import Host, plan
     from nvhook.errors import RequirementError
-    from nvhook.jit import Host, plan
 
     if requests.requirements:
         out["requirements"] = [
@@ -205,7 +205,7 @@ def _mode_reason(configured: str, mode: str) -> str:
 
 
 def _requests(requests: Requests) -> dict[str, Any]:
-    from nvhook.requests import All
+    from nvhook.requests.parse import All
 
     imex = requests.imex_channels
     features = requests.features

@@ -1,4 +1,4 @@
-"""Policy (nvhook/policy.py): defaults, validation, and one behaviour test per switch."""
+"""Policy (nvhook/requests/policy.py): defaults, validation, and one behaviour test per switch."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 
 from nvhook.constants import ALL_CAPABILITIES
 from nvhook.errors import ConfigError
-from nvhook.policy import SETTINGS_KEYS, Policy, canonical_capabilities
-from nvhook.requests import (
+from nvhook.requests.parse import (
     All,
     CdiName,
     Devices,
@@ -22,6 +21,7 @@ from nvhook.requests import (
     Void,
     parse_requests,
 )
+from nvhook.requests.policy import SETTINGS_KEYS, Policy, canonical_capabilities
 
 NOT_ALLOWED = "the container is not privileged and policy accept_env_unprivileged is false"
 

@@ -28,11 +28,11 @@ import os
 from typing import Any
 
 from nvhook.constants import ALL_CAPABILITIES
-from nvhook.devices import HostGpus, from_nvml, from_procfs
+from nvhook.devices.gpus import HostGpus, from_nvml, from_procfs
+from nvhook.devices.procfs import ProcDriver, read_driver, read_mig_minors
 from nvhook.discover import discover_driver_files
+from nvhook.edits import Host, nvml_library_dir
 from nvhook.errors import DriverError
-from nvhook.jit import Host, nvml_library_dir
-from nvhook.procfs import ProcDriver, read_driver, read_mig_minors
 
 __all__ = ["host_info", "render_text"]
 
@@ -98,7 +98,7 @@ def host_info(host: Host) -> dict[str, Any]:
 
 def _nvml(host: Host) -> tuple[HostGpus, str, dict[tuple[int, int], str]]:
     """The NVML view, the CUDA version and each MIG device's profile by (gpu, mig index)."""
-    from nvhook.nvml import open_nvml
+    from nvhook.devices.nvml import open_nvml
 
     with open_nvml(nvml_library_dir(host.driver_root)) as nvml:
         cuda = nvml.driver().cuda_version

@@ -13,7 +13,7 @@ Modes (``runtime.mode``):
   from ``NVIDIA_VISIBLE_DEVICES`` become names of ``cdi.default_kind``
   (``0`` → ``nvidia.com/gpu=0``, ``all`` → ``nvidia.com/gpu=all``), the names
   that ``nvhook cdi generate`` writes;
-- ``jit``: the host is discovered directly (:mod:`nvhook.jit`);
+- ``jit``: the host is discovered directly (:mod:`nvhook.edits`);
 - ``auto`` (default): ``cdi`` when every requested device is a qualified CDI
   name (annotations always are), else ``jit``.
 """
@@ -21,8 +21,8 @@ Modes (``runtime.mode``):
 from __future__ import annotations
 
 from nvhook.errors import RequestError
-from nvhook.policy import Policy
-from nvhook.requests import All, CdiName, Devices, NoGpus, Requests, Void, parse_requests
+from nvhook.requests.parse import All, CdiName, Devices, NoGpus, Requests, Void, parse_requests
+from nvhook.requests.policy import Policy
 from oci._frozen import Frozen
 from oci.bundle import Bundle
 
@@ -89,7 +89,7 @@ def edits_for(requests: Requests, settings: dict[str, Any]) -> tuple[str, Edits]
         names = cdi_names(requests, settings["cdi.default_kind"])
         cache_dir = os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR
         return mode, resolve(settings["cdi.spec_dirs"], names, cache_dir=cache_dir)
-    from nvhook.jit import Host, plan
+    from nvhook.edits import Host, plan
 
     return mode, plan(requests, Host.from_settings(settings)).edits
 

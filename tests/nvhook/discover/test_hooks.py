@@ -1,4 +1,4 @@
-"""nvhook.hook.edits: the hooks nvhook injects, and the checker every injected hook must pass."""
+"""nvhook.discover.hooks: the hooks nvhook injects, and the checker every one must pass."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from typing import Any
 
 import pytest
 
-from nvhook.errors import HookError
-from nvhook.hook import COMMANDS, UsageError
-from nvhook.hook.edits import (
+from nvhook.discover.hooks import (
     HOOK_ENV,
     HOOK_PROGRAM,
     LIFECYCLES,
@@ -20,6 +18,8 @@ from nvhook.hook.edits import (
     symlinks_hook,
     validate_injected_hook,
 )
+from nvhook.errors import HookError
+from nvhook.hook import COMMANDS, UsageError
 from oci.cdi.edits import Edits, Hook
 
 

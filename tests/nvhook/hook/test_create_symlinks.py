@@ -9,7 +9,7 @@ import pytest
 
 from nvhook.errors import HookError
 from nvhook.hook import UsageError
-from nvhook.hook.symlinks import create_symlinks, parse_link, target_escapes
+from nvhook.hook.create_symlinks import create_symlinks, parse_link, target_escapes
 from oci.errors import ExitCode
 
 from .conftest import HookRunner, escape_forms, snapshot, write_bundle

@@ -15,7 +15,7 @@ time in a process; switching to another one while NVML is open is an error. ``py
 imported only when NVML is opened, never when ``nvhook`` is imported.
 
 Bus ids are given in the ``/proc`` form (``0000:07:00.0``, see
-:func:`nvhook.procfs.normalize_bus_id`) so the two views compare directly.
+:func:`nvhook.devices.procfs.normalize_bus_id`) so the two views compare directly.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from nvhook.devices.procfs import normalize_bus_id
 from nvhook.errors import DriverError
-from nvhook.procfs import normalize_bus_id
 
 __all__ = ["LIBRARY", "DriverInfo", "GpuInfo", "MigInfo", "Nvml", "open_nvml"]
 

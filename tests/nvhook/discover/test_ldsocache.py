@@ -1,4 +1,4 @@
-"""nvhook.ldcache against caches written by the real ldconfig, and against broken ones."""
+"""nvhook.discover.ldsocache against caches the real ldconfig wrote, and broken ones."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
+from nvhook.discover.ldsocache import ARCH_FLAGS, CacheEntry, LdCache, parse_ld_cache, read_ld_cache
 from nvhook.errors import DriverError
-from nvhook.ldcache import ARCH_FLAGS, CacheEntry, LdCache, parse_ld_cache, read_ld_cache
 from tests.nvhook.discover import fakeroot
 from tests.nvhook.discover.fakeroot import FakeRoot, ldconfig_print
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.entrypoints import ENTRYPOINTS, import_paths, install_entrypoints, launcher_text
+from nvhook.tools.entrypoints import ENTRYPOINTS, import_paths, install_entrypoints, launcher_text
 
 BIN = Path(sys.executable).parent
 

@@ -6,7 +6,7 @@ same from either:
 - :func:`from_procfs` — ``/proc/driver/nvidia`` (no NVML; about a millisecond):
   the default on the container-start path. It has no MIG UUIDs, so a request
   naming ``MIG-<uuid>`` needs the NVML view (:func:`needs_nvml`).
-- :func:`from_nvml` — NVML through :mod:`nvhook.nvml`, plus the nvidia-caps
+- :func:`from_nvml` — NVML through :mod:`nvhook.devices.nvml`, plus the nvidia-caps
   minors from ``/proc/driver/nvidia-caps/mig-minors``: serves ``cdi generate``
   and ``info``, and is the fallback.
 
@@ -19,7 +19,7 @@ instance) order, as NVML's ``nvmlDeviceGetMigDeviceHandleByIndex`` does.
 from __future__ import annotations
 
 from nvhook.errors import UnknownDeviceError
-from nvhook.requests import (
+from nvhook.requests.parse import (
     All,
     CdiName,
     Devices,
@@ -37,9 +37,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from nvhook.nvml import GpuInfo
-    from nvhook.procfs import ProcDriver
-    from nvhook.requests import DeviceId, DeviceRequest
+    from nvhook.devices.nvml import GpuInfo
+    from nvhook.devices.procfs import ProcDriver
+    from nvhook.requests.parse import DeviceId, DeviceRequest
 
 __all__ = [
     "Gpu",
@@ -167,7 +167,7 @@ def from_procfs(driver: ProcDriver) -> HostGpus:
 
 
 def from_nvml(gpus: Iterable[GpuInfo], mig_minors: Mapping[str, int]) -> HostGpus:
-    """The NVML view; ``mig_minors`` is :func:`nvhook.procfs.read_mig_minors` of the host."""
+    """The NVML view; ``mig_minors`` comes from :func:`.procfs.read_mig_minors`."""
     out = []
     for g in gpus:
         migs = []

@@ -1,4 +1,4 @@
-"""nvhook.procfs over the mock machine's /proc, checked against NVML and the profile."""
+"""nvhook.devices.procfs over the mock machine's /proc, checked against NVML and the profile."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.devices.nvml import open_nvml
+from nvhook.devices.procfs import normalize_bus_id, read_driver, read_majors, read_mig_minors
 from nvhook.errors import DriverError
 from nvhook.mock import list_profiles, load_profile
 from nvhook.mock.layout import LIB_DIR
-from nvhook.nvml import open_nvml
-from nvhook.procfs import normalize_bus_id, read_driver, read_majors, read_mig_minors
 
 LOADED = [p for p in list_profiles() if load_profile(p).driver.loaded]
 

@@ -6,7 +6,7 @@ returns a :class:`~oci.cdi.spec.Spec` of kind ``<vendor>/<class>``:
 - **devices**, in this order: per GPU (NVML index order) its index (``0``) and its
   UUID (``GPU-…``), then each of its MIG devices by ``<gpu>:<mig>`` (``0:1``) and by
   MIG UUID (``MIG-…``); last ``all``. MIG UUIDs only NVML knows, so generate always
-  resolves through NVML (:func:`nvhook.jit.nvml_view`), loaded from the driver root;
+  resolves through NVML (:func:`nvhook.edits.nvml_view`), loaded from the driver root;
 - **per-device edits** are the device's nodes and nothing else: ``/dev/nvidia<minor>``
   (the driver's minor, not the index), for a MIG device also its parent's node and
   the ``nvidia-caps`` nodes of its GPU and compute instance, and, when graphics or
@@ -16,7 +16,7 @@ returns a :class:`~oci.cdi.spec.Spec` of kind ``<vendor>/<class>``:
 - **spec-level edits** (added once whichever devices are asked for): the control
   nodes, the driver files of the chosen capabilities, and the ``create-symlinks`` and
   ``update-ldcache`` hooks: exactly what jit mode injects for ``NVIDIA_VISIBLE_DEVICES=none``
-  (:func:`nvhook.jit.plan` computes them, so the two modes cannot drift apart).
+  (:func:`nvhook.edits.plan` computes them, so the two modes cannot drift apart).
 
 Decisions:
 
@@ -46,13 +46,13 @@ from collections.abc import Collection
 from typing import NamedTuple
 
 from nvhook.constants import ALL_CAPABILITIES
-from nvhook.devices import HostGpus, Selected
+from nvhook.devices.gpus import HostGpus, Selected
+from nvhook.devices.procfs import read_driver
 from nvhook.discover.nodes import dri_nodes, gpu_nodes
+from nvhook.edits import GRAPHICS_CAPABILITIES, Host, nvml_view, plan
 from nvhook.errors import DriverError, RequestError
-from nvhook.jit import GRAPHICS_CAPABILITIES, Host, nvml_view, plan
-from nvhook.policy import canonical_capabilities
-from nvhook.procfs import read_driver
-from nvhook.requests import NoGpus, Requests
+from nvhook.requests.parse import NoGpus, Requests
+from nvhook.requests.policy import canonical_capabilities
 from oci.cdi.edits import Edits
 from oci.cdi.spec import Device, Spec
 from oci.errors import CdiNameError

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.devices import Gpu, HostGpus, Mig, Selected, from_procfs, resolve
+from nvhook.devices.gpus import Gpu, HostGpus, Mig, Selected, from_procfs, resolve
+from nvhook.devices.procfs import read_driver
 from nvhook.discover.nodes import gpu_nodes
+from nvhook.edits import Host, nvml_view
 from nvhook.errors import UnknownDeviceError
-from nvhook.jit import Host, nvml_view
 from nvhook.mock import list_profiles, load_profile
-from nvhook.procfs import read_driver
-from nvhook.requests import All, DeviceRequest, Devices, NoGpus, parse_device_list
+from nvhook.requests.parse import All, DeviceRequest, Devices, NoGpus, parse_device_list
 
 LOADED = [p for p in list_profiles() if load_profile(p).driver.loaded]
 WITH_MIG = [p for p in LOADED if any(g.mig_devices for g in load_profile(p).gpus)]

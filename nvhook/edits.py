@@ -2,9 +2,9 @@
 
 The steps, each a module of its own (DESIGN.md section 3):
 
-1. the driver's view of the GPUs from ``/proc`` (:mod:`nvhook.procfs`), or
+1. the driver's view of the GPUs from ``/proc`` (:mod:`nvhook.devices.procfs`), or
    NVML when a request needs it (MIG UUIDs) or ``host.resolver = "nvml"``;
-2. the request resolved to GPUs and MIG devices (:mod:`nvhook.devices`);
+2. the request resolved to GPUs and MIG devices (:mod:`nvhook.devices.gpus`);
 3. ``NVIDIA_REQUIRE_*`` checked against the host (only when the image carries
    requirements; the CUDA version, brand and architecture come from NVML);
 4. edits: device nodes (:mod:`nvhook.discover.nodes`), the driver files of the
@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import os
 
-from nvhook.devices import Gpu, HostGpus, Selected, from_nvml, from_procfs, needs_nvml, resolve
+from nvhook.devices.gpus import Gpu, HostGpus, Selected, from_nvml, from_procfs, needs_nvml, resolve
+from nvhook.devices.procfs import read_driver, read_mig_minors
 from nvhook.discover import discover_driver_files
+from nvhook.discover.hooks import ldcache_hook, symlinks_hook
 from nvhook.discover.nodes import (
     control_nodes,
     dri_nodes,
@@ -29,17 +31,15 @@ from nvhook.discover.nodes import (
     nvswitch_nodes,
 )
 from nvhook.errors import DriverError
-from nvhook.hook.edits import ldcache_hook, symlinks_hook
-from nvhook.procfs import read_driver, read_mig_minors
-from nvhook.requests import All, Requests, Void
+from nvhook.requests.parse import All, Requests, Void
 from oci._frozen import Frozen
 from oci.cdi.edits import Edits
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from nvhook.devices.procfs import ProcDriver
     from nvhook.discover import DriverFiles
-    from nvhook.procfs import ProcDriver
-    from nvhook.requirements import HostFacts
+    from nvhook.requests.requirements import HostFacts
 
 __all__ = ["Host", "Plan", "plan"]
 
@@ -65,7 +65,7 @@ class Host(Frozen):
         resolver: str = "procfs",
         hook_path: str = "",
     ) -> None:
-        from nvhook.hook.edits import default_hook_path
+        from nvhook.discover.hooks import default_hook_path
 
         self._set(
             root=root,
@@ -194,7 +194,7 @@ def _hooks(files: DriverFiles, mounts: Edits, host: Host) -> Edits:
 
 def nvml_view(host: Host) -> HostGpus:
     """The GPUs as NVML sees them (NVML loaded from the driver root), with their caps minors."""
-    from nvhook.nvml import open_nvml
+    from nvhook.devices.nvml import open_nvml
 
     lib_dir = nvml_library_dir(host.driver_root)
     with open_nvml(lib_dir) as nvml:
@@ -206,7 +206,7 @@ def nvml_library_dir(driver_root: str) -> str | None:
     """The directory of ``libnvidia-ml.so.1`` under ``driver_root`` (None: the loader's default)."""
     if driver_root in ("", "/"):
         return None
-    from nvhook.ldcache import read_ld_cache
+    from nvhook.discover.ldsocache import read_ld_cache
 
     cache = read_ld_cache(os.path.join(driver_root, "etc", "ld.so.cache"))
     for soname, path in cache.libraries("x86_64"):
@@ -224,8 +224,8 @@ def _check_requirements(
 ) -> HostFacts | None:
     if not requests.requirements or requests.disable_require:
         return None
-    from nvhook.nvml import open_nvml
-    from nvhook.requirements import GpuFacts, HostFacts, check_requirements
+    from nvhook.devices.nvml import open_nvml
+    from nvhook.requests.requirements import GpuFacts, HostFacts, check_requirements
 
     with open_nvml(nvml_library_dir(host.driver_root)) as nvml:
         info = nvml.driver()

@@ -1,4 +1,4 @@
-"""nvhook.generate: one CDI spec for the host, checked against the mock profiles."""
+"""nvhook.tools.generate: one CDI spec for the host, checked against the mock profiles."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
+from nvhook.create import edits_for
+from nvhook.discover.hooks import validate_injected_hook
+from nvhook.edits import Host
 from nvhook.errors import DriverError, RequestError
-from nvhook.generate import device_names, generate_spec
-from nvhook.hook.edits import validate_injected_hook
-from nvhook.jit import Host
 from nvhook.mock import list_profiles, load_profile
 from nvhook.mock.profiles import mig_caps_minor
-from nvhook.policy import Policy
-from nvhook.requests import parse_requests
-from nvhook.runtime import edits_for
+from nvhook.requests.parse import parse_requests
+from nvhook.requests.policy import Policy
 from nvhook.settings import defaults
+from nvhook.tools.generate import device_names, generate_spec
 from oci.cdi.apply import apply
 from oci.cdi.spec import decode_spec, parse_spec
 from oci.cdi.validate import validate_data
@@ -28,7 +28,7 @@ from oci.cdi.write import dump_spec, write_spec
 from oci.errors import CdiNameError
 
 LOADED = [p for p in list_profiles() if load_profile(p).driver.loaded]
-SPECS = Path(__file__).parents[1] / "data" / "specs"
+SPECS = Path(__file__).parents[2] / "data" / "specs"
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from nvhook.discover.hooks import ldcache_hook
 from nvhook.errors import HookError
-from nvhook.hook.edits import ldcache_hook
-from nvhook.hook.ldcache import (
+from nvhook.hook.update_ldcache import (
     CONF_PATH,
     INCLUDE_LINE,
     default_ldconfig,

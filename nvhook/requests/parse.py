@@ -1,4 +1,4 @@
-"""What a container asks for: parsed from its OCI spec under a :class:`~nvhook.policy.Policy`.
+"""What a container asks for, parsed from its OCI spec under a :class:`~.policy.Policy`.
 
 :func:`parse_requests` is a pure function of the spec (a dict as loaded from
 ``config.json``) and the policy: no I/O, stdlib only (DESIGN.md D5). It never lets
@@ -88,8 +88,8 @@ from nvhook.constants import (
     MAX_ENV_VALUE_CHARS,
 )
 from nvhook.errors import RequestError
-from nvhook.policy import Policy, canonical_capabilities
-from nvhook.requirements import Requirement, legacy_requirement, parse_requirement
+from nvhook.requests.policy import Policy, canonical_capabilities
+from nvhook.requests.requirements import Requirement, legacy_requirement, parse_requirement
 from oci._frozen import Frozen
 
 TYPE_CHECKING = False

@@ -81,7 +81,7 @@ def _hook(command: str, args: Iterable[str], hook_path: str) -> Hook:
 
 def ldcache_hook(folders: Iterable[str], *, hook_path: str) -> Hook:
     """createContainer ``nvhook-hook update-ldcache --folder F…`` (deduplicated, in order)."""
-    from nvhook.hook.ldcache import check_folder
+    from nvhook.hook.update_ldcache import check_folder
 
     args: list[str] = []
     for folder in dict.fromkeys(folders):
@@ -97,7 +97,7 @@ def symlinks_hook(links: Iterable[tuple[str, str]] | Mapping[str, str], *, hook_
 
     ``links`` holds ``(target, link)`` pairs, or is a mapping ``{link: target}``.
     """
-    from nvhook.hook.symlinks import SEPARATOR, parse_link
+    from nvhook.hook.create_symlinks import SEPARATOR, parse_link
 
     pairs = [(t, lk) for lk, t in links.items()] if hasattr(links, "items") else list(links)
     args: list[str] = []

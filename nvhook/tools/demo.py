@@ -127,8 +127,8 @@ def _rootfs(path: str) -> None:
 
 
 def _explain(bundle: str, config: str, cache_dir: str, echo: Callable[[str], None]) -> int:
-    from nvhook.explain import explain, render_text
     from nvhook.settings import load_settings
+    from nvhook.tools.explain import explain, render_text
 
     settings = load_settings(config, cache_dir=cache_dir)
     report = explain(bundle, config_path=config, settings=settings)

@@ -1,4 +1,4 @@
-"""What a container asks for (nvhook/requests.py): every form, every bad input."""
+"""What a container asks for (nvhook/requests/parse.py): every form, every bad input."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 
 from nvhook.constants import ALL_CAPABILITIES
 from nvhook.errors import RequestError
-from nvhook.policy import Policy
-from nvhook.requests import (
+from nvhook.requests.parse import (
     All,
     CdiName,
     DeviceRequest,
@@ -40,9 +39,10 @@ from nvhook.requests import (
     parse_env,
     parse_requests,
 )
-from nvhook.requirements import Condition
+from nvhook.requests.policy import Policy
+from nvhook.requests.requirements import Condition
 
-SPECS = Path(__file__).resolve().parents[1] / "data" / "specs"
+SPECS = Path(__file__).resolve().parents[2] / "data" / "specs"
 UUID = "GPU-8c6ae9a5-1d2b-3c4d-5e6f-0123456789ab"
 UUID2 = "GPU-FFFFFFFF-0000-1111-2222-333333333333"
 MIG = "MIG-5f2b1a4e-aaaa-bbbb-cccc-0123456789ab"
@@ -980,7 +980,7 @@ def test_corpus_cri_container() -> None:
 
 def test_import_loads_only_light_stdlib_modules() -> None:
     code = (
-        "import sys; before = set(sys.modules); import nvhook.requests; "
+        "import sys; before = set(sys.modules); import nvhook.requests.parse; "
         "print(' '.join(sorted(set(sys.modules) - before)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

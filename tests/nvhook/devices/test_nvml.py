@@ -1,4 +1,4 @@
-"""nvhook.nvml over the mock machine's fake libnvidia-ml.so.1, loaded by the real pynvml."""
+"""nvhook.devices.nvml over the mock machine's fake libnvidia-ml.so.1, loaded by the real pynvml."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from nvhook.devices.nvml import GpuInfo, open_nvml
 from nvhook.errors import DriverError
 from nvhook.mock import list_profiles, load_profile
 from nvhook.mock.layout import LIB_DIR
-from nvhook.nvml import GpuInfo, open_nvml
 
 LOADED = [p for p in list_profiles() if load_profile(p).driver.loaded]
 
@@ -137,7 +137,7 @@ def test_a_second_library_while_one_is_open_is_refused(lib_dir: Callable[[str], 
 
 
 def test_pynvml_is_not_imported_with_nvhook() -> None:
-    code = "import sys, nvhook, nvhook.nvml, nvhook.mock; print('pynvml' in sys.modules)"
+    code = "import sys, nvhook, nvhook.devices.nvml, nvhook.mock; print('pynvml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -284,7 +284,7 @@ def test_plain_pynvml_with_ld_library_path(lib_dir: Callable[[str], Path]) -> No
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     ).stdout.split()
     assert out == ["4", "535.230.02", load_profile("l40s-x4").gpus[3].uuid]
-    code = "from nvhook.nvml import open_nvml\nwith open_nvml() as n: print(len(n.gpus()))"
+    code = "from nvhook.devices.nvml import open_nvml\nwith open_nvml() as n: print(len(n.gpus()))"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     ).stdout.split()

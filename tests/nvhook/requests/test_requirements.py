@@ -1,12 +1,12 @@
-"""NVIDIA_REQUIRE_* parsing and checking (nvhook/requirements.py)."""
+"""NVIDIA_REQUIRE_* parsing and checking (nvhook/requests/requirements.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from nvhook.errors import DriverError, RequestError, RequirementError
-from nvhook.requests import All, Requests, Void
-from nvhook.requirements import (
+from nvhook.requests.parse import All, Requests, Void
+from nvhook.requests.requirements import (
     Condition,
     GpuFacts,
     HostFacts,

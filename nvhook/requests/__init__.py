@@ -1,0 +1,5 @@
+"""Stage 1 of the create path: what a container asks for (start path; no I/O, stdlib only).
+
+``parse`` turns a ``config.json`` into :class:`~nvhook.requests.parse.Requests` under the
+host's :mod:`~nvhook.requests.policy`; ``requirements`` checks ``NVIDIA_REQUIRE_*``.
+"""
