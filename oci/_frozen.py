@@ -1,24 +1,44 @@
-"""A base for light immutable value classes that does not import :mod:`dataclasses`.
+"""The one way to declare a value type in ``oci`` and ``nvhook``: :class:`Frozen`.
 
-``import dataclasses`` pulls in ``inspect``, ``ast``, ``dis``, ``tokenize`` and ``re``:
-about 30 ms under ``python -I -S`` on the CI machine (14 ms in the dev venv, where
-``re`` is already loaded), twice the interpreter's own start. The values built on
-every runtime call (:class:`oci.argv.RuntimeArgs`) and by every hook
-(:class:`oci.state.State`) cannot pay that (DESIGN.md D5), so they derive from
-:class:`Frozen`, which gives what ``@dataclass(frozen=True, slots=True)`` gives them:
-fields in ``__slots__``, assignment refused (``AttributeError``, the base class of
-``dataclasses.FrozenInstanceError``), equality, hash and repr over the fields in
-order, and copy/pickle support.
+A value class lists its fields once, as annotations, with optional defaults::
 
-A subclass lists its fields in ``__slots__`` (with annotations), writes a typed
-``__init__`` and sets every field once through :meth:`Frozen._set`.
+    class Outcome(Frozen):
+        mode: str | None
+        devices: str
+        written: bool = False
+
+and gets what ``@dataclass(frozen=True, slots=True)`` would give it: the fields in
+``__slots__``, an ``__init__`` taking them positionally or by keyword (defaults
+applied), ``__match_args__``, equality, hash and repr over the fields in order,
+assignment refused (``AttributeError``, the base class of
+``dataclasses.FrozenInstanceError``), and copy/pickle support. Type checkers see a
+dataclass (``typing.dataclass_transform``), so the ``__init__`` signature is checked.
+
+Why not :mod:`dataclasses`: ``import dataclasses`` pulls in ``inspect``, ``ast``,
+``dis``, ``tokenize`` and ``re``, about 30 ms under ``python -I -S`` on the CI machine,
+twice the interpreter's own start, and the runtime shim and hooks cannot pay that
+(docs/architecture.md, D5). The metaclass here reads the annotations as written (they
+are strings under ``from __future__ import annotations``; nothing is evaluated) and
+builds everything without compiling code, so declaring a class costs microseconds.
+
+Rules, checked when the class is created (``TypeError``):
+
+- a field without a default cannot follow one with a default;
+- a default must be immutable (no ``list``, ``dict``, ``set``: use a tuple, or build the
+  value in a classmethod);
+- a subclass of a value class adds fields after its bases' fields;
+- ``ClassVar[...]`` annotations are class attributes, not fields.
+
+A class that must check or normalise its fields defines ``__post_init__(self)``; it
+runs at the end of ``__init__`` and may replace a field's value with
+:meth:`Frozen._set` (the only way a field is ever assigned).
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import dataclass_transform
+    from typing import Any, Self, dataclass_transform
 else:  # `typing` costs ~20 ms under `python -I -S`; the decorator only informs type checkers
 
     def dataclass_transform(**_: object) -> object:
@@ -27,37 +47,109 @@ else:  # `typing` costs ~20 ms under `python -I -S`; the decorator only informs 
 
 __all__ = ["Frozen", "Record"]
 
+_MUTABLE_DEFAULTS = (list, dict, set, bytearray)
+_MISSING = object()
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+
+def _is_classvar(annotation: object) -> bool:
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    return isinstance(text, str) and (
+        text.startswith(("ClassVar", "typing.ClassVar", "Final", "typing.Final"))
+    )
+
+
+class _FrozenMeta(type):
+    """Builds ``__slots__``, the field table and ``__match_args__`` from the annotations."""
+
+    def __new__(
+        mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any
+    ) -> _FrozenMeta:
+        inherited: tuple[str, ...] = ()
+        defaults: dict[str, object] = {}
+        for base in bases:
+            fields = getattr(base, "__frozen_fields__", None)
+            if fields is not None:
+                inherited = fields
+                defaults.update(getattr(base, "__frozen_defaults__", {}))
+        own: list[str] = []
+        if "__slots__" in namespace:  # written by hand: the fields are exactly those slots
+            own = [s for s in namespace["__slots__"] if s not in inherited]
+        else:
+            annotations = namespace.get("__annotations__", {})
+            for field, annotation in annotations.items():
+                if _is_classvar(annotation) or field in inherited:
+                    continue
+                own.append(field)
+            for field in own:
+                value = namespace.pop(field, _MISSING)
+                if value is _MISSING:
+                    continue
+                if isinstance(value, _MUTABLE_DEFAULTS):
+                    raise TypeError(
+                        f"{name}.{field}: a mutable default ({type(value).__name__}) would be "
+                        "shared by every instance; use a tuple or frozenset"
+                    )
+                defaults[field] = value
+            namespace["__slots__"] = tuple(own)
+        fields = (*inherited, *own)
+        seen_default = False
+        for field in fields:
+            if field in defaults:
+                seen_default = True
+            elif seen_default:
+                raise TypeError(f"{name}: field {field!r} without a default follows a default")
+        namespace["__frozen_fields__"] = fields
+        namespace["__frozen_defaults__"] = defaults
+        namespace.setdefault("__match_args__", fields)
+        return super().__new__(mcs, name, bases, namespace, **kwargs)
 
 
 @dataclass_transform(frozen_default=True, eq_default=True)
-class Frozen:
-    """Immutable value over ``__slots__``: eq, hash and repr by field, in slot order."""
+class Frozen(metaclass=_FrozenMeta):
+    """Immutable value over ``__slots__``: init, eq, hash and repr by field, in order."""
 
     __slots__ = ()
+    __frozen_fields__: tuple[str, ...] = ()
+    __frozen_defaults__: dict[str, object] = {}
+
+    if not TYPE_CHECKING:  # type checkers synthesise the typed __init__ from the fields
+
+        def __init__(self, *args, **kwargs):
+            cls = type(self)
+            fields = cls.__frozen_fields__
+            if len(args) > len(fields):
+                raise TypeError(
+                    f"{cls.__name__}() takes {len(fields)} fields, {len(args)} were given"
+                )
+            setter = object.__setattr__
+            for field, value in zip(fields, args, strict=False):
+                setter(self, field, value)
+            if kwargs or len(args) < len(fields):
+                defaults = cls.__frozen_defaults__
+                for field in fields[len(args) :]:
+                    value = kwargs.pop(field, _MISSING)
+                    if value is _MISSING:
+                        value = defaults.get(field, _MISSING)
+                        if value is _MISSING:
+                            raise TypeError(f"{cls.__name__}() is missing field {field!r}")
+                    setter(self, field, value)
+                if kwargs:
+                    extra = ", ".join(repr(k) for k in kwargs)
+                    known = set(fields)
+                    twice = [k for k in kwargs if k in known]
+                    what = "got multiple values for" if twice else "has no field"
+                    raise TypeError(f"{cls.__name__}() {what} {extra}")
+            post = getattr(self, "__post_init__", None)
+            if post is not None:
+                post()
 
     def _set(self, **fields: object) -> None:
-        """Set fields from ``__init__`` (the only place a field is ever assigned)."""
+        """Set fields (from ``__init__`` or ``__post_init__`` only: values are immutable)."""
         for name, value in fields.items():
             object.__setattr__(self, name, value)
 
-    def _names(self) -> tuple[str, ...]:
-        """The fields: the ``__slots__`` of the class and its Frozen bases, bases first."""
-        cls = type(self)
-        names: tuple[str, ...] | None = _FIELDS.get(cls)
-        if names is None:
-            names = tuple(
-                name
-                for klass in reversed(cls.__mro__)
-                if issubclass(klass, Frozen)
-                for name in klass.__dict__.get("__slots__", ())
-            )
-            _FIELDS[cls] = names
-        return names
-
     def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self._names())
+        return tuple(getattr(self, name) for name in self.__frozen_fields__)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"cannot assign to field {name!r} of a frozen {type(self).__name__}")
@@ -74,19 +166,25 @@ class Frozen:
         return hash(self._values())
 
     def __repr__(self) -> str:
-        fields = ", ".join(
-            f"{name}={value!r}" for name, value in zip(self._names(), self._values(), strict=True)
-        )
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__frozen_fields__)
         return f"{type(self).__name__}({fields})"
 
     def __getstate__(self) -> tuple[object, ...]:
         return self._values()
 
     def __setstate__(self, state: tuple[object, ...]) -> None:
-        for name, value in zip(self._names(), state, strict=True):
+        for name, value in zip(self.__frozen_fields__, state, strict=True):
             object.__setattr__(self, name, value)
 
+    def _replace(self, **changes: object) -> Self:
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        values = {name: changes.pop(name, getattr(self, name)) for name in self.__frozen_fields__}
+        if changes:
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(changes)}")
+        return type(self)(**values)
 
+
+# Deprecated: being replaced by Frozen everywhere (issue 10); delete with its last user.
 if TYPE_CHECKING:
     from typing import NamedTuple as Record
 else:

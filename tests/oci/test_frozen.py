@@ -99,3 +99,93 @@ def test_fields_of_a_base_class_count_in_a_subclass() -> None:
     assert Name("a") == Name("a") and hash(Name("a")) == hash(Name("a"))
     assert Name("a") != Text("a")
     assert repr(Name("a")) == "Name(value='a')"
+
+
+# --- classes declared by their annotations alone (the one way to declare a value) ------------
+
+
+class Pair(Frozen):
+    left: int
+    right: tuple[int, ...] = ()
+
+
+class Triple(Pair):
+    label: str = "t"
+
+
+class Checked(Frozen):
+    count: int
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            raise ValueError("count must be >= 0")
+        self._set(count=int(self.count))
+
+
+def test_annotations_make_slots_init_and_match_args() -> None:
+    assert Pair.__slots__ == ("left", "right")
+    assert Pair.__match_args__ == ("left", "right")
+    assert Pair(1) == Pair(left=1, right=()) == Pair(1, ())
+    assert repr(Pair(1, (2,))) == "Pair(left=1, right=(2,))"
+    match Pair(3, (4,)):
+        case Pair(a, b):
+            assert (a, b) == (3, (4,))
+    with pytest.raises(AttributeError):
+        Pair(1).other = 2  # type: ignore[attr-defined]
+
+
+def test_subclass_fields_follow_the_bases() -> None:
+    t = Triple(1)
+    assert Triple.__frozen_fields__ == ("left", "right", "label")
+    assert Triple.__slots__ == ("label",)
+    assert (t.left, t.right, t.label) == (1, (), "t")
+    assert t != Pair(1)
+    assert pickle.loads(pickle.dumps(t)) == t
+    assert copy.deepcopy(t) == t
+
+
+def test_init_refuses_what_a_dataclass_refuses() -> None:
+    with pytest.raises(TypeError, match=r"Pair\(\) is missing field 'left'"):
+        Pair()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="takes 2 fields, 3 were given"):
+        Pair(1, (), 3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="has no field 'middle'"):
+        Pair(1, middle=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="got multiple values for 'left'"):
+        Pair(1, left=2)  # type: ignore[misc]
+
+
+def test_post_init_checks_and_normalises() -> None:
+    assert Checked(True).count == 1 and type(Checked(True).count) is int
+    with pytest.raises(ValueError, match="count must be"):
+        Checked(-1)
+
+
+def test_replace() -> None:
+    assert Pair(1, (2,))._replace(left=5) == Pair(5, (2,))
+    with pytest.raises(TypeError, match="has no field nope"):
+        Pair(1)._replace(nope=1)
+
+
+def test_declaration_errors() -> None:
+    with pytest.raises(TypeError, match="mutable default"):
+
+        class Bad(Frozen):
+            items: list[int] = []
+
+    with pytest.raises(TypeError, match="'b' without a default follows a default"):
+
+        class Order(Frozen):
+            a: int = 1
+            b: int
+
+
+def test_classvar_is_not_a_field() -> None:
+    from typing import ClassVar
+
+    class WithConst(Frozen):
+        LIMIT: ClassVar[int] = 3
+        x: int
+
+    assert WithConst.__frozen_fields__ == ("x",)
+    assert WithConst(1).LIMIT == 3
