@@ -23,11 +23,11 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from nvhook.errors import MockError
+from oci._frozen import Frozen
 
 __all__ = [
     "Toolchain",
@@ -42,14 +42,12 @@ __all__ = [
 _KEY_VERSION = b"nvhook-mock-build-1"
 
 
-@dataclass(frozen=True)
-class Toolchain:
+class Toolchain(Frozen):
     cc: str  # absolute path of the compiler
     identity: str  # its --version line, part of every cache key
 
 
-@dataclass(frozen=True)
-class Unit:
+class Unit(Frozen):
     """One compiler run that produces one file."""
 
     output: str  # the output's file name

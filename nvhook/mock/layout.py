@@ -29,7 +29,6 @@ layouts have the same files, bytes and modes.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -37,7 +36,6 @@ import shutil
 import socket
 import stat
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -52,6 +50,7 @@ from nvhook.mock.profiles import (
     mig_caps_minor,
     parse_bus_id,
 )
+from oci._frozen import Frozen
 
 __all__ = [
     "DATA_DIR",
@@ -108,13 +107,15 @@ _BLOCK_DEVICES = (
 )
 
 
-@dataclass(frozen=True)
-class MockMachine:
+class MockMachine(Frozen):
     """A laid-out mock machine."""
 
     root: Path
-    profile: Profile = field(repr=False)
+    profile: Profile
     nodes: Literal["char", "file"] = "file"
+
+    def __repr__(self) -> str:  # the profile would fill a screen
+        return f"MockMachine(root={self.root!r}, nodes={self.nodes!r})"
 
     @property
     def lib_dir(self) -> Path:
@@ -251,8 +252,7 @@ class _Tree:
 # --- driver user space ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class InstalledLibrary:
+class InstalledLibrary(Frozen):
     """One driver library file of a laid-out profile."""
 
     path: str  # relative to the root: usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15
@@ -787,5 +787,14 @@ def _nvml_data(prof: Profile) -> str:
 
 def _data(tree: _Tree, prof: Profile, nodes: str) -> None:
     tree.write(f"{DATA_DIR}/nvml.txt", _nvml_data(prof))
-    summary = {"profile": prof.name, "nodes": nodes, "machine": dataclasses.asdict(prof)}
+    summary = {"profile": prof.name, "nodes": nodes, "machine": _plain(prof)}
     tree.write(f"{DATA_DIR}/profile.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def _plain(value: object) -> object:
+    """``value`` with every :class:`Frozen` in it turned into a dict of its fields (for JSON)."""
+    if isinstance(value, Frozen):
+        return {name: _plain(getattr(value, name)) for name in value.__frozen_fields__}
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value

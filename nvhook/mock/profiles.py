@@ -1,7 +1,7 @@
 """Machine profiles of the mock GPU machine: what a fake host has, as data.
 
 A profile is a TOML file, one per machine, under ``nvhook/mock/machines/`` (shipped as package
-data). :func:`load_profile` reads one into frozen dataclasses and checks it: unique UUIDs,
+data). :func:`load_profile` reads one into frozen values and checks it: unique UUIDs,
 minors and bus ids, MIG instances only on MIG-capable GPUs in MIG mode, GPU-instance ids 0-14,
 compute-instance ids 0-7, at most 7 slices per GPU. A mistake is a :class:`MockError` naming
 the file and the key.
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from nvhook.errors import MockError
+from oci._frozen import Frozen
 
 __all__ = [
     "ARCHITECTURES",
@@ -80,8 +80,7 @@ _SLICES = 7
 _MAX_GPU_MINOR = 253  # 254 is nvidia-modeset, 255 nvidiactl
 
 
-@dataclass(frozen=True)
-class MigProfile:
+class MigProfile(Frozen):
     """A GPU-instance profile of a GPU model (``nvidia-smi mig -lgip``)."""
 
     name: str  # "3g.40gb"
@@ -96,8 +95,7 @@ class MigProfile:
     ofas: int
 
 
-@dataclass(frozen=True)
-class GpuModel:
+class GpuModel(Frozen):
     """What every GPU of one product has in common."""
 
     name: str  # "NVIDIA A100-SXM4-80GB", as NVML and /proc report it
@@ -121,23 +119,20 @@ class GpuModel:
         return next((p for p in self.mig_profiles if p.name == name), None)
 
 
-@dataclass(frozen=True)
-class ComputeInstance:
+class ComputeInstance(Frozen):
     """A compute instance inside a GPU instance: one MIG device, with its own UUID."""
 
     id: int
     uuid: str  # "MIG-…"
 
 
-@dataclass(frozen=True)
-class GpuInstance:
+class GpuInstance(Frozen):
     id: int
     profile: MigProfile
     compute_instances: tuple[ComputeInstance, ...]
 
 
-@dataclass(frozen=True)
-class MigDevice:
+class MigDevice(Frozen):
     """A MIG device (GPU instance + compute instance) in NVML's enumeration order."""
 
     index: int  # nvmlDeviceGetMigDeviceHandleByIndex index under the parent
@@ -149,8 +144,7 @@ class MigDevice:
     ci_caps_minor: int  # … and of the compute instance
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(Frozen):
     index: int  # NVML index: position in PCI bus-id order
     model: GpuModel
     uuid: str
@@ -201,8 +195,7 @@ def mig_caps_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
     return n if ci is None else n + 1 + ci
 
 
-@dataclass(frozen=True)
-class DriCard:
+class DriCard(Frozen):
     """A DRM card that is not an NVIDIA GPU (a BMC's VGA, say): it takes a card number too."""
 
     bus_id: str
@@ -210,8 +203,7 @@ class DriCard:
     driver: str
 
 
-@dataclass(frozen=True)
-class Driver:
+class Driver(Frozen):
     version: str  # "550.54.15"
     cuda: str  # "12.4"
     kernel_module: Literal["proprietary", "open"]
@@ -238,8 +230,7 @@ class Driver:
         return f"{self.cuda.split('.')[0]}.{self.version}"
 
 
-@dataclass(frozen=True)
-class Profile:
+class Profile(Frozen):
     name: str
     description: str
     source: str  # the file it was read from
@@ -262,8 +253,7 @@ class Profile:
         return next((g for g in self.gpus if g.minor == minor), None)
 
 
-@dataclass(frozen=True)
-class Library:
+class Library(Frozen):
     stem: str
     capability: str
     soname: str  # may contain "{version}"
@@ -274,15 +264,13 @@ class Library:
     platform: str | None
 
 
-@dataclass(frozen=True)
-class Binary:
+class Binary(Frozen):
     name: str
     capability: str
     when: str | None  # "nvswitch" | "imex" | None (always)
 
 
-@dataclass(frozen=True)
-class DriverFiles:
+class DriverFiles(Frozen):
     libraries: tuple[Library, ...]
     binaries: tuple[Binary, ...]
 
@@ -512,7 +500,7 @@ def _parse_profile(text: str, source: str) -> Profile:
     doc.done()
 
     gpus.sort(key=lambda g: parse_bus_id(g.bus_id))
-    gpus = [_with_index(g, i) for i, g in enumerate(gpus)]
+    gpus = [g._replace(index=i) for i, g in enumerate(gpus)]
     profile = Profile(
         name=name,
         description=description,
@@ -528,21 +516,6 @@ def _parse_profile(text: str, source: str) -> Profile:
     )
     _check(profile)
     return profile
-
-
-def _with_index(gpu: Gpu, index: int) -> Gpu:
-    return Gpu(
-        index=index,
-        model=gpu.model,
-        uuid=gpu.uuid,
-        bus_id=gpu.bus_id,
-        minor=gpu.minor,
-        irq=gpu.irq,
-        mig_enabled=gpu.mig_enabled,
-        gpu_instances=gpu.gpu_instances,
-        dri_card=gpu.dri_card,
-        dri_render=gpu.dri_render,
-    )
 
 
 def _bus_id(t: _Table, key: str) -> str:
