@@ -10,7 +10,7 @@ import click
 
 from nvhook.mock import NodeMode, list_profiles, load_profile
 from nvhook.mock import create as create_machine
-from nvhook.mock.profiles import Gpu, Profile
+from nvhook.mock.model import Gpu, Profile
 
 __all__ = ["mock"]
 

@@ -12,15 +12,8 @@ lays one out, :mod:`nvhook.mock.build` compiles the C sources in ``csrc/`` (cach
 from __future__ import annotations
 
 from nvhook.mock.layout import InstalledLibrary, MockMachine, NodeMode, create, installed_libraries
-from nvhook.mock.profiles import (
-    Gpu,
-    GpuModel,
-    MigDevice,
-    MigProfile,
-    Profile,
-    list_profiles,
-    load_profile,
-)
+from nvhook.mock.model import Gpu, GpuModel, MigDevice, MigProfile, Profile
+from nvhook.mock.profiles import list_profiles, load_profile
 
 __all__ = [
     "Gpu",

@@ -41,15 +41,8 @@ from typing import Literal
 
 from nvhook.errors import MockError
 from nvhook.mock import build
-from nvhook.mock.profiles import (
-    ARCHITECTURES,
-    BRANDS,
-    Profile,
-    driver_files,
-    load_profile,
-    mig_caps_minor,
-    parse_bus_id,
-)
+from nvhook.mock.model import ARCHITECTURES, BRANDS, Profile, mig_caps_minor, parse_bus_id
+from nvhook.mock.profiles import driver_files, load_profile
 from oci._frozen import Frozen
 
 __all__ = [

@@ -19,7 +19,7 @@ from nvhook.devices.procfs import read_majors
 from nvhook.errors import MockError
 from nvhook.mock import create, list_profiles, load_profile
 from nvhook.mock.layout import LIB32_DIR, LIB_DIR, installed_libraries
-from nvhook.mock.profiles import Profile
+from nvhook.mock.model import Profile
 from tests.support.containers import require, require_root
 
 PROFILES = list_profiles()

@@ -9,7 +9,8 @@ import pytest
 
 from nvhook.errors import MockError
 from nvhook.mock import list_profiles, load_profile
-from nvhook.mock.profiles import driver_files, mig_caps_minor
+from nvhook.mock.model import mig_caps_minor
+from nvhook.mock.profiles import driver_files
 
 UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MIG_UUID = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

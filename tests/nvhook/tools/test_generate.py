@@ -16,7 +16,7 @@ from nvhook.discover.hooks import validate_injected_hook
 from nvhook.edits import Host
 from nvhook.errors import DriverError, RequestError
 from nvhook.mock import list_profiles, load_profile
-from nvhook.mock.profiles import mig_caps_minor
+from nvhook.mock.model import mig_caps_minor
 from nvhook.requests.parse import parse_requests
 from nvhook.requests.policy import Policy
 from nvhook.settings import defaults
