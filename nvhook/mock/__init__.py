@@ -1,13 +1,15 @@
-"""The mock GPU machine: machine profiles and a fake host laid out from one (DESIGN.md D8).
+"""The mock GPU machine: profiles, and fake hosts laid out from them (docs/architecture.md, D8).
 
 >>> from nvhook.mock import create
 >>> machine = create("dgx-a100", "/tmp/dgx")      # doctest: +SKIP
 >>> machine.lib_dir                                 # doctest: +SKIP
 PosixPath('/tmp/dgx/usr/lib/x86_64-linux-gnu')
 
-:mod:`nvhook.mock.profiles` reads the profiles (``machines/*.toml``), :mod:`nvhook.mock.layout`
-lays one out, :mod:`nvhook.mock.build` compiles the C sources in ``csrc/`` (cached).
-"""
+:mod:`nvhook.mock.model` is what a machine is made of (frozen values), :mod:`nvhook.mock.profiles`
+reads the profiles (``machines/*.toml``) and ``driver.toml`` into it, :mod:`nvhook.mock.layout`
+lays one out (with :mod:`~nvhook.mock.userspace`, :mod:`~nvhook.mock.procfs`,
+:mod:`~nvhook.mock.devnodes` and :mod:`~nvhook.mock.nvmldata`, one part of the tree each), and
+:mod:`nvhook.mock.build` compiles the C sources in ``csrc/`` (cached)."""
 
 from __future__ import annotations
 
