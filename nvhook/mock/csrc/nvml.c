@@ -3,7 +3,7 @@
  *
  * The data file is etc/nvhook-mock/nvml.txt of the mock root, found from this library's own
  * location (dladdr: <root>/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1), or named by
- * NVHOOK_MOCK_NVML_DATA. nvhook.mock.layout writes it: tab-separated records, one a line:
+ * NVHOOK_MOCK_NVML_DATA. nvhook.mock.nvmldata writes it: tab-separated records, one a line:
  *
  *   loaded  0|1
  *   driver  <driver version>
@@ -25,6 +25,12 @@
  *
  * Fault injection: NVHOOK_MOCK_NVML_FAIL="nvmlDeviceGetUUID:999,nvmlInitWithFlags:9" makes the
  * named entry points return the given codes (checked on every call, before anything else).
+ *
+ * Why one file of ~700 lines: it is one shared object, compiled as one translation unit with
+ * every helper static so that only NVML's entry points are exported; its parts (fault
+ * injection, the data file, init and system calls, enumeration, device queries, MIG) are
+ * marked below and share the device table. Splitting it would add headers and link steps to
+ * the build units (nvhook.mock.userspace) for no reader's gain.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
