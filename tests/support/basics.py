@@ -1,0 +1,101 @@
+"""What every part of the container harness needs: tool and root requirements, commands, ids.
+
+A missing tool or missing root skips the test, except under CI (env ``CI`` set), which installs
+everything and runs as root: there it fails, so that nothing is silently skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+__all__ = [
+    "Json",
+    "Result",
+    "in_ci",
+    "missing",
+    "require",
+    "require_root",
+    "rmdir_if_empty",
+    "run_command",
+    "unique_id",
+]
+
+Json = dict[str, Any]
+Result = subprocess.CompletedProcess[str]
+
+_ids = itertools.count()
+
+
+def unique_id(prefix: str) -> str:
+    """A name no other test, nor any concurrent pytest process on this machine, uses."""
+    return f"{prefix}-{os.getpid()}-{next(_ids)}"
+
+
+def in_ci() -> bool:
+    """True when env ``CI`` is set (CI installs every tool, so a missing one is a failure)."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip the test for ``reason``; under CI, fail it."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI is set, so this is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+def require(tool: str) -> str:
+    """Return the absolute path of ``tool``; skip the test when it is missing (fail under CI)."""
+    path = shutil.which(tool)
+    if path is None:
+        missing(f"{tool} not found on PATH (./dev setup installs it)")
+    return os.path.realpath(path)
+
+
+def require_root() -> None:
+    """Skip the test unless it runs as root (fail under CI)."""
+    if os.geteuid() != 0:
+        missing("needs root")
+
+
+def run_command(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    check: bool,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Result:
+    """Run ``argv`` capturing text output; with ``check`` a failure fails the test readably."""
+    proc = subprocess.run(
+        list(argv),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(
+            f"command failed with exit status {proc.returncode}: {' '.join(argv)}\n"
+            f"--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}",
+            pytrace=False,
+        )
+    return proc
+
+
+def rmdir_if_empty(*paths: str) -> None:
+    """Remove each directory that is empty (deepest first); leave anything in use alone."""
+    for p in paths:
+        with contextlib.suppress(OSError):
+            os.rmdir(p)
