@@ -12,7 +12,12 @@ Modes (``runtime.mode``):
   ``$NVHOOK_CACHE_DIR``, default ``/run/nvhook``, beside the settings); plain ids
   from ``NVIDIA_VISIBLE_DEVICES`` become names of ``cdi.default_kind``
   (``0`` → ``nvidia.com/gpu=0``, ``all`` → ``nvidia.com/gpu=all``), the names
-  that ``nvhook cdi generate`` writes;
+  that ``nvhook cdi generate`` writes. Before anything is applied, every bind-mount
+  source of the edits, and each device node read from the host, must exist
+  (:func:`oci.cdi.hostcheck.missing_host_paths`, a ``stat`` each): a missing one means
+  the spec is stale (the driver was upgraded since it was written), and the error names
+  the spec and the command that rewrites it (:mod:`nvhook.cdihints`), where runc would
+  fail on the mount with a message naming neither;
 - ``jit``: the host is discovered directly (:mod:`nvhook.edits`);
 - ``auto`` (default): ``cdi`` when every requested device is a qualified CDI
   name (annotations always are), else ``jit``.
@@ -84,11 +89,25 @@ def edits_for(requests: Requests, settings: dict[str, Any]) -> tuple[str, Edits]
         import os
 
         from nvhook.settings import CACHE_ENV, DEFAULT_CACHE_DIR
+        from oci.cdi.hostcheck import missing_host_paths
         from oci.cdi.registry import resolve
+        from oci.errors import CdiResolveError
 
         names = cdi_names(requests, settings["cdi.default_kind"])
         cache_dir = os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR
-        return mode, resolve(settings["cdi.spec_dirs"], names, cache_dir=cache_dir)
+        try:
+            edits = resolve(settings["cdi.spec_dirs"], names, cache_dir=cache_dir)
+        except CdiResolveError as e:
+            from nvhook.cdihints import with_hint
+
+            raise with_hint(e, vendor=settings["cdi.default_kind"].partition("/")[0]) from None
+        missing = missing_host_paths(edits)
+        if missing:  # runc would fail on the first with a message naming neither spec nor cause
+            from nvhook.cdihints import stale_spec_error
+
+            spec_dirs, root = settings["cdi.spec_dirs"], settings["host.root"]
+            raise stale_spec_error(missing, spec_dirs, names, root=root)
+        return mode, edits
     from nvhook.edits import Host, plan
 
     return mode, plan(requests, Host.from_settings(settings)).edits

@@ -56,7 +56,7 @@ class ExitCode:
     IO = 9  # a file could not be read or written (bundle, spec dir, output)
     RUNTIME = 10  # no low-level runtime found, or exec failed
     HOOK = 11  # a hook refused to act (unsafe path, wrong link)
-    VALIDATION = 12  # `cdi validate` found problems
+    VALIDATION = 12  # `cdi validate` found problems, `cdi check` a stale spec
 
 
 #: What each exit code means, for people (the README's table is made from this).
@@ -75,7 +75,8 @@ EXIT_CODE_DOCS: dict[int, str] = {
     ExitCode.IO: "a file could not be read or written (bundle, spec directory, output)",
     ExitCode.RUNTIME: "no low-level runtime was found, or it could not be executed",
     ExitCode.HOOK: "a hook refused to act (a path escaping the rootfs, a conflicting link)",
-    ExitCode.VALIDATION: "`cdi validate` found problems",
+    ExitCode.VALIDATION: "`cdi validate` found problems, or `cdi check` found a spec that no "
+    "longer matches the host",
 }
 
 
@@ -137,13 +138,20 @@ class CdiNameError(CdiError):
 
 
 class CdiResolveError(CdiError):
-    """Requested CDI devices that no spec defines; names every one."""
+    """Requested CDI devices that no spec defines; names every one.
+
+    ``no_specs``: the spec directories hold no spec file at all (a producer that
+    writes specs can then say which command to run).
+    """
 
     exit_code = ExitCode.UNRESOLVED
 
-    def __init__(self, message: str, *, names: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, message: str, *, names: tuple[str, ...] = (), no_specs: bool = False
+    ) -> None:
         super().__init__(message)
         self.names = names
+        self.no_specs = no_specs
 
 
 class CdiApplyError(CdiError):

@@ -1,4 +1,4 @@
-"""``nvhook cdi``: validate, list and inject CDI specs (and generate them from the host)."""
+"""``nvhook cdi``: validate, list, check and inject CDI specs (and generate them from the host)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 
 import click
 
+from nvhook.cli.cdi_check import check
 from nvhook.cli.cdi_generate import generate
 from nvhook.cli.cdi_validate import validate
 from oci.cdi.registry import DEFAULT_SPEC_DIRS, Registry
@@ -34,9 +35,10 @@ def list_(spec_dirs: tuple[str, ...]) -> None:
     """Print every resolvable device name with the file that defines it, then any problems.
 
     Names go to stdout (NAME<TAB>FILE); problems go to stderr, one line each,
-    and make the exit code 4.
+    and make the exit code 4. With no spec at all, stderr says so (exit code 0).
     """
-    registry = Registry(spec_dirs or DEFAULT_SPEC_DIRS)
+    dirs = spec_dirs or DEFAULT_SPEC_DIRS
+    registry = Registry(dirs)
     for name, definition in registry.devices.items():
         click.echo(f"{name}\t{definition.path}")
     problems = [msg for msgs in registry.errors.values() for msg in msgs]
@@ -44,6 +46,10 @@ def list_(spec_dirs: tuple[str, ...]) -> None:
         click.echo(msg, err=True)
     if problems:
         raise click.exceptions.Exit(int(ExitCode.INVALID_CDI))
+    if not registry.specs:
+        from nvhook.cdihints import GENERATE_HINT
+
+        click.echo(f"no CDI spec in {', '.join(dirs)}; {GENERATE_HINT}", err=True)
 
 
 @cdi.command()
@@ -59,10 +65,20 @@ def list_(spec_dirs: tuple[str, ...]) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the resulting config.json; write nothing.")
 @click.argument("names", nargs=-1, required=True)
 def inject(bundle: str, spec_dirs: tuple[str, ...], dry_run: bool, names: tuple[str, ...]) -> None:
-    """Apply the CDI devices NAMES (vendor/class=name) to BUNDLE/config.json, atomically."""
-    from oci.cdi.inject import inject as do_inject
+    """Apply the CDI devices NAMES (vendor/class=name) to BUNDLE/config.json, atomically.
 
-    result = do_inject(bundle, names, spec_dirs=spec_dirs or DEFAULT_SPEC_DIRS, dry_run=dry_run)
+    A name no spec defines fails with the closest known name, or, when there is no
+    spec at all, with the command that writes one.
+    """
+    from nvhook.cdihints import with_hint
+    from oci.cdi.inject import inject as do_inject
+    from oci.errors import CdiResolveError
+
+    dirs = spec_dirs or DEFAULT_SPEC_DIRS
+    try:
+        result = do_inject(bundle, names, spec_dirs=dirs, dry_run=dry_run)
+    except CdiResolveError as e:
+        raise with_hint(e, known=Registry(dirs).devices) from None
     if dry_run:
         click.echo(json.dumps(result.spec, indent=2, ensure_ascii=False))
     elif not result.written:
@@ -71,3 +87,4 @@ def inject(bundle: str, spec_dirs: tuple[str, ...], dry_run: bool, names: tuple[
 
 cdi.add_command(validate)
 cdi.add_command(generate)
+cdi.add_command(check)

@@ -117,8 +117,9 @@ class Registry:
         requested = _checked_names(names)
         unresolved = [n for n in requested if n not in self._devices]
         if unresolved:
-            message = _unresolved_message(unresolved, self.spec_dirs, self._errors)
-            raise CdiResolveError(message, names=tuple(unresolved))
+            none = not self._specs and not self._errors
+            message = _unresolved_message(unresolved, self.spec_dirs, self._errors, none)
+            raise CdiResolveError(message, names=tuple(unresolved), no_specs=none)
         edits = Edits()
         seen_specs: set[int] = set()
         for name in requested:
@@ -180,10 +181,12 @@ def _checked_names(names: Iterable[str]) -> list[str]:
 
 
 def _unresolved_message(
-    unresolved: Sequence[str], spec_dirs: Sequence[str], problems: Iterable[str]
+    unresolved: Sequence[str], spec_dirs: Sequence[str], problems: Iterable[str], no_specs: bool
 ) -> str:
     quoted = ", ".join(repr(n) for n in unresolved)
     noun = "device" if len(unresolved) == 1 else "devices"
+    if no_specs:
+        return f"unresolvable CDI {noun} {quoted}: no CDI spec in " + ", ".join(spec_dirs)
     msg = f"unresolvable CDI {noun} {quoted}: not defined in any spec in " + ", ".join(spec_dirs)
     bad = sorted(set(problems))
     if bad:
@@ -261,8 +264,9 @@ def resolve(
     if index_file is not None and scan.index != old:
         _write_index(index_file, dirs, scan.index)
     if unresolved:
-        message = _unresolved_message(unresolved, dirs, scan.problems())
-        raise CdiResolveError(message, names=tuple(unresolved))
+        none = not scan.files and not scan.bad_dirs
+        message = _unresolved_message(unresolved, dirs, scan.problems(), none)
+        raise CdiResolveError(message, names=tuple(unresolved), no_specs=none)
     edits = Edits()
     seen: set[str] = set()
     for name in requested:
