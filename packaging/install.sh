@@ -11,8 +11,9 @@
 #   cdi     the CDI spec CDI_DIR/nvidia.json (`nvhook cdi generate`); skipped, with a message,
 #           when no NVIDIA driver is loaded (HOST_ROOT/proc/driver/nvidia/version missing)
 #   units   nvhook-cdi-refresh.service and .path (systemd/ next to this script, their paths
-#           set to PREFIX and CDI_DIR) into SYSTEMD_UNIT_DIR, enabled when systemd runs: they
-#           regenerate the spec at boot and when the driver's files change
+#           set to PREFIX and CDI_DIR, the driver's watched files and the generate command
+#           to DRIVER_ROOT) into SYSTEMD_UNIT_DIR, enabled when systemd runs: they regenerate
+#           the spec at boot and when the driver's files change, then run `nvhook cdi check`
 #   engine  `nvhook runtime configure --runtime containerd --name RUNTIME_NAME` on
 #           CONTAINERD_CONFIG (the originals kept in BACKUP_DIR); containerd has no reload, so
 #           when that changed anything, containerd is restarted through systemd when systemd
@@ -34,6 +35,10 @@
 #                         when it exists, else the project this script is part of
 #   PYTHON=/usr/bin/python3           absolute path of a Python >= 3.11
 #   HOST_ROOT=/                       where the driver's /proc and files are (cdi step)
+#   DRIVER_ROOT=…                     where the driver's libraries and binaries are, for the
+#                                     units (/run/nvidia/driver under the GPU Operator);
+#                                     default: host.driver_root of SYSCONFDIR/config.toml,
+#                                     empty (the host's own paths) when that is unset
 #   SYSTEMD_UNIT_DIR=/etc/systemd/system
 #   SYSTEMD=auto          auto: call systemctl when systemd runs (/run/systemd/system); no: never
 set -euo pipefail
@@ -48,6 +53,7 @@ BACKUP_DIR="${BACKUP_DIR:-/var/lib/nvhook/backups}"
 ENGINE="${ENGINE:-containerd}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 HOST_ROOT="${HOST_ROOT:-/}"
+DRIVER_ROOT="${DRIVER_ROOT-}"
 SYSTEMD_UNIT_DIR="${SYSTEMD_UNIT_DIR:-/etc/systemd/system}"
 SYSTEMD="${SYSTEMD:-auto}"
 SOURCE="${SOURCE:-}"
@@ -175,16 +181,38 @@ step_cdi() {
     "$PREFIX/bin/nvhook" cdi generate --root "$HOST_ROOT" --output "$CDI_DIR/$CDI_SPEC"
 }
 
+# configured_driver_root: DRIVER_ROOT when set, else host.driver_root of the installed config.
+configured_driver_root() {
+    if [[ -n "${DRIVER_ROOT+set}" ]]; then
+        printf '%s\n' "$DRIVER_ROOT"
+        return
+    fi
+    local config="$SYSCONFDIR/config.toml"
+    [[ -f "$config" ]] || return 0
+    "$PREFIX/bin/python" -c 'import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    print(tomllib.load(f).get("host", {}).get("driver_root", ""))' "$config" ||
+        die "$config: cannot read host.driver_root (fix the file, or set DRIVER_ROOT)"
+}
+
 step_units() {
     if [[ ! -d "$HERE/systemd" ]]; then
         say "units: skipped: $HERE/systemd is missing"
         return
     fi
     mkdir -p "$SYSTEMD_UNIT_DIR"
-    local unit
+    local unit driver_root
+    driver_root="$(configured_driver_root)"
+    [[ -z "$driver_root" ]] || check_path DRIVER_ROOT "$driver_root"
+    local -a driver=()
+    if [[ -n "$driver_root" && "$driver_root" != / ]]; then
+        # the driver's files (every watched path but /dev's) and the generate command
+        driver=(-e "/^PathChanged=\/dev\//!s|^PathChanged=|PathChanged=${driver_root%/}|"
+            -e "s|cdi generate --output|cdi generate --driver-root ${driver_root%/} --output|")
+    fi
     for unit in "${UNITS[@]}"; do
-        sed -e "s|/opt/nvhook|$PREFIX|g" -e "s|/var/run/cdi|$CDI_DIR|g" "$HERE/systemd/$unit" \
-            >"$SYSTEMD_UNIT_DIR/$unit.tmp"
+        sed -e "s|/opt/nvhook|$PREFIX|g" -e "s|/var/run/cdi|$CDI_DIR|g" "${driver[@]}" \
+            "$HERE/systemd/$unit" >"$SYSTEMD_UNIT_DIR/$unit.tmp"
         chmod 0644 "$SYSTEMD_UNIT_DIR/$unit.tmp"
         mv "$SYSTEMD_UNIT_DIR/$unit.tmp" "$SYSTEMD_UNIT_DIR/$unit"
     done

@@ -108,6 +108,10 @@ def test_install_again_and_uninstall(
     # the units, their paths set to ours
     service = (units / UNITS[0]).read_text()
     assert f"ExecStart={prefix}/bin/nvhook cdi generate --output {cdi}/nvidia.json" in service
+    assert (
+        f"ExecStartPost={prefix}/bin/nvhook cdi check --spec-dir /etc/cdi --spec-dir {cdi}\n"
+        in service
+    )
     assert "/opt/nvhook" not in service
     assert (units / UNITS[1]).is_file()
     installed = files(tmp_path / "host")
@@ -131,11 +135,25 @@ def test_install_again_and_uninstall(
     assert (sysconf / "config.toml").read_bytes() == edited
 
 
+def _watched(units: Path) -> list[str]:
+    text = (units / UNITS[1]).read_text()
+    return [line.partition("=")[2] for line in text.splitlines() if line.startswith("PathChanged=")]
+
+
 @pytest.mark.slow
 def test_without_a_driver_the_spec_is_skipped(tmp_path: Path, wheelhouse: Path) -> None:
-    env = settings(tmp_path, SOURCE=str(wheelhouse))
+    env = settings(tmp_path, SOURCE=str(wheelhouse), DRIVER_ROOT="/run/nvidia/driver/")
     out = run("install", env)
     assert "cdi: skipped: no NVIDIA driver is loaded" in out.stderr
+    # the units watch and read the driver under DRIVER_ROOT; /dev stays the host's
+    units = Path(env["SYSTEMD_UNIT_DIR"])
+    watched = _watched(units)
+    assert watched[0] == "/dev/nvidiactl"
+    assert "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1" in watched
+    assert all(p.startswith("/run/nvidia/driver/") for p in watched[1:])
+    assert (
+        " cdi generate --driver-root /run/nvidia/driver --output " in (units / UNITS[0]).read_text()
+    )
     assert not Path(env["CDI_DIR"]).exists()
     assert Path(env["PREFIX"], "bin", "nvhook-runtime").is_file()
     run("uninstall", env)
@@ -143,6 +161,24 @@ def test_without_a_driver_the_spec_is_skipped(tmp_path: Path, wheelhouse: Path) 
     assert not Path(env["PREFIX"]).exists()
     assert not Path(env["SYSCONFDIR"]).exists()
     assert not any(Path(env["SYSTEMD_UNIT_DIR"]).iterdir())
+
+
+@pytest.mark.slow
+def test_driver_root_of_the_config_goes_into_the_units(tmp_path: Path, wheelhouse: Path) -> None:
+    env = settings(tmp_path, SOURCE=str(wheelhouse))
+    config = Path(env["SYSCONFDIR"], "config.toml")
+    config.parent.mkdir(parents=True)
+    config.write_text('[host]\ndriver_root = "/opt/driver"\n')
+    run("install", env)
+    units = Path(env["SYSTEMD_UNIT_DIR"])
+    assert "/opt/driver/usr/bin/nvidia-smi" in _watched(units)
+    assert "cdi generate --driver-root /opt/driver --output" in (units / UNITS[0]).read_text()
+    run("uninstall", env)
+    # an empty DRIVER_ROOT overrides the config: the host's own paths
+    run("install", {**env, "DRIVER_ROOT": ""})
+    assert "/usr/bin/nvidia-smi" in _watched(units)
+    assert "--driver-root" not in (units / UNITS[0]).read_text()
+    run("uninstall", env)
 
 
 @pytest.mark.slow

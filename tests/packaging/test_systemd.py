@@ -52,6 +52,23 @@ def test_service_writes_the_spec_at_boot_when_a_driver_is_loaded() -> None:
     assert values(unit, "Unit", "StartLimitIntervalSec") == ["0"]
 
 
+def test_service_checks_every_spec_after_writing_it() -> None:
+    assert values(parse(SERVICE), "Service", "ExecStartPost") == [
+        "/opt/nvhook/bin/nvhook cdi check --spec-dir /etc/cdi --spec-dir /var/run/cdi"
+    ]
+
+
+def test_path_unit_watches_nvml_in_every_library_directory_discovery_searches() -> None:
+    from nvhook.discover.catalog import DEFAULT_SEARCH_PATHS
+
+    watched = values(parse(PATH_UNIT), "Path", "PathChanged")
+    libraries = [p for p in watched if p.endswith("/libnvidia-ml.so.1")]
+    assert libraries == [f"{d}/libnvidia-ml.so.1" for d in DEFAULT_SEARCH_PATHS]
+    assert "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1" in libraries
+    # install.sh prefixes every watched path but /dev's with the driver root
+    assert [p for p in watched if p.startswith("/dev/")] == ["/dev/nvidiactl"]
+
+
 def test_path_unit_watches_the_driver_files_and_starts_the_service() -> None:
     unit = parse(PATH_UNIT)
     assert values(unit, "Path", "Unit") == [SERVICE]
