@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from nvhook.requests.policy import Policy
     from nvhook.requests.requirements import check_requirements
     from nvhook.settings import load_settings
+    from nvhook.tools.cdicheck import check_specs
     from nvhook.tools.generate import generate_spec
     from nvhook.tools.info import host_info
 
@@ -29,6 +30,7 @@ __all__ = [
     "Policy",
     "Requests",
     "check_requirements",
+    "check_specs",
     "generate_spec",
     "host_info",
     "load_settings",
@@ -45,6 +47,7 @@ _WHERE = {
     "Policy": "nvhook.requests.policy",
     "Requests": "nvhook.requests.parse",
     "check_requirements": "nvhook.requests.requirements",
+    "check_specs": "nvhook.tools.cdicheck",
     "generate_spec": "nvhook.tools.generate",
     "host_info": "nvhook.tools.info",
     "load_settings": "nvhook.settings",
