@@ -53,6 +53,7 @@ BACKUP_DIR="${BACKUP_DIR:-/var/lib/nvhook/backups}"
 ENGINE="${ENGINE:-containerd}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 HOST_ROOT="${HOST_ROOT:-/}"
+DRIVER_ROOT_GIVEN="${DRIVER_ROOT+yes}" # set, even empty: the config's driver_root is not read
 DRIVER_ROOT="${DRIVER_ROOT-}"
 SYSTEMD_UNIT_DIR="${SYSTEMD_UNIT_DIR:-/etc/systemd/system}"
 SYSTEMD="${SYSTEMD:-auto}"
@@ -183,7 +184,7 @@ step_cdi() {
 
 # configured_driver_root: DRIVER_ROOT when set, else host.driver_root of the installed config.
 configured_driver_root() {
-    if [[ -n "${DRIVER_ROOT+set}" ]]; then
+    if [[ -n "$DRIVER_ROOT_GIVEN" ]]; then
         printf '%s\n' "$DRIVER_ROOT"
         return
     fi
