@@ -215,15 +215,22 @@ def _parse(path: str) -> dict[str, Any]:
     settings = defaults()
     for section, table in data.items():
         if not isinstance(table, dict):
-            _fail(f"{path}: {section}: expected a [{section}] table")
+            _fail(f"{path}: {section}: expected a [{section}] table{_foreign(path, data)}")
         for name, value in table.items():
             key = f"{section}.{name}"
             if key not in KEYS:
                 known = ", ".join(k for k in KEYS if k.startswith(section + "."))
                 hint = f" (known keys in [{section}]: {known})" if known else ""
-                _fail(f"{path}: {key}: unknown setting{hint}")
+                _fail(f"{path}: {key}: unknown setting{hint}{_foreign(path, data)}")
             settings[key] = _check(path, key, value)
     return settings
+
+
+def _foreign(path: str, data: dict[str, Any]) -> str:
+    """Error path only: a note naming `nvhook config import` when the file is NVIDIA's toolkit's."""
+    from nvhook.tools.config_import import toolkit_note
+
+    return toolkit_note(path, data)
 
 
 def _check(path: str, key: str, value: object) -> object:
