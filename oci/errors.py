@@ -56,7 +56,7 @@ class ExitCode:
     IO = 9  # a file could not be read or written (bundle, spec dir, output)
     RUNTIME = 10  # no low-level runtime found, or exec failed
     HOOK = 11  # a hook refused to act (unsafe path, wrong link)
-    VALIDATION = 12  # `cdi validate` found problems, `cdi check` a stale spec
+    VALIDATION = 12  # `cdi validate` found problems, `cdi check` a stale spec, `doctor` a fault
 
 
 #: What each exit code means, for people (the README's table is made from this).
@@ -75,8 +75,8 @@ EXIT_CODE_DOCS: dict[int, str] = {
     ExitCode.IO: "a file could not be read or written (bundle, spec directory, output)",
     ExitCode.RUNTIME: "no low-level runtime was found, or it could not be executed",
     ExitCode.HOOK: "a hook refused to act (a path escaping the rootfs, a conflicting link)",
-    ExitCode.VALIDATION: "`cdi validate` found problems, or `cdi check` found a spec that no "
-    "longer matches the host",
+    ExitCode.VALIDATION: "`cdi validate` found problems, `cdi check` found a spec that no "
+    "longer matches the host, or `nvhook doctor` found something broken",
 }
 
 

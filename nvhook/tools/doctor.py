@@ -626,7 +626,7 @@ def check_engine(opts: Options, engine: str, config: str) -> list[Check]:
         )
     out += _check_restart(opts, engine, view.files)
     out += _check_default(opts, engine, config, binary, view.default_runtime)
-    if not any(c.status != "ok" for c in out):
+    if not any(c.status == "fail" for c in out):
         out.insert(
             0,
             Check(

@@ -1,0 +1,395 @@
+"""``nvhook doctor`` on the mock machine: a healthy node, and each broken setup it must name."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nvhook.cli import main
+from nvhook.engines import apply_plan, plan_configure
+from nvhook.tools.doctor import (
+    Check,
+    Options,
+    cgroup_layout,
+    check_cgroups,
+    check_engines,
+    diagnose,
+    exit_code,
+    render_text,
+)
+from nvhook.tools.doctor_engines import daemon_start
+from nvhook.tools.entrypoints import ENTRYPOINTS, launcher_text
+from oci.errors import ExitCode
+
+RUNTIME = "/usr/bin/nvhook-runtime"
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def _configure(root: Path, engine: str, config: Path, *, default: bool = False) -> None:
+    plan = plan_configure(
+        engine, config=str(config), name="nvidia", runtime_path=RUNTIME, set_as_default=default
+    )
+    apply_plan(plan, str(root / "var/lib/nvhook/backups"))
+
+
+@pytest.fixture
+def node(make_mock_machine: Callable[..., Path]) -> Path:
+    """A healthy mock node: driver, launchers in /usr/bin, a CDI spec, containerd configured."""
+    root = make_mock_machine("l40s-x4", as_root_nodes=True)
+    _write(root / "usr/bin/python3", "#!/bin/sh\n", 0o755)  # the launchers' interpreter
+    for entry in ENTRYPOINTS:
+        _write(root / "usr/bin" / entry.name, launcher_text(entry, "/usr/bin/python3", []), 0o755)
+    spec = root / "var/run/cdi/nvidia.json"
+    spec.parent.mkdir(parents=True)
+    assert main(["cdi", "generate", "--root", str(root), "--output", str(spec)]) == 0
+    config = _write(root / "etc/containerd/config.toml", "version = 2\n")
+    _configure(root, "containerd", config)
+    return root
+
+
+def _opts(root: Path, **kw: object) -> Options:
+    return Options(root=str(root), bin_dir=str(root / "usr/bin"), **kw)  # type: ignore[arg-type]
+
+
+def _engine(root: Path, engine: str) -> list[Check]:
+    """``engine``'s findings but the daemon's absence (the mock runs no daemon)."""
+    return [
+        c
+        for c in check_engines(_opts(root))
+        if c.area == engine and not c.message.endswith("is not running")
+    ]
+
+
+def _problems(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.status == "fail"]
+
+
+def test_a_healthy_node_exits_zero(node: Path) -> None:
+    checks = diagnose(_opts(node))
+    assert _problems(checks) == [], render_text(checks)
+    assert exit_code(checks) == ExitCode.OK
+    areas = {c.area for c in checks}
+    assert {"driver", "settings", "cdi", "containerd", "cgroups"} <= areas
+    messages = "\n".join(c.message for c in checks)
+    assert "4 GPUs" in messages
+    assert "runtime 'nvidia' runs /usr/bin/nvhook-runtime" in messages
+    # no containerd process under the mock's /proc: said, but not a failure
+    assert any(c.status == "warn" and "containerd is not running" in c.message for c in checks)
+
+
+def test_json_and_exit_code_from_the_command_line(
+    node: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["doctor", "--root", str(node), "--bin-dir", str(node / "usr/bin"), "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["healthy"] is True
+    assert {"area", "status", "message", "fix"} == set(data["checks"][0])
+    (node / "var/run/cdi/nvidia.json").unlink()
+    assert main(argv[:-1]) == ExitCode.VALIDATION
+    out = capsys.readouterr().out
+    assert "FAIL  no CDI spec" in out
+    assert f"fix: nvhook cdi generate --root {node} --output {node}/var/run/cdi/nvidia.json" in out
+
+
+def test_no_spec(node: Path) -> None:
+    (node / "var/run/cdi/nvidia.json").unlink()
+    [problem] = _problems(diagnose(_opts(node)))
+    assert problem.area == "cdi"
+    assert "defines nvidia.com/gpu devices" in problem.message
+    assert problem.fix.startswith(f"nvhook cdi generate --root {node} --output ")
+
+
+def test_invalid_spec_is_regenerated(node: Path) -> None:
+    spec = node / "var/run/cdi/nvidia.json"
+    spec.write_text('{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": "no"}')
+    problems = _problems(diagnose(_opts(node)))
+    assert problems and all(p.area == "cdi" for p in problems)
+    assert problems[0].message.startswith("invalid CDI spec: ")
+    assert problems[0].fix == f"nvhook cdi generate --root {node} --output {spec}"
+
+
+def test_stale_spec_findings_come_from_cdicheck_when_it_exists(
+    node: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[object, str]] = []
+
+    class Finding:
+        status = "fail"
+        message = "/var/run/cdi/nvidia.json: GPU 3 is gone"
+        fix = "nvhook cdi generate"
+
+    def check_specs(spec_dirs: list[str], *, root: str) -> list[Finding]:
+        calls.append((spec_dirs, root))
+        return [Finding()]
+
+    module = types.ModuleType("nvhook.tools.cdicheck")
+    module.check_specs = check_specs  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "nvhook.tools.cdicheck", module)
+    checks = diagnose(_opts(node))
+    assert calls == [(["/etc/cdi", "/var/run/cdi"], str(node))]
+    assert _problems(checks) == [Check("cdi", "fail", Finding.message, "nvhook cdi generate")]
+    assert exit_code(checks) == ExitCode.VALIDATION
+
+
+def test_bad_settings(node: Path) -> None:
+    config = _write(
+        node / "etc/nvhook/config.toml", '[runtime]\nmode = "auto"\n\n[host]\nresolver = "magic"\n'
+    )
+    [problem] = _problems(diagnose(_opts(node)))
+    assert problem.area == "settings"
+    assert "host.resolver: 'magic' is not one of procfs, nvml" in problem.message
+    assert problem.fix == f"${{EDITOR:-vi}} +5 {config}"
+
+
+def test_a_toolkit_config_is_translated(node: Path) -> None:
+    config = _write(node / "etc/nvhook/config.toml", '[nvidia-container-runtime]\nmode = "cdi"\n')
+    [problem] = _problems(diagnose(_opts(node)))
+    assert "looks like nvidia-container-runtime's config.toml" in problem.message
+    assert "nvidia-container-runtime.mode -> runtime.mode" in problem.message
+    new = f"{config}.nvhook"
+    assert problem.fix == f"nvhook config import {config} > {new} && mv {new} {config}"
+
+
+def test_missing_launcher(node: Path) -> None:
+    (node / "usr/bin/nvhook-hook").unlink()
+    problems = _problems(diagnose(_opts(node)))
+    assert [p.message for p in problems] == [
+        f"{node}/usr/bin/nvhook-hook is missing",
+        "hook.path is empty, so the shim injects /usr/bin/nvhook-hook, which is not an "
+        "executable file: containers given GPUs fail at their createContainer hook",
+    ]
+    assert problems[0].fix == f"nvhook install-entrypoints --bin-dir {node}/usr/bin"
+
+
+def test_launcher_whose_interpreter_is_gone(node: Path) -> None:
+    (node / "usr/bin/python3").unlink()
+    problems = _problems(diagnose(_opts(node)))
+    assert (
+        f"{node}/usr/bin/nvhook-runtime runs /usr/bin/python3, which is not an executable file"
+        in [p.message for p in problems]
+    )
+    # the engine's runtime is that launcher too
+    assert any(p.area == "containerd" and "runs /usr/bin/python3" in p.message for p in problems)
+
+
+def test_hook_path_setting_must_be_executable(node: Path) -> None:
+    _write(node / "etc/nvhook/config.toml", '[hook]\npath = "/opt/nvhook/bin/nvhook-hook"\n')
+    [problem] = _problems(diagnose(_opts(node)))
+    assert problem.message.startswith("hook.path /opt/nvhook/bin/nvhook-hook is not an executable")
+    assert problem.fix == "nvhook install-entrypoints --bin-dir /opt/nvhook/bin"
+
+
+def test_cache_dir_writable_by_others(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = node / "run/nvhook"
+    cache.mkdir(parents=True)
+    cache.chmod(0o777)
+    monkeypatch.setenv("NVHOOK_CACHE_DIR", "/run/nvhook")
+    [problem] = _problems(diagnose(_opts(node)))
+    assert "can be written by others" in problem.message
+    assert problem.fix == f"rm -rf {cache}"
+
+
+def test_engine_config_without_the_runtime(node: Path) -> None:
+    _write(node / "etc/containerd/config.toml", "version = 2\n")
+    [problem] = _problems(diagnose(_opts(node)))
+    assert problem.area == "containerd"
+    assert problem.message == (
+        f"nvhook's runtime is not configured: {node}/etc/containerd/config.toml has no "
+        "runtime 'nvidia'"
+    )
+    assert problem.fix == (
+        f"nvhook runtime configure --runtime containerd --config "
+        f"{node}/etc/containerd/config.toml && systemctl restart containerd"
+    )
+
+
+def test_an_unconfigured_engine_beside_a_configured_one_is_a_warning(node: Path) -> None:
+    _write(node / "etc/docker/daemon.json", "{}\n")
+    checks = check_engines(_opts(node))
+    docker = [c for c in checks if c.area == "docker"]
+    assert [c.status for c in docker] == ["warn"]
+    (node / "etc/containerd/config.toml").write_text("version = 2\n")
+    assert {c.status for c in check_engines(_opts(node)) if "not configured" in c.message} == {
+        "fail"
+    }
+
+
+def test_runtime_pointing_elsewhere(node: Path) -> None:
+    _write(
+        node / "etc/docker/daemon.json",
+        '{"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}}\n',
+    )
+    [problem] = _engine(node, "docker")
+    assert problem.message.endswith("runs /usr/bin/nvidia-container-runtime, not nvhook-runtime")
+    assert problem.fix.startswith("nvhook runtime configure --runtime docker --config ")
+
+
+def _fake_proc(root: Path, comm: str, pid: int, btime: int, started_ticks: int) -> None:
+    _write(root / "proc/stat", f"cpu  1 2 3\nbtime {btime}\nprocesses 9\n")
+    fields = ["S"] + ["0"] * 18 + [str(started_ticks)] + ["0"] * 10
+    _write(root / f"proc/{pid}/stat", f"{pid} ({comm}) {' '.join(fields)}\n")
+
+
+def test_restart_pending_when_the_daemon_predates_the_config(node: Path) -> None:
+    config = node / "etc/containerd/config.toml"
+    ticks = os.sysconf("SC_CLK_TCK")
+    mtime = config.stat().st_mtime
+    _fake_proc(node, "containerd", 4242, int(mtime) - 3600, 60 * ticks)  # an hour before it
+    [problem] = _problems(diagnose(_opts(node)))
+    assert problem.area == "containerd"
+    assert "containerd (pid 4242) started " in problem.message
+    assert problem.message.endswith("it runs without the change (restart pending)")
+    assert problem.fix == "systemctl restart containerd"
+    _fake_proc(node, "containerd", 4242, int(mtime) + 10, 0)  # started after the change
+    assert _problems(diagnose(_opts(node))) == []
+
+
+def test_daemon_start_of_a_real_process(tmp_path: Path) -> None:
+    binary = tmp_path / "nvhkdoctest"
+    shutil.copy("/bin/sleep", binary)
+    before = time.time()
+    proc = subprocess.Popen([str(binary), "30"])
+    try:
+        deadline = time.time() + 5
+        found = None
+        while found is None and time.time() < deadline:
+            found = daemon_start("/", "nvhkdoctest")
+        assert found is not None and found.pid == proc.pid
+        assert before - 2 <= found.started <= time.time() + 1
+    finally:
+        proc.kill()
+        proc.wait()
+    assert daemon_start("/", "nvhkdoctest") is None
+
+
+def test_set_as_default_lost(node: Path) -> None:
+    config = _write(node / "etc/docker/daemon.json", '{"log-level": "warn"}\n')
+    _configure(node, "docker", config, default=True)
+    assert [c.status for c in _engine(node, "docker")] == ["ok"]
+    data = json.loads(config.read_text())
+    data["default-runtime"] = "runc"
+    config.write_text(json.dumps(data))
+    [problem] = _engine(node, "docker")
+    assert problem.message == (
+        f"runtime 'nvidia' was made the default (--set-as-default) but {config} now makes "
+        "'runc' the default"
+    )
+    assert "--set-as-default" in problem.fix
+
+
+def test_not_default_without_set_as_default_is_fine(node: Path) -> None:
+    config = _write(node / "etc/docker/daemon.json", '{"log-level": "warn"}\n')
+    _configure(node, "docker", config)
+    assert [c.status for c in _engine(node, "docker")] == ["ok"]
+
+
+@pytest.mark.parametrize(
+    ("mounts", "layout"),
+    [
+        ("30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "v2"),
+        (
+            "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+            "36 31 0:33 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n"
+            "41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n",
+            "hybrid",
+        ),
+        (
+            "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+            "36 31 0:33 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n",
+            "v1",
+        ),
+    ],
+)
+def test_cgroup_layout(tmp_path: Path, mounts: str, layout: str) -> None:
+    _write(tmp_path / "proc/self/mountinfo", mounts)
+    assert cgroup_layout(str(tmp_path)) == layout
+
+
+def test_cgroup_trap_exposed_by_the_legacy_toolkit(node: Path) -> None:
+    _write(node / "proc/self/mountinfo", "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
+    (node / "run/systemd/system").mkdir(parents=True)
+    [ok] = check_cgroups(_opts(node))
+    assert ok.status == "ok" and ok.message.startswith("cgroup v2; no engine uses the systemd")
+    runc = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]'
+    config = _write(
+        node / "etc/containerd/config.toml", f"version = 2\n{runc}\nSystemdCgroup = true\n"
+    )
+    _configure(node, "containerd", config)  # the nvidia runtime copies runc's options
+    [ok] = check_cgroups(_opts(node))
+    assert ok.message.startswith("cgroup v2; containerd uses the systemd cgroup driver")
+    assert ok.message.endswith("`systemctl daemon-reload` keeps them: not exposed")
+    _write(
+        node / "etc/docker/daemon.json",
+        '{"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}}\n',
+    )
+    _write(
+        node / "usr/share/containers/oci/hooks.d/oci-nvidia-hook.json",
+        '{"version": "1.0.0", "hook": {"path": "/usr/bin/nvidia-container-toolkit"}}',
+    )
+    _write(node / "usr/bin/podman", "", 0o755)
+    checks = check_cgroups(_opts(node))
+    assert {(c.status, c.fix.split(" &&")[0]) for c in checks} == {
+        (
+            "fail",
+            f"nvhook runtime configure --runtime docker --config {node}/etc/docker/daemon.json",
+        ),
+        ("fail", f"rm {node}/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"),
+    }
+
+
+def test_device_nodes_that_are_not_character_devices(
+    make_mock_machine: Callable[..., Path],
+) -> None:
+    root = make_mock_machine("h100-pcie")  # /dev holds regular files
+    driver = [c for c in diagnose(Options(root=str(root))) if c.area == "driver"]
+    ctl = f"{root}/dev/nvidiactl"
+    assert (
+        Check(
+            "driver", "fail", f"{ctl} is not a character device", f"rm -f {ctl} && nvidia-modprobe"
+        )
+        in driver
+    )
+
+
+def test_device_node_modes_and_persistenced(node: Path) -> None:
+    (node / "dev/nvidia2").chmod(0o600)
+    (node / "run/nvidia-persistenced/socket").unlink()
+    driver = [c for c in diagnose(_opts(node)) if c.area == "driver" and c.status != "ok"]
+    assert [(c.status, c.fix) for c in driver] == [
+        ("warn", f"chmod 0666 {node}/dev/nvidia2"),
+        ("warn", "systemctl enable --now nvidia-persistenced"),
+    ]
+    (node / "dev/nvidia2").unlink()
+    [missing] = _problems(diagnose(_opts(node)))
+    assert missing == Check(
+        "driver", "fail", f"{node}/dev/nvidia2 is missing", "nvidia-modprobe -c 2"
+    )
+
+
+def test_no_driver(make_mock_machine: Callable[..., Path]) -> None:
+    root = make_mock_machine("no-gpu")
+    checks = diagnose(Options(root=str(root)))
+    assert checks[0] == Check(
+        "driver",
+        "fail",
+        f"the NVIDIA kernel module is not loaded: {root}/proc/driver/nvidia/version does not exist",
+        "modprobe nvidia",
+    )
+    # nothing to generate a spec from: the missing spec is a warning, not a second failure
+    assert [c.status for c in checks if c.area == "cdi"] == ["warn"]
