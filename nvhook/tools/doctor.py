@@ -653,7 +653,7 @@ def _check_restart(opts: Options, engine: str, files: Iterable[str]) -> list[Che
                 engine,
                 "warn",
                 f"{comm} is not running",
-                f"systemctl start {'docker' if engine == 'docker' else engine}",
+                f"systemctl start {engine}",
             )
         ]
     changed = [(os.stat(f).st_mtime, f) for f in files if os.path.exists(f)]

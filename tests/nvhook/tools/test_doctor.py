@@ -393,3 +393,11 @@ def test_no_driver(make_mock_machine: Callable[..., Path]) -> None:
     )
     # nothing to generate a spec from: the missing spec is a warning, not a second failure
     assert [c.status for c in checks if c.area == "cdi"] == ["warn"]
+
+
+def test_a_runtime_not_as_configure_writes_it(node: Path) -> None:
+    config = node / "etc/containerd/config.toml"
+    config.write_text(config.read_text().replace("io.containerd.runc.v2", "io.containerd.runc.v1"))
+    [problem] = _engine(node, "containerd")
+    assert problem.message == f"runtime 'nvidia' in {config} is not as configure writes it"
+    assert "--runtime-path /usr/bin/nvhook-runtime" in problem.fix
