@@ -9,8 +9,8 @@ warn / fail, one line saying what is wrong, and the exact command that fixes it)
 - ``settings``: nvhook's config file loads; the ``nvhook-runtime`` and ``nvhook-hook``
   launchers and ``hook.path`` are executable with a working interpreter; the settings
   cache directory is not writable by anyone but root;
-- ``cdi``: an NVIDIA spec is in the spec directories, and every spec is valid (freshness
-  too when :mod:`nvhook.tools.cdicheck` is there);
+- ``cdi``: an NVIDIA spec is in the spec directories, every spec is valid, and every
+  spec still matches the host (:func:`nvhook.tools.cdicheck.check_specs`);
 - one area per installed engine: nvhook's runtime is in its config as ``nvhook runtime
   configure`` would write it, the binary it names is there, the daemon started after the
   config last changed, and the runtime is still the default where ``--set-as-default``
@@ -43,7 +43,6 @@ __all__ = [
 ]
 
 Status = Literal["ok", "warn", "fail"]
-_RANK = {"ok": 0, "warn": 1, "fail": 2}
 
 _NVIDIA_MAJOR = 195
 _CTL_MINOR = 255
@@ -487,33 +486,31 @@ def check_cdi(opts: Options, settings: Mapping[str, Any] | None) -> list[Check]:
                 generate,
             )
         )
-    elif not out:
+    out += cdi_freshness(opts, dirs, invalid=[p for p, m in problems.items() if m])
+    if devices and not out:
         files = sorted({registry.devices[n].path for n in devices})
-        out.append(Check("cdi", "ok", f"{len(devices)} {kind} devices in {', '.join(files)}"))
-    out += cdi_freshness(opts, host_dirs)
+        out.append(
+            Check("cdi", "ok", f"{len(devices)} {kind} devices in {', '.join(files)}, up to date")
+        )
     return out
 
 
-def cdi_freshness(opts: Options, spec_dirs: list[str]) -> list[Check]:
-    """Stale specs, from ``nvhook cdi check`` where it exists (its own branch)."""
-    import importlib
+def cdi_freshness(opts: Options, spec_dirs: list[str], invalid: Iterable[str] = ()) -> list[Check]:
+    """Specs that no longer match the host (``nvhook cdi check``): one finding per file and
+    fix, the first entry named; ``invalid`` files are reported by :func:`check_cdi` already."""
+    from nvhook.tools.cdicheck import check_specs
 
-    try:
-        cdicheck: Any = importlib.import_module("nvhook.tools.cdicheck")
-    except ImportError:
-        return []  # presence and validity only (check_cdi)
-    return [_from_cdicheck(f) for f in cdicheck.check_specs(spec_dirs, root=opts.root)]
-
-
-def _from_cdicheck(finding: Any) -> Check:
-    """One finding of ``check_specs`` as a doctor :class:`Check`."""
-    status = getattr(finding, "status", None) or getattr(finding, "severity", "fail")
-    return Check(
-        "cdi",
-        status if status in _RANK else "fail",
-        str(getattr(finding, "message", finding)),
-        str(getattr(finding, "fix", "")),
-    )
+    by_fix: dict[tuple[str, str], list[str]] = {}
+    for finding in check_specs(spec_dirs, root=opts.root):
+        if finding.file not in invalid:
+            by_fix.setdefault((finding.file, finding.fix), []).append(finding.line)
+    out = []
+    for (_file, fix), lines in by_fix.items():
+        more = f" (and {len(lines) - 1} more: `nvhook cdi check`)" if len(lines) > 1 else ""
+        out.append(
+            Check("cdi", "fail", f"stale CDI spec: {lines[0]}{more}", fix.removeprefix("run: "))
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- engines
