@@ -5,7 +5,7 @@
 # dependencies, pip). Its postinst makes the venv in /opt/nvhook with the target's
 # /usr/bin/python3 and installs from those wheels, offline; a venv cannot be built here and
 # moved, as it names its interpreter by absolute path. The dependency wheels include compiled
-# ones (pydantic-core, PyYAML, rpds-py) for CPython 3.11 on x86_64, hence Architecture: amd64
+# ones (PyYAML, rpds-py) for CPython 3.11 on x86_64, hence Architecture: amd64
 # and Depends: python3 (>= 3.11), python3 (<< 3.12), i.e. Debian 12.
 #
 # Contents:
