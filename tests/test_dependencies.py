@@ -1,0 +1,93 @@
+"""The declared bounds hold where the tests run, so a CI machine outside them fails loudly.
+
+``pyproject.toml`` bounds the interpreter and the libraries whose private APIs the code
+drives (see the comment there). The tests that exercise those private APIs pass only for
+the versions they run on; this checks that those are the versions the bounds allow, and
+that the bounds are there at all.
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+#: Driven through private APIs: each must have an upper bound. Where, and which tests show
+#: that it works with the installed version:
+PRIVATE_APIS = {
+    # nvhook/engines/_toml.py: containers, trivia, bodies (tests/nvhook/engines/)
+    "tomlkit",
+    # nvhook/devices/nvml.py: pynvml._nvmlGetFunctionPointer_cache
+    # (tests/nvhook/devices/test_nvml.py)
+    "nvidia-ml-py",
+}
+
+
+def _project() -> dict[str, Any]:
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    assert isinstance(project, dict)
+    return project
+
+
+def _requirements(group: str | None) -> list[Requirement]:
+    project = _project()
+    texts = project["dependencies"] if group is None else project["optional-dependencies"][group]
+    return [Requirement(text) for text in texts]
+
+
+def _has_upper_bound(specifier: SpecifierSet) -> bool:
+    return any(s.operator in ("<", "<=", "==", "~=") for s in specifier)
+
+
+def test_the_interpreter_is_within_requires_python() -> None:
+    """oci/jsoncodec.py drives CPython's _json (tests/oci/test_jsoncodec.py)."""
+    requires = SpecifierSet(_project()["requires-python"])
+    assert _has_upper_bound(requires), "requires-python needs an upper bound"
+    running = ".".join(map(str, sys.version_info[:3]))
+    assert requires.contains(running), (
+        f"Python {running} is outside requires-python {requires}: run the tests on a "
+        "supported interpreter, or raise the bound once they pass on this one"
+    )
+    assert sys.implementation.name == "cpython"
+
+
+def test_private_api_dependencies_have_upper_bounds() -> None:
+    declared = {canonicalize_name(r.name): r for r in _requirements(None)}
+    for name in PRIVATE_APIS:
+        requirement = declared[canonicalize_name(name)]
+        assert _has_upper_bound(requirement.specifier), f"{requirement} needs an upper bound"
+
+
+@pytest.mark.parametrize("group", [None, "test"], ids=["dependencies", "test"])
+def test_installed_versions_are_within_the_declared_bounds(group: str | None) -> None:
+    outside = []
+    for requirement in _requirements(group):
+        try:
+            installed = version(requirement.name)
+        except PackageNotFoundError:
+            outside.append(f"{requirement.name} is not installed ({requirement})")
+            continue
+        if not requirement.specifier.contains(installed, prereleases=True):
+            outside.append(f"{requirement.name} {installed} is outside {requirement}")
+    assert outside == [], "pip install -e '.[test]' (./dev setup) was not obeyed: " + "; ".join(
+        outside
+    )
+
+
+def test_a_version_outside_the_bounds_is_caught() -> None:
+    """The checks above can fail: the next minor of tomlkit, and Python 3.14, are refused."""
+    declared = {canonicalize_name(r.name): r for r in _requirements(None)}
+    tomlkit = declared["tomlkit"].specifier
+    upper = next(s.version for s in tomlkit if s.operator == "<")
+    assert not tomlkit.contains(upper)
+    assert not SpecifierSet(_project()["requires-python"]).contains("3.14.0")
+    assert not _has_upper_bound(SpecifierSet(">=1"))
