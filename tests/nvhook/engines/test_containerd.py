@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pytest_subprocess import FakeProcess
 
+from nvhook import engines
 from nvhook.cli import main
 from nvhook.engines import DEFAULT_CONFIGS, apply_plan, apply_unconfigure, plan_unconfigure
 from nvhook.engines.containerd import (
@@ -281,6 +283,45 @@ def test_new_file_version_follows_the_installed_containerd(tmp_path: Path) -> No
     for major, version in ((1, 2), (2, 3), (None, 3)):
         plan = _plan(tmp_path / f"new-{major}.toml", containerd_major=major)
         assert tomllib.loads(plan.changed[0].new.decode())["version"] == version
+
+
+@pytest.mark.parametrize(
+    ("output", "version"),
+    [
+        ("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1\n", 2),
+        ("containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da\n", 2),
+        ("containerd github.com/containerd/containerd/v2 v2.1.1 cb1076646aa3740577fa\n", 3),
+        ("", 3),  # it failed, or printed nothing: the current format
+    ],
+    ids=["debian-1.6", "docker-1.7", "2.1", "no-version"],
+)
+def test_a_new_config_follows_the_containerd_on_path(
+    fp: FakeProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str, version: int
+) -> None:
+    """What ``containerd --version`` says picks the version of a config written from scratch.
+    Its output is faked: a test can install neither containerd 2 nor Docker's build beside
+    Debian's 1.6."""
+    binary = tmp_path / "bin" / "containerd"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\nexit 99\n")  # never run: fp answers in its place
+    binary.chmod(0o755)
+    monkeypatch.setenv("PATH", str(binary.parent))
+    fp.register([str(binary), "--version"], stdout=output, returncode=0 if output else 1)
+    plan = engines.plan_configure(
+        "containerd", config=str(tmp_path / "config.toml"), runtime_path=SHIM
+    )
+    assert tomllib.loads(plan.changed[0].new.decode())["version"] == version
+    assert fp.call_count([str(binary), "--version"]) == 1
+
+
+def test_an_existing_config_keeps_its_version_whatever_containerd_says(
+    fp: FakeProcess, tmp_path: Path
+) -> None:
+    """containerd is asked only when there is no config: fp refuses any command run."""
+    config = _config(tmp_path, "version = 2\n")
+    plan = engines.plan_configure("containerd", config=str(config), runtime_path=SHIM)
+    assert tomllib.loads(plan.changed[0].new.decode())["version"] == 2
+    assert len(fp.calls) == 0
 
 
 # --------------------------------------------------------------------------- CLI, backups
