@@ -20,6 +20,11 @@ and inside functions, not ``TYPE_CHECKING``) and the packages each import execut
 reaches ``nvhook.cli``, ``nvhook.engines``, ``nvhook.mock`` or ``nvhook.tools``, nor click
 or pydantic. A failure names the chain of imports that gets there.
 
+Rule C, heavy libraries have one home each: pynvml only in ``nvhook.devices.nvml``,
+pyroute2 only in ``nvhook.hook.netdev``, click only in ``nvhook.cli``, tomlkit only in
+``nvhook.engines``, jsonschema and referencing only in ``oci.cdi.validate`` (type-only
+imports included), so what each costs is paid in one place.
+
 Each rule is also run on a planted tree with a bad import, to show it fails when violated.
 ``tests/nvhook/test_shim_imports.py`` checks the other side: what the shim really loads.
 """
@@ -46,6 +51,15 @@ OCI_NEVER = ("nvhook", "click", "pynvml", "pyroute2", "pydantic", "tomlkit")
 #: What the start path (rule B) must never reach: packages of nvhook, and libraries.
 START_PATH_NEVER = ("nvhook.cli", "nvhook.engines", "nvhook.mock", "nvhook.tools")
 START_PATH_NEVER_LIBRARIES = ("click", "pydantic")
+#: Rule C: library -> the module or package that alone may import it.
+HOMES = {
+    "pynvml": "nvhook.devices.nvml",
+    "pyroute2": "nvhook.hook.netdev",
+    "click": "nvhook.cli",
+    "tomlkit": "nvhook.engines",
+    "jsonschema": "oci.cdi.validate",
+    "referencing": "oci.cdi.validate",
+}
 
 
 # --------------------------------------------------------------------------- the checker
@@ -223,7 +237,7 @@ def start_path_violations(root: Path, entries: Sequence[str]) -> list[str]:
     out = [
         f"the start path reaches {module}: {chain(reached, module)}"
         for module in reached
-        if any(module == p or module.startswith(p + ".") for p in START_PATH_NEVER)
+        if any(_within(module, p) for p in START_PATH_NEVER)
     ]
     for library in START_PATH_NEVER_LIBRARIES:
         if library in libraries:
@@ -235,13 +249,27 @@ def start_path_violations(root: Path, entries: Sequence[str]) -> list[str]:
     return out
 
 
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def home_violations(root: Path) -> list[str]:
+    """Rule C's violations in the tree under ``root``."""
+    out = []
+    for imp in all_imports(root):
+        home = HOMES.get(imp.target.split(".")[0])
+        if home is not None and not _within(imp.source, home):
+            out.append(f"{imp.source} (line {imp.line}) imports {imp.target}: only {home} may")
+    return out
+
+
 def entry_modules(root: Path) -> list[str]:
     """The launchers' modules (``ENTRYPOINTS``) and, for a package, all its modules."""
     from nvhook.tools.entrypoints import ENTRYPOINTS
 
     modules = discover(root)
     entries = [e.module for e in ENTRYPOINTS]
-    return sorted({m for m in modules for e in entries if m == e or m.startswith(e + ".")})
+    return sorted({m for m in modules for e in entries if _within(m, e)})
 
 
 # --------------------------------------------------------------------------- the rules, here
@@ -255,6 +283,10 @@ def test_the_start_path_never_reaches_the_tools() -> None:
     entries = entry_modules(ROOT)
     assert {"nvhook.shim", "nvhook.hook"} <= set(entries)
     assert start_path_violations(ROOT, entries) == []
+
+
+def test_heavy_libraries_have_one_home_each() -> None:
+    assert home_violations(ROOT) == []
 
 
 def test_the_start_path_closure_follows_lazy_imports() -> None:
@@ -400,3 +432,19 @@ def test_rule_b_fails_on_a_planted_import(
     violations = start_path_violations(root, ENTRIES)
     assert violations, "the planted import went unnoticed"
     assert any(expected in v for v in violations), violations
+
+
+def test_rule_c_fails_on_a_planted_import(tmp_path: Path) -> None:
+    root = plant(
+        tmp_path,
+        {
+            **START,
+            "nvhook/devices/nvml.py": "def f():\n    import pynvml\n",
+            "nvhook/cli/info.py": "import click\n",
+            "nvhook/devices/gpus.py": "if TYPE_CHECKING:\n    import pynvml\n",  # types only
+        },
+    )
+    assert home_violations(root) == [
+        "nvhook.devices.gpus (line 2) imports pynvml: only nvhook.devices.nvml may",
+        "nvhook.tools.generate (line 1) imports click: only nvhook.cli may",
+    ]
