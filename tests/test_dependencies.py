@@ -3,15 +3,15 @@
 ``pyproject.toml`` bounds the interpreter and the libraries whose private APIs the code
 drives (see the comment there). The tests that exercise those private APIs pass only for
 the versions they run on; this checks that those are the versions the bounds allow, and
-that the bounds are there at all.
+that the bounds are there at all. And the dependencies are exactly what ``oci`` and
+``nvhook`` import: none declared and never imported, none imported and not declared.
 """
 
 from __future__ import annotations
 
 import sys
 import tomllib
-from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
+from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from typing import Any
 
 import pytest
@@ -19,7 +19,9 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+from tests.test_layers import ROOT, all_imports
+
+PYPROJECT = ROOT / "pyproject.toml"
 
 #: Driven through private APIs: each must have an upper bound. Where, and which tests show
 #: that it works with the installed version:
@@ -58,6 +60,23 @@ def test_the_interpreter_is_within_requires_python() -> None:
         "supported interpreter, or raise the bound once they pass on this one"
     )
     assert sys.implementation.name == "cpython"
+
+
+def test_the_dependencies_are_what_the_packages_import() -> None:
+    """Each runtime dependency is imported by oci or nvhook, and each library they import
+    (outside the stdlib) is a declared dependency."""
+    distributions = packages_distributions()
+    imported: dict[str, str] = {}  # distribution -> one module importing it
+    for imp in all_imports(ROOT):
+        top = imp.target.split(".")[0]
+        if top in sys.stdlib_module_names or top in ("oci", "nvhook"):
+            continue
+        for dist in distributions.get(top, [f"<no distribution installs {top}>"]):
+            imported.setdefault(canonicalize_name(dist), f"{imp.source}:{imp.line}")
+    declared = {canonicalize_name(r.name) for r in _requirements(None)}
+    assert sorted(declared - set(imported)) == [], "declared and never imported"
+    undeclared = {d: where for d, where in imported.items() if d not in declared}
+    assert undeclared == {}, "imported and not declared"
 
 
 def test_private_api_dependencies_have_upper_bounds() -> None:
