@@ -2,6 +2,6 @@
 
 Import what you use from its submodule (``from oci.cdi.registry import Registry``): this
 package re-exports nothing and imports nothing, because the runtime shim imports
-``oci.argv`` on every call and must not pay for the rest (DESIGN.md D5).
+``oci.argv`` on every call and must not pay for the rest (docs/architecture.md, D5).
 ``tests/test_layers.py`` states and checks what ``oci`` may import.
 """

@@ -300,7 +300,7 @@ def test_the_start_path_closure_follows_lazy_imports() -> None:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_importing_a_package_runs_no_submodule(package: str) -> None:
     """``import nvhook`` (done for ``import nvhook.shim``) costs nothing: neither package
-    re-exports its submodules' names (DESIGN.md D5)."""
+    re-exports its submodules' names (docs/architecture.md, D5)."""
     code = f"import sys, {package}; print([m for m in sys.modules if m.startswith('{package}.')])"
     out = subprocess.run(
         [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=False
