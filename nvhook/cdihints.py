@@ -12,20 +12,36 @@ writes its specs, so the errors that reach a person say it here:
   all names ``nvhook cdi generate``; with ``known`` names (``nvhook cdi inject``),
   each unknown name gets the closest known one (``difflib``: never on the
   container-start path): of a known kind, the closest device of that kind (so an
-  index past the last GPU gets no guess), else the closest name.
+  index past the last GPU gets no guess), else the closest name;
+- :func:`generated_by_nvhook`, :func:`regenerate_command`, :func:`under_root`: whether
+  nvhook wrote a spec and the command line that rewrites it. ``nvhook cdi check``
+  (:mod:`nvhook.tools.cdicheck`) uses them too; they live here because the create path
+  reaches this module and must never reach ``nvhook.tools`` (``tests/test_layers.py``).
 """
 
 from __future__ import annotations
 
+import os
+
+from nvhook.constants import CDI_CLASS, CDI_OUTPUT, CDI_VENDOR
+from nvhook.discover.hooks import HOOK_PROGRAM, default_hook_path
 from oci.errors import CdiApplyError, CdiResolveError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from oci.cdi.hostcheck import HostProblem
+    from oci.cdi.spec import Spec
 
-__all__ = ["GENERATE_HINT", "stale_spec_error", "with_hint"]
+__all__ = [
+    "GENERATE_HINT",
+    "generated_by_nvhook",
+    "regenerate_command",
+    "stale_spec_error",
+    "under_root",
+    "with_hint",
+]
 
 GENERATE_HINT = "run: nvhook cdi generate"
 
@@ -93,7 +109,6 @@ def _culprit(
     problem: HostProblem, spec_dirs: Sequence[str], names: Iterable[str], root: str
 ) -> tuple[str | None, str]:
     """The spec file whose edits for ``names`` hold ``problem``'s entry, and its fix."""
-    from nvhook.tools.cdicheck import generated_by_nvhook, regenerate_command
     from oci.cdi.hostcheck import missing_host_paths
     from oci.cdi.registry import Registry
 
@@ -112,3 +127,58 @@ def _culprit(
                     )
                 return definition.path, "regenerate it with the tool that wrote it, or remove it"
     return None, GENERATE_HINT
+
+
+def _same(path: str) -> str:
+    return path
+
+
+def under_root(root: str, spec: Spec | None = None) -> Callable[[str], str]:
+    """How the host paths of ``spec`` are looked up with ``root`` (see
+    :mod:`nvhook.tools.cdicheck`): under ``root``, or as written when ``spec`` was written
+    for ``root`` or ``root`` is ``/``."""
+    root = os.path.normpath(root) if root else "/"
+    if root == "/" or (spec is not None and _written_for(spec, root + "/")):
+        return _same
+    return lambda path: root + "/" + path.lstrip("/")
+
+
+def _written_for(spec: Spec, prefix: str) -> bool:
+    """Whether a mount or device node of ``spec`` lies under ``prefix``."""
+    for edits in (spec.edits, *(d.edits for d in spec.devices)):
+        for mount in edits.mounts:
+            if mount.host_path.startswith(prefix):
+                return True
+        for node in edits.device_nodes:
+            if (node.host_path or node.path).startswith(prefix):
+                return True
+    return False
+
+
+def generated_by_nvhook(spec: Spec) -> bool:
+    """Whether ``nvhook cdi generate`` wrote ``spec``: its hooks run ``nvhook-hook``."""
+    hooks = list(spec.edits.hooks)
+    for device in spec.devices:
+        hooks += device.edits.hooks
+    return any(hook.args[:1] == (HOOK_PROGRAM,) for hook in hooks)
+
+
+def regenerate_command(file: str, spec: Spec, root: str = "/") -> str:
+    """The ``nvhook cdi generate`` command line that rewrites ``file`` for this host."""
+    words = ["nvhook", "cdi", "generate"]
+    if root not in ("", "/"):
+        words += ["--root", root]
+    if file != CDI_OUTPUT:
+        words += ["--output", file]
+    if spec.vendor != CDI_VENDOR:
+        words += ["--vendor", spec.vendor]
+    if spec.class_name != CDI_CLASS:
+        words += ["--class", spec.class_name]
+    hook_paths = {h.path for h in spec.edits.hooks if h.args[:1] == (HOOK_PROGRAM,)}
+    if len(hook_paths) == 1:
+        (hook_path,) = hook_paths
+        if hook_path != default_hook_path() and os.access(
+            under_root(root, spec)(hook_path), os.X_OK
+        ):
+            words += ["--hook-path", hook_path]
+    return " ".join(words)

@@ -11,6 +11,9 @@ __all__ = [
     "ALL_CAPABILITIES",
     "CAPABILITY_ALL",
     "CAP_SYS_ADMIN",
+    "CDI_CLASS",
+    "CDI_OUTPUT",
+    "CDI_VENDOR",
     "DEFAULT_ANNOTATION_PREFIXES",
     "DEFAULT_CAPABILITIES",
     "DEVICE_ALL",
@@ -110,6 +113,14 @@ DEFAULT_ANNOTATION_PREFIXES: tuple[str, ...] = ("cdi.k8s.io/",)
 DEVICE_LIST_MOUNT_ROOT = "/var/run/nvidia-container-devices"
 #: Such a mount counts only when its source is this (what the device plugin mounts).
 DEVICE_LIST_MOUNT_SOURCE = "/dev/null"
+
+# --- CDI -------------------------------------------------------------------------------------
+
+#: The vendor and class of the devices ``nvhook cdi generate`` writes (``nvidia.com/gpu=0``).
+CDI_VENDOR = "nvidia.com"
+CDI_CLASS = "gpu"
+#: Where ``nvhook cdi generate`` writes by default (``.yaml`` with ``--format yaml``).
+CDI_OUTPUT = "/var/run/cdi/nvidia.json"
 
 # --- process.capabilities ------------------------------------------------------------------
 

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import os
 
+from nvhook.cdihints import generated_by_nvhook, regenerate_command, under_root
 from nvhook.discover.catalog import FIRMWARE_DIR, VERSION_ANCHORS
-from nvhook.discover.hooks import HOOK_PROGRAM, default_hook_path
-from nvhook.tools.generate import DEFAULT_CLASS, DEFAULT_OUTPUT, DEFAULT_VENDOR
+from nvhook.discover.hooks import HOOK_PROGRAM
 from oci._frozen import Frozen
 from oci.cdi.hostcheck import HostProblem, check_edits
 from oci.cdi.registry import DEFAULT_SPEC_DIRS, SPEC_SUFFIXES
@@ -45,7 +45,7 @@ from oci.errors import CdiError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Iterable, Sequence
 
     from oci.cdi.edits import Edits
 
@@ -85,31 +85,6 @@ class Finding(Frozen):
         return ": ".join(part for part in (self.file, where, self.what, self.message) if part)
 
 
-def _same(path: str) -> str:
-    return path
-
-
-def under_root(root: str, spec: Spec | None = None) -> Callable[[str], str]:
-    """How the host paths of ``spec`` are looked up with ``root`` (module docstring): under
-    ``root``, or as written when ``spec`` was written for ``root`` or ``root`` is ``/``."""
-    root = os.path.normpath(root) if root else "/"
-    if root == "/" or (spec is not None and _written_for(spec, root + "/")):
-        return _same
-    return lambda path: root + "/" + path.lstrip("/")
-
-
-def _written_for(spec: Spec, prefix: str) -> bool:
-    """Whether a mount or device node of ``spec`` lies under ``prefix``."""
-    for edits in (spec.edits, *(d.edits for d in spec.devices)):
-        for mount in edits.mounts:
-            if mount.host_path.startswith(prefix):
-                return True
-        for node in edits.device_nodes:
-            if (node.host_path or node.path).startswith(prefix):
-                return True
-    return False
-
-
 def spec_files(spec_dirs: Iterable[str]) -> list[str]:
     """The spec files of ``spec_dirs`` in scan order (each file once; a missing or unreadable
     directory holds none: ``nvhook cdi list`` reports those)."""
@@ -124,14 +99,6 @@ def spec_files(spec_dirs: Iterable[str]) -> list[str]:
             if name.endswith(SPEC_SUFFIXES) and os.path.isfile(path) and path not in files:
                 files.append(path)
     return files
-
-
-def generated_by_nvhook(spec: Spec) -> bool:
-    """Whether ``nvhook cdi generate`` wrote ``spec``: its hooks run ``nvhook-hook``."""
-    hooks = list(spec.edits.hooks)
-    for device in spec.devices:
-        hooks += device.edits.hooks
-    return any(hook.args[:1] == (HOOK_PROGRAM,) for hook in hooks)
 
 
 def _is_version(text: str) -> bool:
@@ -182,27 +149,6 @@ def _driver_change(recorded: str, loaded: str | None) -> str:
         return "no NVIDIA driver is loaded"
     way = "upgraded" if _version_key(loaded) > _version_key(recorded) else "downgraded"
     return f"driver {way} to {loaded}"
-
-
-def regenerate_command(file: str, spec: Spec, root: str = "/") -> str:
-    """The ``nvhook cdi generate`` command line that rewrites ``file`` for this host."""
-    words = ["nvhook", "cdi", "generate"]
-    if root not in ("", "/"):
-        words += ["--root", root]
-    if file != DEFAULT_OUTPUT:
-        words += ["--output", file]
-    if spec.vendor != DEFAULT_VENDOR:
-        words += ["--vendor", spec.vendor]
-    if spec.class_name != DEFAULT_CLASS:
-        words += ["--class", spec.class_name]
-    hook_paths = {h.path for h in spec.edits.hooks if h.args[:1] == (HOOK_PROGRAM,)}
-    if len(hook_paths) == 1:
-        (hook_path,) = hook_paths
-        if hook_path != default_hook_path() and os.access(
-            under_root(root, spec)(hook_path), os.X_OK
-        ):
-            words += ["--hook-path", hook_path]
-    return " ".join(words)
 
 
 def check_specs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, root: str = "/") -> list[Finding]:

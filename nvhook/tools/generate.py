@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import NamedTuple
 
-from nvhook.constants import ALL_CAPABILITIES
+from nvhook.constants import ALL_CAPABILITIES, CDI_CLASS, CDI_OUTPUT, CDI_VENDOR
 from nvhook.devices.gpus import HostGpus, Selected
 from nvhook.devices.procfs import read_driver
 from nvhook.discover.nodes import dri_nodes, gpu_nodes
@@ -71,10 +71,10 @@ __all__ = [
     "summary",
 ]
 
-DEFAULT_VENDOR = "nvidia.com"
-DEFAULT_CLASS = "gpu"
+DEFAULT_VENDOR = CDI_VENDOR
+DEFAULT_CLASS = CDI_CLASS
 #: Where ``nvhook cdi generate`` writes by default (``.yaml`` with ``--format yaml``).
-DEFAULT_OUTPUT = "/var/run/cdi/nvidia.json"
+DEFAULT_OUTPUT = CDI_OUTPUT
 
 
 class Generated(NamedTuple):
