@@ -228,7 +228,7 @@ def _parse(path: str) -> dict[str, Any]:
 
 def _foreign(path: str, data: dict[str, Any]) -> str:
     """Error path only: a note naming `nvhook config import` when the file is NVIDIA's toolkit's."""
-    from nvhook.tools.config_import import toolkit_note
+    from nvhook.toolkit_config import toolkit_note
 
     return toolkit_note(path, data)
 

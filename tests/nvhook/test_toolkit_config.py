@@ -9,7 +9,7 @@ import pytest
 from nvhook.cli import main
 from nvhook.errors import ConfigError
 from nvhook.settings import KEYS, load_settings
-from nvhook.tools.config_import import TOOLKIT_KEYS, import_toolkit_config, render_toml
+from nvhook.toolkit_config import TOOLKIT_KEYS, import_toolkit_config, render_toml
 
 #: nvidia-container-runtime's config.toml as the toolkit's packages install it, every key set
 TOOLKIT = """\

@@ -9,7 +9,9 @@ either in :attr:`Imported.settings` or in :attr:`Imported.unsupported` with the 
 :func:`render_toml` prints the result as an nvhook config file.
 
 :func:`toolkit_note` is what the settings loader adds to its error when an unknown key
-in nvhook's config is one of the toolkit's: it runs only on that error path.
+in nvhook's config is one of the toolkit's: it runs only on that error path. That is
+why this module is not under ``nvhook/tools/``: the shim reaches it, and the start path
+never reaches the tools (``tests/test_layers.py``).
 """
 
 from __future__ import annotations
