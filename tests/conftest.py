@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -42,8 +43,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--update-golden",
         action="store_true",
         default=False,
-        help="rewrite the expected files of golden cases (review the diff before committing)",
+        help="rewrite the expected files of golden cases (review the diff before committing); "
+        "refused when CI is set",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``--update-golden`` under CI would make every golden test pass by rewriting what it
+    compares against: refuse it before anything runs."""
+    from tests.support.containers import in_ci
+
+    if config.getoption("--update-golden") and in_ci():
+        raise pytest.UsageError(
+            f"--update-golden is refused under CI (CI={os.environ['CI']!r}): it rewrites the "
+            "expectations the golden tests check; run it locally and commit the reviewed diff"
+        )
 
 
 # --- the mock GPU machine (nvhook.mock), shared by every test that needs a fake host ----------

@@ -5,7 +5,8 @@ inputs), the input spec (``config.in.json``, or ``base`` naming a file in
 tests/data/specs/) and the expectation: ``expected.json`` (the resulting
 config.json) or ``expected.err`` (the one-line error, with the case folder
 written as ``<case>``). ``pytest --update-golden`` rewrites the expectations;
-review the diff before committing it.
+review the diff before committing it. It is refused when ``CI`` is set
+(tests/conftest.py): there it would make every case pass.
 
 Kinds:
 - ``cdi``: ``devices`` resolved through a registry over the case's spec
@@ -28,6 +29,9 @@ Kinds:
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import tomllib
 from collections.abc import Callable
@@ -226,3 +230,35 @@ def test_golden(case_dir: Path, request: pytest.FixtureRequest, golden: Golden) 
 def test_every_case_folder_is_a_case() -> None:
     strays = [p.name for p in GOLDEN.iterdir() if p.is_dir() and not (p / "case.toml").is_file()]
     assert strays == []
+
+
+@pytest.mark.parametrize("ci", ["true", "1"])
+def test_update_golden_is_refused_under_ci(ci: str) -> None:
+    """Under CI, ``--update-golden`` would turn every golden failure into a rewrite: pytest
+    stops before running anything, and the case's expectation is left as it was."""
+    case = "jit-void"
+    expected = GOLDEN / case / "expected.json"
+    before = (expected.read_bytes(), expected.stat().st_mtime_ns)
+    selected = f"{Path(__file__)}::test_golden[{case}]"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--update-golden",
+            selected,
+        ],
+        cwd=Path(__file__).parents[1],
+        env={**os.environ, "CI": ci},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    assert f"ERROR: --update-golden is refused under CI (CI='{ci}')" in proc.stderr
+    assert "passed" not in proc.stdout
+    assert (expected.read_bytes(), expected.stat().st_mtime_ns) == before
