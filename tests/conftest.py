@@ -11,7 +11,7 @@ import pytest
 
 from nvhook.tools.entrypoints import ENTRYPOINTS, import_paths, install_entrypoints, launcher_text
 
-pytest_plugins = ["tests.support.containers"]
+pytest_plugins = ["tests.support.containers", "tests.support.unprivileged"]
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from oci.cdi.edits import Edits
 from oci.cdi.registry import Registry
 from oci.errors import CdiNameError, CdiResolveError
+from tests.support.unprivileged import call_unprivileged
 
 
 def write_spec(path: Path, kind: str, devices: dict[str, list[str]], **extra: Any) -> Path:
@@ -86,12 +86,20 @@ def test_spec_dir_that_is_a_file(tmp_path: Path) -> None:
     assert "not a directory" in reg.errors[str(f)][0]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
-def test_unreadable_directory_is_an_error(tmp_path: Path) -> None:
-    d = tmp_path / "d"
-    d.mkdir(mode=0)
-    reg = Registry([str(d)])
-    assert "cannot read" in reg.errors[str(d)][0]
+def _scan(directory: Path) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    reg = Registry([str(directory)])
+    return list(reg.devices), dict(reg.errors)
+
+
+def test_unreadable_directory_is_an_error(unprivileged_tmp: Path) -> None:
+    d = unprivileged_tmp / "d"
+    write_spec(d / "a.json", "vendor.io/a", {"x": ["A=1"]})
+    assert call_unprivileged(lambda: _scan(d)) == (["vendor.io/a=x"], {})  # reachable
+    d.chmod(0)
+    assert call_unprivileged(lambda: _scan(d)) == (
+        [],
+        {str(d): (f"{d}: cannot read CDI spec directory: Permission denied",)},
+    )
 
 
 def test_resolve_names_every_unresolvable_device(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from oci.cdi.edits import Edits
 from oci.cdi.registry import Registry, resolve
 from oci.cdi.spec import Spec, load_spec
 from oci.errors import CdiError, CdiResolveError
+from tests.support.unprivileged import call_unprivileged
 
 GOLDEN = Path(__file__).parents[2] / "golden"
 GPU = "nvidia.com/gpu"
@@ -508,13 +509,22 @@ def test_cache_that_cannot_be_written_is_no_error(tmp_path: Path, how: str, sett
         assert not list(Path(cache).glob("*.tmp"))
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any directory")
-def test_read_only_cache_directory_is_no_error(tmp_path: Path, settled: None) -> None:
-    d = tmp_path / "cdi"
+def test_read_only_cache_directory_is_no_error(unprivileged_tmp: Path, settled: None) -> None:
+    d = unprivileged_tmp / "cdi"
     write_spec(d / "gpu.json", GPU, {"0": ["G=0"]})
-    cache = tmp_path / "ro"
-    cache.mkdir(mode=0o500)
-    assert resolve([str(d)], [f"{GPU}=0"], cache_dir=str(cache)).env == ("G=0",)
+    cache = unprivileged_tmp / "cache"
+
+    def ask() -> tuple[object, ...]:
+        return outcome(resolve, [str(d)], [f"{GPU}=0"], cache_dir=str(cache))
+
+    cache.mkdir()
+    cache.chmod(0o777)  # control: writable, the index is written there
+    assert call_unprivileged(ask) == ("ok", Edits(env=("G=0",)))
+    assert len(index_files(str(cache))) == 1
+    shutil.rmtree(cache)
+    cache.mkdir()
+    cache.chmod(0o555)  # read-only to everyone but root
+    assert call_unprivileged(ask) == ("ok", Edits(env=("G=0",)))
     assert list(cache.iterdir()) == []
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from oci.cdi.edits import DeviceNode, Edits, Hook, IntelRdt, Mount, NetDevice
 from oci.cdi.spec import Device, Issue, Spec, check_spec, decode_spec, load_spec, parse_spec
 from oci.errors import CdiSpecError, ExitCode
+from tests.support.unprivileged import call_unprivileged
 
 GOOD: dict[str, Any] = {
     "cdiVersion": "1.1.0",
@@ -763,13 +763,15 @@ def test_load_errors_name_the_file(
     assert str(info.value).startswith(f"{path}: {message}")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
-def test_unreadable_file(tmp_path: Path) -> None:
-    path = tmp_path / "a.json"
-    path.write_text("{}")
+def test_unreadable_file(unprivileged_tmp: Path) -> None:
+    path = unprivileged_tmp / "a.json"
+    device = {"name": "x", "containerEdits": {"env": ["A=1"]}}
+    path.write_text(json.dumps({"cdiVersion": "0.3.0", "kind": "vendor.io/a", "devices": [device]}))
+    assert call_unprivileged(lambda: load_spec(path).kind) == "vendor.io/a"  # reachable
     path.chmod(0)
-    with pytest.raises(CdiSpecError, match="cannot read: Permission denied"):
-        load_spec(path)
+    with pytest.raises(CdiSpecError) as info:
+        call_unprivileged(lambda: load_spec(path))
+    assert str(info.value) == f"{path}: cannot read: Permission denied"
 
 
 def test_a_directory_is_not_a_spec(tmp_path: Path) -> None:
