@@ -343,9 +343,8 @@ def test_endless_ld_conf_file_is_cut_short(
 
 # --------------------------------------------------------------------------- races
 
-RACE_TRIES = 200  # in all, or RACE_SECONDS, whichever comes first
-RACE_SECONDS = 60.0
-RUNC_TRIES = 50
+RUNC_TRIES = 50  # containers created through the shim and runc while the flipper runs
+DIRECT_TRIES = 150  # runs of the hooks' work, called directly, while the flipper runs
 
 
 def _hook_work(bundle: Path) -> tuple[list[str], list[tuple[str, str]]]:
@@ -395,11 +394,8 @@ def test_symlinks_swapped_in_while_the_hooks_run_never_escape(
     def count(key: str) -> None:
         outcomes[key] = outcomes.get(key, 0) + 1
 
-    deadline = time.monotonic() + RACE_SECONDS
-    tries = 0
     with Flipper({confd: escape_forms(rootfs, host / "confd")}, min_swaps=20) as flipper:
-        while tries < RUNC_TRIES and time.monotonic() < deadline:
-            tries += 1
+        for _ in range(RUNC_TRIES):
             result = shim_runc.run(bundle, unique_id("race"), timeout=30)
             if result.returncode == 0:
                 count("runc-started")
@@ -414,9 +410,8 @@ def test_symlinks_swapped_in_while_the_hooks_run_never_escape(
         libdir: escape_forms(rootfs, host / "lib"),
     }
     with Flipper(targets, min_swaps=50) as flipper:
-        while tries < RACE_TRIES and time.monotonic() < deadline:
-            tries += 1
-            impl: Impl = "openat2" if tries % 2 else "walk"
+        for i in range(DIRECT_TRIES):
+            impl: Impl = "openat2" if i % 2 else "walk"
             try:
                 create_symlinks(str(rootfs), links, impl=impl)
                 done = update_ldcache(str(rootfs), folders, impl=impl, log=lambda _: None)
@@ -426,7 +421,6 @@ def test_symlinks_swapped_in_while_the_hooks_run_never_escape(
                 errors.add(str(e)[:200])
     swaps += flipper.swaps
     assert snapshot(host) == before, (outcomes, sorted(errors))
-    assert tries >= RACE_TRIES / 2, outcomes  # not starved (the time bound is a safety net)
     # the hooks did their work in some of the tries, through runc and directly
     assert outcomes.get("runc-started", 0) > 0, (outcomes, sorted(errors))
     assert outcomes.get("direct-updated", 0) > 0, (outcomes, sorted(errors))

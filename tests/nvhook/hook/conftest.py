@@ -140,6 +140,7 @@ import itertools, json, os, select, sys
 
 targets = json.loads(sys.argv[1])
 min_swaps = int(sys.argv[2])
+progress = int(sys.argv[3])  # a file descriptor: the rounds made so far go there
 aside = itertools.count()
 swaps = 0
 
@@ -168,6 +169,7 @@ while swaps < min_swaps or not select.select([sys.stdin], [], [], 0)[0]:
         os.unlink(path)
         put(fresh, path)  # and a directory again
     swaps += 1
+    os.pwrite(progress, swaps.to_bytes(8, "little"), 0)
 print(swaps, flush=True)
 """
 
@@ -175,23 +177,38 @@ print(swaps, flush=True)
 class Flipper:
     """In another process (so really in parallel), flips each path between a directory and
     a symlink (cycling through its targets) until the block ends and at least ``min_swaps``
-    rounds were made; ``swaps`` is the count made."""
+    rounds were made; ``swaps`` is the count made, :meth:`progress` the count so far."""
 
     def __init__(self, targets: Mapping[Path, Sequence[str]], *, min_swaps: int = 300) -> None:
-        arg = json.dumps({str(p): list(forms) for p, forms in targets.items()})
-        self._argv = [sys.executable, "-c", _FLIP_SCRIPT, arg, str(min_swaps)]
+        self._arg = json.dumps({str(p): list(forms) for p, forms in targets.items()})
+        self._min_swaps = min_swaps
         self.swaps = 0
 
     def __enter__(self) -> Flipper:
+        self._progress = os.memfd_create("nvhook-flipper-progress", 0)
+        argv = [sys.executable, "-c", _FLIP_SCRIPT, self._arg, str(self._min_swaps)]
         self._proc = subprocess.Popen(
-            self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [*argv, str(self._progress)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            pass_fds=(self._progress,),
         )
         assert self._proc.stdout is not None
         assert self._proc.stdout.readline() == "ready\n"
         return self
 
+    def progress(self) -> int:
+        """Rounds made so far (fails the test if the flipping process is gone)."""
+        if self._proc.poll() is not None:
+            pytest.fail(f"the flipping process ended early ({self._proc.returncode})")
+        return int.from_bytes(os.pread(self._progress, 8, 0) or b"\0", "little")
+
     def __exit__(self, *exc: object) -> None:
-        out, _ = self._proc.communicate(timeout=120)
+        try:
+            out, _ = self._proc.communicate(timeout=120)
+        finally:
+            os.close(self._progress)
         if self._proc.returncode != 0:
             pytest.fail(f"the flipping process failed ({self._proc.returncode})")
         self.swaps = int(out.strip())

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -254,12 +253,16 @@ def test_directory_swapped_for_a_symlink_between_check_and_use(
     assert snapshot(host) == before
 
 
-def _write_loop(write: Callable[[int], None], *, seconds: float = 0.5) -> dict[str, int]:
-    """Call ``write(i)`` for ``seconds`` (at least 200 times); count the outcomes."""
+def _write_loop(
+    write: Callable[[int], None], flipper: Flipper, *, writes: int = 500, swaps: int = 100
+) -> dict[str, int]:
+    """Call ``write(i)`` at least ``writes`` times, and until ``flipper`` has made at least
+    ``swaps`` rounds meanwhile (so the two really overlap): a race bounded by counts on
+    both sides, never by the clock. Count the outcomes."""
     outcomes: dict[str, int] = {}
-    deadline = time.monotonic() + seconds
+    start = flipper.progress()
     for i in itertools.count():
-        if i >= 200 and time.monotonic() > deadline:
+        if i >= writes and flipper.progress() - start >= swaps:
             break
         try:
             write(i)
@@ -284,7 +287,7 @@ def test_racing_swaps_never_escape(world: tuple[Path, Path], impl: Impl) -> None
             root.write_file(f"/etc/d/s{i % 3}/f{i}", b"x")
 
         with Flipper({rootfs / "etc" / "d": escape_forms(rootfs, host / "dir")}) as flipper:
-            outcomes = _write_loop(write)
+            outcomes = _write_loop(write, flipper)
     assert flipper.swaps >= 300
     assert snapshot(host) == before, outcomes
     assert outcomes.get("written", 0) > 0, outcomes  # the race was really run both ways
@@ -300,8 +303,11 @@ def test_racing_swaps_do_reach_the_host_through_joined_paths(world: tuple[Path, 
         with open(os.path.join(rootfs, f"etc/d/f{i}"), "wb") as f:
             f.write(b"x")
 
-    with Flipper({rootfs / "etc" / "d": escape_forms(rootfs, host / "dir")}):
-        _write_loop(write)
+    with Flipper({rootfs / "etc" / "d": escape_forms(rootfs, host / "dir")}) as flipper:
+        for _ in range(50):  # at most 50 x 100 rounds: enough for a loaded machine too
+            _write_loop(write, flipper)
+            if snapshot(host) != before:
+                break
     assert snapshot(host) != before
 
 
