@@ -243,7 +243,8 @@ def test_real_cuda_image_requirement(cuda: str, driver: str, brand: str, holds: 
     host = HostFacts(cuda, driver, (GpuFacts(arch="8.0", brand=brand, name="0"),))
     requests = _requests(_req(CUDA_12_4))
     if holds:
-        check_requirements(requests, host)
+        assert unmet_condition(requests.requirements[0], host, host.gpus[0]) is None
+        assert _met(requests, host)
         return
     with pytest.raises(RequirementError) as info:
         check_requirements(requests, host)
@@ -301,26 +302,51 @@ def test_unnamed_gpu_is_called_by_position() -> None:
         check_requirements(_requests(_req("arch>=8.0")), host)
 
 
-def test_arch_and_brand_hold_without_gpus() -> None:
+def _met(requests: Requests, host: HostFacts) -> bool:
+    """Whether ``check_requirements`` lets the container start (it returns nothing)."""
+    try:
+        check_requirements(requests, host)
+    except RequirementError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("value", ["arch>=9.0 brand=tesla", "arch>=9.0,brand=tesla"])
+def test_arch_and_brand_hold_without_gpus(value: str) -> None:
     # No GPU injected (NVIDIA_VISIBLE_DEVICES=none): as in libnvidia-container.
-    host = HostFacts("12.4", "550.54.15", ())
-    check_requirements(_requests(_req("arch>=9.0 brand=tesla")), host)
-    check_requirements(_requests(_req("arch>=9.0,brand=tesla")), host)
+    requirement = _req(value)
+    assert unmet_condition(requirement, HostFacts("12.4", "550.54.15", ())) is None
+    assert _met(_requests(requirement), HostFacts("12.4", "550.54.15", ()))
+    # ...while an injected GPU is held to them
+    gpu = GpuFacts(arch="8.0", brand="geforce", name="0")
+    assert not _met(_requests(requirement), HostFacts("12.4", "550.54.15", (gpu,)))
 
 
 def test_unknown_host_values_hold() -> None:
-    check_requirements(_requests(_req("cuda>=99 driver>=999")), HostFacts("", ""))
-    gpu = GpuFacts(arch="", brand="")
-    check_requirements(_requests(_req("arch>=9.0,brand=tesla")), HostFacts("", "", (gpu,)))
+    versions = _req("cuda>=99 driver>=999")
+    gpu_terms = _req("arch>=9.0,brand=tesla")
+    unknown_gpu = GpuFacts(arch="", brand="")
+    assert unmet_condition(versions, HostFacts("", "")) is None
+    assert unmet_condition(gpu_terms, HostFacts("", "", (unknown_gpu,)), unknown_gpu) is None
+    assert _met(_requests(versions), HostFacts("", ""))
+    assert _met(_requests(gpu_terms), HostFacts("", "", (unknown_gpu,)))
+    # ...while known values are compared
+    assert not _met(_requests(versions), HostFacts("12.4", "550.54.15"))
+    known_gpu = GpuFacts(arch="8.0", brand="tesla")
+    assert not _met(_requests(gpu_terms), HostFacts("", "", (known_gpu,)))
 
 
 def test_disable_require_skips_the_check() -> None:
-    requests = _requests(_req("cuda>=99"), disable=True)
-    check_requirements(requests, HostFacts("12.4", "550.54.15"))
+    host = HostFacts("12.4", "550.54.15")
+    assert _met(_requests(_req("cuda>=99"), disable=True), host)
+    assert not _met(_requests(_req("cuda>=99")), host)  # what it skips
 
 
 def test_no_requirements() -> None:
-    check_requirements(Requests(Void()), HostFacts("12.4", "550.54.15"))
+    request = Requests(Void())
+    assert request.requirements == () and not request.disable_require
+    assert _met(request, HostFacts("12.4", "550.54.15"))
+    assert _met(Requests(All()), HostFacts("", ""))
 
 
 def test_legacy_requirement_is_checked() -> None:
