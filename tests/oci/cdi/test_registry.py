@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from oci.cdi.edits import Edits
-from oci.cdi.registry import Registry
+from oci.cdi.registry import Registry, resolve
 from oci.errors import CdiNameError, CdiResolveError
 from tests.support.unprivileged import call_unprivileged
 
@@ -68,6 +69,89 @@ def test_only_spec_suffixes_are_read(tmp_path: Path) -> None:
     reg = Registry([str(tmp_path / "d")])
     assert reg.devices == {}
     assert reg.errors == {}
+
+
+#: What the registry does with an entry of each name. Today's rule (oci/cdi/registry.py):
+#: a regular file (links followed) whose name ends, case-sensitively, with .json, .yaml or
+#: .yml is read; hidden names are not special; anything else is ignored without an error.
+SPEC_FILE_NAMES: dict[str, str] = {
+    "a.json": "read",
+    "b.yaml": "read",
+    "c.yml": "read",  # read today; a later change is to drop .yml
+    ".hidden.json": "read",
+    "link.json": "read",  # a symlink to a spec outside the directory
+    ".json": "error",  # listed, but its extension is none: an error against it
+    "d.JSON": "ignored",
+    "e.Yaml": "ignored",
+    "f.json.bak": "ignored",
+    "g.json~": "ignored",
+    "h.yaml.orig": "ignored",
+    "i.jsonl": "ignored",
+    "j.txt": "ignored",
+    "json": "ignored",
+    "k.cdi": "ignored",
+    "dir.json": "ignored",  # a directory holding a spec
+    "dangling.json": "ignored",  # a symlink to nothing
+    "socket.json": "ignored",  # a unix socket (a fifo alike, but opening it cannot hang)
+}
+
+
+def _spec_file_zoo(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A directory with an entry of each name in SPEC_FILE_NAMES, every file a valid spec
+    defining one device of its own; and the device each name defines."""
+    d = tmp_path / "d"
+    d.mkdir()
+    devices = {name: f"vendor.io/zoo=dev{i}" for i, name in enumerate(SPEC_FILE_NAMES)}
+    for name, qualified in devices.items():
+        kind, _, device = qualified.partition("=")
+        if name == "link.json":
+            target = write_spec(tmp_path / "elsewhere" / "target.txt", kind, {device: ["Z=1"]})
+            (d / name).symlink_to(target)
+        elif name == "dir.json":
+            write_spec(d / name / "inner.json", kind, {device: ["Z=1"]})
+        elif name == "dangling.json":
+            (d / name).symlink_to(tmp_path / "nothing.json")
+        elif name == "socket.json":
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(str(d / name))
+        elif name.lower().endswith((".yaml", ".yml")):
+            (d / name).write_text(
+                f"cdiVersion: 0.5.0\nkind: {kind}\n"
+                f"devices:\n  - name: {device}\n    containerEdits:\n      env: [Z=1]\n"
+            )
+        else:
+            write_spec(d / name, kind, {device: ["Z=1"]})
+    return d, devices
+
+
+def _named(what: str) -> list[str]:
+    return sorted(name for name, outcome in SPEC_FILE_NAMES.items() if outcome == what)
+
+
+def test_which_file_names_are_read(tmp_path: Path) -> None:
+    d, devices = _spec_file_zoo(tmp_path)
+    reg = Registry([str(d)])
+    assert {n: Path(defn.path).name for n, defn in reg.devices.items()} == {
+        devices[name]: name for name in _named("read")
+    }
+    assert [Path(s.source).name for s in reg.specs] == _named("read")  # in name order
+    assert reg.errors == {
+        str(d / name): (
+            f"{d / name}: unsupported file extension none (a CDI spec is .json, .yaml or .yml)",
+        )
+        for name in _named("error")
+    }
+
+
+def test_which_file_names_the_indexed_resolve_reads(tmp_path: Path) -> None:
+    d, devices = _spec_file_zoo(tmp_path)
+    read = [devices[name] for name in _named("read")]
+    unread = tuple(devices[name] for name in [*_named("error"), *_named("ignored")])
+    assert resolve([str(d)], read).env == ("Z=1",) * len(read)
+    with pytest.raises(CdiResolveError) as info:
+        resolve([str(d)], [*read, *unread])
+    assert info.value.names == unread
+    assert f"problems in 1 file(s), see `nvhook cdi list`: {d / '.json'})" in str(info.value)
 
 
 def test_broken_file_is_an_error_and_hides_nothing(tmp_path: Path) -> None:
