@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from oci.cdi.version import (
     required_version,
     version_key,
 )
+from oci.cdi.write import write_spec
 from oci.errors import CdiSpecError
 
 BASE: dict[str, Any] = {
@@ -71,6 +74,21 @@ CASES: list[tuple[str, str | None, dict[str, Any]]] = [
         "devices[0].containerEdits.deviceNodes[0].hostPath",
         spec_with(devices=[device(deviceNodes=[{"path": "/dev/x", "hostPath": "/h/x"}])]),
     ),
+    # hostPath is a 0.5.0 field whatever its value: the same as path still needs 0.5.0
+    (
+        "0.5.0",
+        "containerEdits.deviceNodes[0].hostPath",
+        spec_with(containerEdits={"deviceNodes": [{"path": "/dev/x", "hostPath": "/dev/x"}]}),
+    ),
+    (
+        "0.5.0",
+        "devices[0].containerEdits.deviceNodes[1].hostPath",
+        spec_with(
+            devices=[
+                device(deviceNodes=[{"path": "/dev/a"}, {"path": "/dev/b", "hostPath": "/dev/b"}])
+            ]
+        ),
+    ),
     ("0.6.0", "annotations", spec_with(annotations={"a": "b"})),
     (
         "0.6.0",
@@ -118,6 +136,12 @@ CASES: list[tuple[str, str | None, dict[str, Any]]] = [
     ),
     # features that do not raise the version
     ("0.3.0", None, spec_with(kind="vendor.com/gpu", devices=[device("a0")])),
+    ("0.3.0", None, spec_with(devices=[device(deviceNodes=[{"path": "/dev/x"}])])),
+    (  # an empty hostPath is no hostPath
+        "0.3.0",
+        None,
+        spec_with(containerEdits={"deviceNodes": [{"path": "/dev/x", "hostPath": ""}]}),
+    ),
     ("0.3.0", None, spec_with(containerEdits={"intelRdt": None, "additionalGids": []})),
     (
         "0.7.0",
@@ -211,3 +235,17 @@ def test_version_key_orders_and_rejects_unknown() -> None:
     assert version_key("v0.4.0") == version_key("0.4.0")
     with pytest.raises(ValueError):
         version_key("9.9.9")
+
+
+@pytest.mark.parametrize(
+    ("host_path", "version"), [(None, "0.3.0"), ("/dev/x", "0.5.0"), ("/host/dev/x", "0.5.0")]
+)
+def test_writing_a_node_declares_the_version_its_host_path_needs(
+    tmp_path: Path, host_path: str | None, version: str
+) -> None:
+    node = {"path": "/dev/x"} | ({"hostPath": host_path} if host_path is not None else {})
+    data = spec_with(cdiVersion=CURRENT, devices=[device(deviceNodes=[node])])
+    write_spec(tmp_path / "x.json", data)
+    written = json.loads((tmp_path / "x.json").read_text())
+    assert written["cdiVersion"] == version
+    assert written["devices"][0]["containerEdits"]["deviceNodes"] == [node]
