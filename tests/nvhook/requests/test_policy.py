@@ -16,6 +16,7 @@ from nvhook.requests.parse import (
     Features,
     Ignored,
     Index,
+    NoGpus,
     Source,
     SourceKind,
     Void,
@@ -294,6 +295,41 @@ def test_privileged_gets_all(
     assert request.devices == expected
     if privileged_gets_all and privileged and not env:
         assert request.sources == (Source(SourceKind.POLICY, "privileged_gets_all", "true", All()),)
+
+
+@pytest.mark.parametrize(
+    ("env", "policy", "expected"),
+    [
+        (["NVIDIA_VISIBLE_DEVICES=void"], Policy(privileged_gets_all=True), Void()),
+        (["NVIDIA_VISIBLE_DEVICES= void "], Policy(privileged_gets_all=True), Void()),
+        (["NVIDIA_VISIBLE_DEVICES=void,void"], Policy(privileged_gets_all=True), Void()),
+        (["NVIDIA_VISIBLE_DEVICES=none"], Policy(privileged_gets_all=True), NoGpus()),
+        # a legacy CUDA image's implicit "all" and the strict env policy change nothing
+        (
+            ["CUDA_VERSION=12.4.1", "NVIDIA_VISIBLE_DEVICES=void"],
+            Policy(privileged_gets_all=True),
+            Void(),
+        ),
+        (
+            ["NVIDIA_VISIBLE_DEVICES=void"],
+            Policy(privileged_gets_all=True, accept_env_unprivileged=False),
+            Void(),
+        ),
+    ],
+)
+def test_privileged_gets_all_yields_to_an_explicit_request(
+    env: list[str], policy: Policy, expected: object
+) -> None:
+    request = parse_requests(spec_with(*env, privileged=True), policy)
+    assert request.is_privileged
+    assert request.devices == expected
+    (source,) = request.sources
+    assert (source.kind, source.name, source.devices) == (
+        SourceKind.ENV,
+        "NVIDIA_VISIBLE_DEVICES",
+        expected,
+    )
+    assert request.wants_anything == (expected != Void())
 
 
 # --- default_capabilities -------------------------------------------------------------------------
