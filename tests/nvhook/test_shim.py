@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from oci.errors import ExitCode
+from tests.support.containers import require
 
 SPECS = Path(__file__).parents[1] / "data" / "specs"
 LAUNCHER = Path(sys.executable).parent / "nvhook-runtime"
@@ -93,6 +95,52 @@ def test_pass_through_execs_with_the_exact_argv(shim: Shim) -> None:
     result = shim.run(*argv)
     assert result.returncode == 0, result.stderr
     assert shim.runtime_argv() == [str(shim.tmp), *argv]
+
+
+#: create command lines that runc refuses (oci/argv.py agrees); {b} is a bundle asking for a GPU
+REFUSED_BY_RUNC = [
+    "create --bundle",
+    "create -b {b} --bundle {b} c1",
+    "create --bundle {b} c1 c2",
+    "--debug=yes create --bundle {b} c1",
+    "create --no-pivot=maybe --bundle {b} c1",
+    "---x create --bundle {b} c1",
+]
+
+
+@pytest.mark.parametrize("line", REFUSED_BY_RUNC)
+def test_a_command_line_runc_refuses_is_passed_through_unchanged(shim: Shim, line: str) -> None:
+    b = shim.bundle(["NVIDIA_VISIBLE_DEVICES=0"])
+    before = (b / "config.json").read_bytes()
+    argv = line.format(b=b).split()
+    result = shim.run(*argv)
+    assert result.returncode == 0, result.stderr  # the stand-in's: the shim did not fail
+    assert shim.runtime_argv() == [str(shim.tmp), *argv]
+    assert "nvhook-runtime" not in result.stderr
+    assert (b / "config.json").read_bytes() == before  # nothing prepared for the GPU
+    assert not shim.log.exists()  # not even a failure recorded
+
+
+_RUNC_TIME = re.compile(r'time="[^"]*"')
+
+
+@pytest.mark.parametrize("line", REFUSED_BY_RUNC)
+def test_runc_says_why_it_refuses_the_command_line(shim: Shim, line: str) -> None:
+    """Through the shim, runc's own exit status and words, exactly as runc alone says them."""
+    runc = require("runc")
+    shim.write_config(runtimes=[runc])
+    b = shim.bundle(["NVIDIA_VISIBLE_DEVICES=0"])
+    before = (b / "config.json").read_bytes()
+    argv = ["--root", str(shim.tmp / "state"), *line.format(b=b).split()]
+    through_shim = shim.run(*argv)
+    alone = subprocess.run(
+        [runc, *argv], cwd=shim.tmp, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert through_shim.returncode == alone.returncode != 0
+    assert through_shim.stdout == alone.stdout
+    assert _RUNC_TIME.sub("", through_shim.stderr) == _RUNC_TIME.sub("", alone.stderr)
+    assert "nvhook-runtime" not in through_shim.stderr
+    assert (b / "config.json").read_bytes() == before
 
 
 def test_create_without_request_leaves_the_bundle_alone(shim: Shim) -> None:
