@@ -528,3 +528,87 @@ def test_drop_in_follows_the_other_files_and_keeps_its_runtimes(tmp_path: Path) 
     assert section["containerd"]["default_runtime_name"] == "b"
     apply_unconfigure(plan_unconfigure("containerd", str(path), backups), backups)
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["10-cri.toml"]
+
+
+# --------------------------------------------------------------------------- an existing runtime
+
+_RUNC = """
+[{base}.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  privileged_without_host_devices = false
+  pod_annotations = ["io.kubernetes.*"]
+  container_annotations = ["io.runc.*"]
+  base_runtime_spec = "/etc/containerd/runc-spec.json"
+  [{base}.runtimes.runc.options]
+    BinaryName = "/usr/sbin/runc"
+    SystemdCgroup = true
+    Root = "/run/runc-root"
+    NoNewKeyring = true
+"""
+#: an nvidia runtime some other tool wrote, whose keys differ from runc's
+_NVIDIA = """
+[{base}.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v1"
+  privileged_without_host_devices = true
+  pod_annotations = ["nvidia.com/*"]
+  base_runtime_spec = "/etc/containerd/nvidia-spec.json"
+  [{base}.runtimes.nvidia.options]
+    BinaryName = "/usr/bin/nvidia-container-runtime"
+    SystemdCgroup = false
+    Root = "/run/nvidia-runc"
+    CriuPath = "/usr/local/bin/criu"
+"""
+
+
+@pytest.mark.parametrize(
+    ("version", "imports"), [(2, False), (3, False), (2, True), (3, True)], ids=str
+)
+def test_an_existing_runtime_keeps_its_own_keys(
+    tmp_path: Path, version: int, imports: bool
+) -> None:
+    """Configuring over a runtime of the same name keeps every key it has, even where runc's
+    differs; it gains only the keys it lacks from runc, plus the runtime type and BinaryName."""
+    base = f'plugins."{CRI_PLUGIN[version]}".containerd'
+    tables = _RUNC.format(base=base) + _NVIDIA.format(base=base)
+    main = f"version = {version}\n"
+    if imports:
+        (tmp_path / "conf.d").mkdir()
+        (tmp_path / "conf.d" / "10-cri.toml").write_text(main + tables)
+        main += f'imports = ["{tmp_path}/conf.d/*.toml"]\n'
+    else:
+        main += tables
+    path = _config(tmp_path, main)
+    before = {p: tomllib.loads(p.read_text()) for p in [path, *sorted(tmp_path.glob("conf.d/*"))]}
+    assert apply_plan(_plan(path), str(tmp_path / "backups"))
+
+    written = {p: tomllib.loads(p.read_text()) for p in [path, *sorted(tmp_path.glob("conf.d/*"))]}
+    ours = [p for p in written if p not in before]
+    assert len(ours) == (1 if imports else 0)  # the drop-in
+    where = ours[0] if imports else path
+    runtimes = written[where]["plugins"][CRI_PLUGIN[version]]["containerd"]["runtimes"]
+    assert runtimes["nvidia"] == {
+        "runtime_type": "io.containerd.runc.v2",  # set
+        "privileged_without_host_devices": True,  # kept, though runc's is false
+        "pod_annotations": ["nvidia.com/*"],  # kept
+        "base_runtime_spec": "/etc/containerd/nvidia-spec.json",  # kept
+        "container_annotations": ["io.runc.*"],  # lacked: from runc
+        "options": {
+            "BinaryName": SHIM,  # set
+            "SystemdCgroup": False,  # kept, though runc's is true
+            "Root": "/run/nvidia-runc",  # kept
+            "CriuPath": "/usr/local/bin/criu",  # kept: runc has none
+            "NoNewKeyring": True,  # lacked: from runc
+        },
+    }
+    held = tmp_path / "conf.d" / "10-cri.toml" if imports else path  # the runtimes before
+    old_runtimes = before[held]["plugins"][CRI_PLUGIN[version]]["containerd"]["runtimes"]
+    if version == 3 and imports:  # containerd 2.x merges key by key: only the runtime
+        assert set(runtimes) == {"nvidia"}
+    else:
+        assert runtimes["runc"] == old_runtimes["runc"]  # runc itself is left as it was
+    # nothing else changes: the other files, and the rest of an edited file
+    if imports:
+        assert {p: written[p] for p in before} == before
+    else:
+        del runtimes["nvidia"], old_runtimes["nvidia"]
+        assert written[path] == before[path]
