@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import time
 import tomllib
@@ -400,6 +401,34 @@ def test_cli_unconfigure_refuses_a_file_changed_since(
     assert path.read_text().endswith("# a later edit\n")
     assert _cli("unconfigure", *args, "--force") == 0
     assert path.read_text() == "version = 2\n"
+
+
+def test_cli_unconfigure_force_restores_a_deleted_file_with_its_mode_and_owner(
+    tmp_path: Path, shim_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    require_root()  # to give the file another owner
+    original = "# mine\nversion = 2\n"
+    path = _config(tmp_path, original)
+    os.chmod(path, 0o604)
+    os.chown(path, 1234, 5678)
+    backups = tmp_path / "backups"
+    args = ["--runtime", "containerd", "--config", str(path), "--backup-dir", str(backups)]
+    assert _cli("configure", *args, "--runtime-path", shim_path) == 0
+    path.unlink()  # someone deleted the configured file
+    capsys.readouterr()
+    assert _cli("unconfigure", *args) == 8
+    assert capsys.readouterr().err.startswith(f"nvhook: {path} changed since nvhook wrote it")
+    assert not path.exists()
+    assert _cli("unconfigure", *args, "--force") == 0
+    assert capsys.readouterr().out.startswith(f"restored {path}\n")
+    st = path.stat()
+    assert (path.read_text(), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (
+        original,
+        0o604,
+        1234,
+        5678,
+    )
+    assert list(backups.iterdir()) == []
 
 
 def test_cli_new_file_is_removed_by_unconfigure(tmp_path: Path, shim_path: str) -> None:
