@@ -86,7 +86,8 @@ def test_output_and_format() -> None:
         (["--format", "json", "-o", "{tmp}/a.yaml"], 2, "--format json does not match"),
         (["--capabilities", "compute,tensor"], 2, "unknown capability 'tensor'"),
         (["--capabilities", ","], 2, "empty list"),
-        (["--vendor", "9x"], 5, "invalid vendor"),
+        (["--vendor", "9x"], 2, "Invalid value for '--vendor': invalid vendor"),
+        (["--class", "g/pu"], 2, "Invalid value for '--class': invalid class"),
         (["--hook-path", "nvhook-hook"], 2, "is not absolute"),
     ],
 )
