@@ -11,7 +11,9 @@ Hierarchy::
     ├── UnknownDeviceError a requested GPU or MIG device does not exist; lists those that do
     ├── RequirementError   an NVIDIA_REQUIRE_* constraint is unmet, or policy refuses the request
     ├── DriverError        the driver root, procfs or NVML cannot be read (wraps NVML errors)
-    ├── MockError          a mock machine cannot be laid out (unknown profile, compiler missing)
+    ├── MockError          a mock machine cannot be laid out (compiler missing, target not empty)
+    │   └── UnknownProfileError  no mock profile has that name (a usage error: exit 2)
+    ├── WorkdirError       a working directory cannot be created or written (nvhook demo --dir)
     ├── RuntimeNotFound    no low-level runtime (runc/crun) to exec
     ├── HookError          a hook refused to act (path escaping the rootfs, conflicting link)
     └── EngineConfigError  an engine's config file (containerd, Docker, CRI-O, podman) is invalid
@@ -36,6 +38,8 @@ __all__ = [
     "RequirementError",
     "RuntimeNotFound",
     "UnknownDeviceError",
+    "UnknownProfileError",
+    "WorkdirError",
 ]
 
 
@@ -74,6 +78,14 @@ class DriverError(NvhookError):
 
 class MockError(NvhookError):
     exit_code = ExitCode.DEVICE
+
+
+class UnknownProfileError(MockError):
+    exit_code = ExitCode.USAGE
+
+
+class WorkdirError(NvhookError):
+    exit_code = ExitCode.IO
 
 
 class RuntimeNotFound(NvhookError):

@@ -37,6 +37,16 @@ def _output_and_format(output: str | None, fmt: str | None) -> tuple[str, str]:
     return output, by_suffix
 
 
+def _kind_part(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--vendor`` and ``--class`` as the CDI spec requires them (a bad one is a usage error)."""
+    from oci.cdi.names import class_name_problem, vendor_name_problem
+
+    problem = (vendor_name_problem if param.name == "vendor" else class_name_problem)(value)
+    if problem is not None:
+        raise click.BadParameter(problem)
+    return value
+
+
 def _capabilities(value: str | None) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -67,8 +77,21 @@ def _capabilities(value: str | None) -> tuple[str, ...] | None:
     help="Spec format [default: from the --output extension, else json, which the "
     "runtime shim parses ~20x faster than YAML].",
 )
-@click.option("--vendor", default="nvidia.com", show_default=True, help="Vendor part of the kind.")
-@click.option("--class", "class_name", default="gpu", show_default=True, help="Class of the kind.")
+@click.option(
+    "--vendor",
+    default="nvidia.com",
+    show_default=True,
+    callback=_kind_part,
+    help="Vendor part of the kind.",
+)
+@click.option(
+    "--class",
+    "class_name",
+    default="gpu",
+    show_default=True,
+    callback=_kind_part,
+    help="Class of the kind.",
+)
 @click.option(
     "--capabilities",
     metavar="LIST",

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
+
 import click
 
 from nvhook.engines import (
@@ -17,6 +21,7 @@ from nvhook.engines import (
     plan_unconfigure,
     unified_diff,
 )
+from nvhook.errors import EngineConfigError, EngineWriteError
 
 __all__ = ["runtime"]
 
@@ -90,9 +95,10 @@ def configure(
     saved under --backup-dir first, and running it again changes nothing.
     """
     binary = check_runtime_path(runtime_path or default_runtime_path())
-    plan = plan_configure(
-        engine, config=config, name=name, runtime_path=binary, set_as_default=set_as_default
-    )
+    with _needs_root("configure"):
+        plan = plan_configure(
+            engine, config=config, name=name, runtime_path=binary, set_as_default=set_as_default
+        )
     for note in plan.notes:
         click.echo(f"nvhook: {note}", err=True)
     if dry_run:
@@ -100,7 +106,8 @@ def configure(
         if not plan.changed:
             click.echo(f"nvhook: {plan.config} already has runtime {name!r}", err=True)
         return
-    written = apply_plan(plan, backup_dir)
+    with _needs_root("configure"):
+        written = apply_plan(plan, backup_dir)
     if not written:
         click.echo(f"{plan.config} already has runtime {name!r}: nothing changed")
         return
@@ -122,15 +129,37 @@ def unconfigure(
 
     Refuses a file changed since nvhook wrote it, unless --force.
     """
-    plan = plan_unconfigure(engine, config or DEFAULT_CONFIGS[engine], backup_dir, force=force)
+    with _needs_root("unconfigure"):
+        plan = plan_unconfigure(engine, config or DEFAULT_CONFIGS[engine], backup_dir, force=force)
     for note in plan.notes:
         click.echo(f"nvhook: {note}", err=True)
     if dry_run:
         click.echo(unified_diff(plan.changes), nl=False)
         return
     changes = plan.changed
-    apply_unconfigure(plan, backup_dir)
+    with _needs_root("unconfigure"):
+        apply_unconfigure(plan, backup_dir)
     for change in changes:
         click.echo(f"{'restored' if change.new is not None else 'removed'} {change.path}")
     if plan.record is not None:
         click.echo(_RESTART[engine])
+
+
+@contextlib.contextmanager
+def _needs_root(command: str) -> Iterator[None]:
+    """Turn a permission failure of a user other than root into "needs root".
+
+    Engines' configs and the backup directory belong to root; a plain user gets
+    "permission denied" on whichever file comes first (often the backup directory), which
+    reads as if --backup-dir were wrong. Any other failure passes through unchanged.
+    """
+    try:
+        yield
+    except EngineConfigError as e:
+        if os.geteuid() == 0 or not isinstance(e.__cause__, PermissionError):
+            raise
+        review = ", or review the change first with --dry-run" if command == "configure" else ""
+        raise EngineWriteError(
+            f"runtime {command} needs root (running as uid {os.geteuid()}): "
+            f"{e.message}; run it with sudo{review}"
+        ) from e

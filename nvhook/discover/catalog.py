@@ -1,9 +1,19 @@
-"""Which driver files belong to which capability, as data (DRIVER-FILES.md is the source).
+"""Which driver files belong to which capability, and which drivers ship them, as data.
 
 Library names are stems: on disk a library is ``<stem>.<driver version>``
 (``libcuda.so.550.54.15``) with a SONAME symlink next to it, except the EGL
 platform libraries, which carry their own version numbers. Paths here are
 absolute paths inside a root (the driver root, or the host root for IPC).
+
+The capabilities follow NVIDIA's own classification (libnvidia-container's
+library tables, the NVIDIA Container Toolkit's CDI generator). Which driver
+branches ship a library (``since``/``until``, driver major versions, both
+inclusive) and which libraries have a 32-bit build (``compat32``) come from the
+contents of NVIDIA's ``.run`` installers as distributions package them (the 64-bit
+and ``32/`` file lists per branch); a file outside its range, or a 32-bit copy
+NVIDIA never builds, is not reported missing (:func:`expected`), but is still
+found when a host has it. ``nvhook/mock/driver.toml`` carries the same ranges for
+the mock machine (``tests/nvhook/discover/test_catalog.py`` keeps them equal).
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ __all__ = [
     "DEV_LINKS",
     "FABRICMANAGER_SOCKET",
     "FIRMWARE_DIR",
+    "HOST_SPECIFIC",
     "LD_CACHE",
     "LIBRARIES",
     "MPS_PIPE_DIR",
@@ -31,6 +42,8 @@ __all__ = [
     "DevLink",
     "LibrarySpec",
     "XorgModule",
+    "driver_branch",
+    "expected",
 ]
 
 
@@ -41,32 +54,59 @@ class LibrarySpec(NamedTuple):
     subdir: str = ""
     #: Versioned by its own numbers (EGL platform libraries), not the driver version.
     own_version: bool = False
+    #: The first and last driver branch (major version) that ship it; None: no bound.
+    since: int | None = None
+    until: int | None = None
+    #: NVIDIA builds a 32-bit copy (the installer's ``32/`` directory).
+    compat32: bool = False
 
 
-def _libs(*stems: str) -> tuple[LibrarySpec, ...]:
-    return tuple(LibrarySpec(s) for s in stems)
+def _libs(*stems: str, compat32: bool = False) -> tuple[LibrarySpec, ...]:
+    return tuple(LibrarySpec(s, compat32=compat32) for s in stems)
 
 
-#: Capability -> its libraries, in DRIVER-FILES.md's order.
+def _lib(
+    stem: str,
+    *,
+    compat32: bool = False,
+    since: int | None = None,
+    until: int | None = None,
+    subdir: str = "",
+    own_version: bool = False,
+) -> LibrarySpec:
+    return LibrarySpec(stem, subdir, own_version, since, until, compat32)
+
+
+#: Capability -> its libraries, with the driver branches that ship them and whether NVIDIA
+#: builds a 32-bit copy. Bounds are set where a library came or went within the branches
+#: containers meet (418 onwards); a library without bounds ships in all of them.
 LIBRARIES: dict[str, tuple[LibrarySpec, ...]] = {
-    "utility": _libs("libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"),
-    "compute": _libs(
-        "libcuda.so",
-        "libcudadebugger.so",
-        "libnvidia-opencl.so",
-        "libnvidia-gpucomp.so",
-        "libnvidia-ptxjitcompiler.so",
-        "libnvidia-fatbinaryloader.so",
-        "libnvidia-allocator.so",
-        "libnvidia-compiler.so",
-        "libnvidia-pkcs11.so",
-        "libnvidia-pkcs11-openssl3.so",
-        "libnvidia-nvvm.so",
-        "libnvidia-tileiras.so",
+    "utility": (
+        _lib("libnvidia-ml.so", compat32=True),
+        _lib("libnvidia-cfg.so"),
+        # not in the driver's installer: the libnvidia-nscq package that comes with the
+        # fabric manager on NVSwitch systems (see HOST_SPECIFIC)
+        _lib("libnvidia-nscq.so"),
+    ),
+    "compute": (
+        _lib("libcuda.so", compat32=True),
+        _lib("libcudadebugger.so", since=520),  # the CUDA debugger's backend, from CUDA 11.8
+        _lib("libnvidia-opencl.so", compat32=True),
+        _lib("libnvidia-gpucomp.so", compat32=True, since=530),
+        _lib("libnvidia-ptxjitcompiler.so", compat32=True),
+        _lib("libnvidia-fatbinaryloader.so", compat32=True, until=440),  # merged into libcuda
+        _lib("libnvidia-allocator.so", compat32=True, since=470),
+        _lib("libnvidia-compiler.so", compat32=True, until=525),  # OpenCL: gpucomp from 530
+        _lib("libnvidia-pkcs11.so", since=525),
+        _lib("libnvidia-pkcs11-openssl3.so", since=530),
+        _lib("libnvidia-nvvm.so", compat32=True, since=495),
+        _lib("libnvidia-tileiras.so", compat32=True, since=580),
     ),
     "video": (
-        LibrarySpec("libvdpau_nvidia.so", subdir="vdpau"),
-        *_libs("libnvidia-encode.so", "libnvidia-opticalflow.so", "libnvcuvid.so"),
+        _lib("libvdpau_nvidia.so", compat32=True, subdir="vdpau"),
+        _lib("libnvidia-encode.so", compat32=True),
+        _lib("libnvidia-opticalflow.so", compat32=True, since=418),
+        _lib("libnvcuvid.so", compat32=True),
     ),
     "graphics": (
         *_libs(
@@ -75,23 +115,27 @@ LIBRARIES: dict[str, tuple[LibrarySpec, ...]] = {
             "libnvidia-tls.so",
             "libnvidia-glsi.so",
             "libnvidia-fbc.so",
-            "libnvidia-ifr.so",
-            "libnvidia-rtcore.so",
-            "libnvoptix.so",
+            compat32=True,
+        ),
+        _lib("libnvidia-ifr.so", compat32=True, until=470),  # NvIFR, dropped after 470
+        _lib("libnvidia-rtcore.so"),
+        _lib("libnvoptix.so"),
+        *_libs(
             "libGLX_nvidia.so",
             "libEGL_nvidia.so",
             "libGLESv2_nvidia.so",
             "libGLESv1_CM_nvidia.so",
             "libnvidia-glvkspirv.so",
-            "libnvidia-cbl.so",
+            compat32=True,
         ),
-        LibrarySpec("libnvidia-egl-gbm.so", own_version=True),
-        LibrarySpec("libnvidia-egl-wayland.so", own_version=True),
-        LibrarySpec("libnvidia-egl-xcb.so", own_version=True),
-        LibrarySpec("libnvidia-egl-xlib.so", own_version=True),
-        LibrarySpec("libnvidia-vulkan-producer.so"),
+        _lib("libnvidia-cbl.so"),
+        _lib("libnvidia-egl-gbm.so", own_version=True, since=495),
+        _lib("libnvidia-egl-wayland.so", own_version=True),
+        _lib("libnvidia-egl-xcb.so", own_version=True, since=560),
+        _lib("libnvidia-egl-xlib.so", own_version=True, since=560),
+        _lib("libnvidia-vulkan-producer.so", since=470, until=554),  # gone from 555
     ),
-    "ngx": _libs("libnvidia-ngx.so"),
+    "ngx": (_lib("libnvidia-ngx.so", since=450),),
 }
 
 #: Capabilities whose libraries have 32-bit copies (the ``compat32`` capability).
@@ -108,7 +152,7 @@ VERSION_ANCHORS: tuple[str, ...] = (
 )
 
 #: Capability -> its binaries. The IMEX daemon and its control tool exist on IMEX systems
-#: only, ``nv-fabricmanager`` on NVSwitch systems only; elsewhere they are reported missing.
+#: only, ``nv-fabricmanager`` on NVSwitch systems only (see :data:`HOST_SPECIFIC`).
 BINARIES: dict[str, tuple[str, ...]] = {
     "utility": (
         "nvidia-smi",
@@ -120,6 +164,40 @@ BINARIES: dict[str, tuple[str, ...]] = {
     ),
     "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
 }
+
+#: Files installed only on hosts with some hardware: name or stem -> ``"nvswitch"`` (NVSwitch
+#: systems: the fabric manager and its NSCQ library) or ``"imex"`` (multi-node NVLink systems
+#: with IMEX channels). A host without that hardware does not lack them.
+HOST_SPECIFIC: dict[str, str] = {
+    "nv-fabricmanager": "nvswitch",
+    "libnvidia-nscq.so": "nvswitch",
+    "nvidia-imex": "imex",
+    "nvidia-imex-ctl": "imex",
+}
+
+
+def driver_branch(version: str | None) -> int | None:
+    """The branch (major version) of a driver version such as ``550.54.15``; None if unknown."""
+    if version is None:
+        return None
+    head = version.partition(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def expected(spec: LibrarySpec, version: str | None, *, bits: int = 64) -> bool:
+    """Whether driver ``version`` ships ``spec`` (its 32-bit copy when ``bits`` is 32).
+
+    An unknown version expects every library whose bitness NVIDIA builds.
+    """
+    if bits == 32 and not spec.compat32:
+        return False
+    branch = driver_branch(version)
+    if branch is None:
+        return True
+    if spec.since is not None and branch < spec.since:
+        return False
+    return spec.until is None or branch <= spec.until
+
 
 #: Capability -> configuration and data files, relative to each of :data:`CONFIG_BASES`
 #: (the first base holding a file wins, as a loader reading the XDG dirs would pick it).

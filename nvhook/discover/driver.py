@@ -34,7 +34,9 @@ Decisions:
 * **Missing is data.** A file a capability may have but this host lacks is
   listed in :attr:`CapabilityFiles.missing`; only a driver or host root that
   is not a directory, an unknown capability, an invalid version or an
-  unsupported architecture raise.
+  unsupported architecture raise. A library the driver's version does not ship
+  (:func:`nvhook.discover.catalog.expected`: removed or not yet added, or a 32-bit
+  copy NVIDIA never builds) is looked for all the same but never missing.
 """
 
 from __future__ import annotations
@@ -238,7 +240,7 @@ def discover_driver_files(
         if specs:
             searched += searched_libs
             searched += _subdirs(specs, search_paths)
-            _find_libraries(finder, specs, version, libraries, missing, symlinks)
+            _find_libraries(finder, specs, version, 64, libraries, missing, symlinks)
         names = catalog.BINARIES.get(cap, ())
         if names:
             found, lacking = find_binaries(root, names, catalog.BINARY_PATHS)
@@ -338,6 +340,7 @@ def _find_libraries(
     finder: LibraryFinder,
     specs: Sequence[catalog.LibrarySpec],
     version: str | None,
+    bits: int,
     libraries: list[str],
     missing: list[str],
     symlinks: set[Symlink],
@@ -345,7 +348,8 @@ def _find_libraries(
     for spec in specs:
         library = finder.find(spec, version)
         if library is None:
-            missing.append(spec.stem)
+            if catalog.expected(spec, version, bits=bits):
+                missing.append(spec.stem)
             continue
         libraries.append(library.path)
         symlinks.update(_links(library))
@@ -380,11 +384,12 @@ def _compat32_files(
     arch32 = _COMPAT32_ARCH.get(machine)
     if arch32 is None:
         problems.append(f"compat32: {machine} has no 32-bit driver libraries")
-        return _capability_files("compat32", [], [], [], [s.stem for s in specs], [])
+        lacking = [s.stem for s in specs if catalog.expected(s, version, bits=32)]
+        return _capability_files("compat32", [], [], [], lacking, [])
     finder = LibraryFinder(root, arch=arch32, cache=cache, search_paths=search_paths)
     libraries: list[str] = []
     missing: list[str] = []
-    _find_libraries(finder, specs, version, libraries, missing, symlinks)
+    _find_libraries(finder, specs, version, 32, libraries, missing, symlinks)
     problems += finder.problems
     searched = [catalog.LD_CACHE, *search_paths, *_subdirs(specs, search_paths)]
     return _capability_files("compat32", libraries, [], [], missing, searched)

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nvhook.errors import MockError
+from nvhook.errors import MockError, UnknownProfileError
 from nvhook.mock import _table
 from nvhook.mock._table import Table
 from nvhook.mock.model import (
@@ -70,7 +70,7 @@ def load_profile(name: str | Path) -> Profile:
     resource = resources.files("nvhook.mock.machines").joinpath(f"{name}.toml")
     if not resource.is_file():
         known = ", ".join(list_profiles())
-        raise MockError(f"unknown mock profile {name!r}; known profiles: {known}")
+        raise UnknownProfileError(f"unknown mock profile {name!r}; known profiles: {known}")
     return _parse_profile(resource.read_text(encoding="utf-8"), f"{name}.toml")
 
 

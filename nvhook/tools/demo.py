@@ -33,11 +33,18 @@ INSIDE = (
 
 
 def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
-    from nvhook.errors import MockError
+    from nvhook.errors import MockError, WorkdirError
     from nvhook.mock import create
     from nvhook.mock.layout import DATA_DIR
 
-    os.makedirs(workdir, exist_ok=True)
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as e:
+        raise WorkdirError(
+            f"cannot create --dir {workdir}: {e.strerror}; choose a directory you can write"
+        ) from e
+    if not os.access(workdir, os.W_OK | os.X_OK):
+        raise WorkdirError(f"--dir {workdir} is not writable; choose a directory you can write")
     root = os.path.join(workdir, "host")
     echo(f"== 1. a mock {PROFILE} host at {root}")
     if os.path.lexists(root):

@@ -5,6 +5,7 @@ unreadable file, or a directory nobody may write, must drop root to mean anythin
 
     call_unprivileged(fn) -> value        fn() as uid/gid 65534 (nobody), no groups
     unprivileged_tmp   (fixture)          a fresh directory that user can reach
+    run_as_nobody(args)                   ``python -m nvhook ARGS`` as nobody, via setpriv
 
 As root, :func:`call_unprivileged` forks; the child sets its groups, gid and uid to
 nobody's (so the kernel drops every capability) and calls ``fn``; what ``fn`` returned,
@@ -23,14 +24,18 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
-__all__ = ["NOBODY", "call_unprivileged", "unprivileged_tmp"]
+from tests.support.basics import require, require_root
+
+__all__ = ["NOBODY", "call_unprivileged", "run_as_nobody", "unprivileged_tmp"]
 
 NOBODY = 65534
 """The uid and gid the checks run as (``nobody``/``nogroup`` on Debian)."""
@@ -92,3 +97,22 @@ def unprivileged_tmp() -> Iterator[Path]:
     finally:
         _make_removable(path)
         shutil.rmtree(path)
+
+
+def run_as_nobody(args: Sequence[str], *, cwd: str = "/") -> subprocess.CompletedProcess[str]:
+    """``python -m nvhook ARGS`` as uid/gid :data:`NOBODY` without supplementary groups,
+    through ``setpriv`` (skips without root or setpriv; fails under CI)."""
+    require_root()
+    setpriv = require("setpriv")
+    argv = [
+        setpriv,
+        f"--reuid={NOBODY}",
+        f"--regid={NOBODY}",
+        "--clear-groups",
+        sys.executable,
+        "-m",
+        "nvhook",
+        *args,
+    ]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
+    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)

@@ -31,7 +31,7 @@ def test_writes_a_valid_spec_file(
     err = capfd.readouterr().err
     assert err == (
         f"{out}: 23 devices of nvidia.com/gpu (8 GPU(s), 3 MIG device(s), all), cdiVersion 0.5.0,"
-        " capabilities compute,utility,video,graphics,display,ngx,compat32; not found: 36 file(s)\n"
+        " capabilities compute,utility,video,graphics,display,ngx,compat32; not found: 13 file(s)\n"
     )
     assert stat.S_IMODE(out.stat().st_mode) == 0o644
     assert out.read_bytes() == dump_spec(generate_spec(Host(root=str(dgx))).spec, format="yaml")
@@ -86,7 +86,8 @@ def test_output_and_format() -> None:
         (["--format", "json", "-o", "{tmp}/a.yaml"], 2, "--format json does not match"),
         (["--capabilities", "compute,tensor"], 2, "unknown capability 'tensor'"),
         (["--capabilities", ","], 2, "empty list"),
-        (["--vendor", "9x"], 5, "invalid vendor"),
+        (["--vendor", "9x"], 2, "Invalid value for '--vendor': invalid vendor"),
+        (["--class", "g/pu"], 2, "Invalid value for '--class': invalid class"),
         (["--hook-path", "nvhook-hook"], 2, "is not absolute"),
     ],
 )

@@ -30,15 +30,26 @@ def test_info_matches_the_profile(profile: str, mock_machine: Callable[..., Path
         f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{prof.driver.version}" in utility["libraries"]
     )
     assert "/usr/bin/nvidia-smi" in utility["binaries"]
-    assert utility["searched"][0] == "/etc/ld.so.cache"
+    assert info["searched"][0] == "/etc/ld.so.cache"
+    assert len(info["searched"]) == len(set(info["searched"]))
     if not prof.driver.loaded:
         assert driver["loaded"] is False
         assert driver["problem"] == (
             f"the NVIDIA kernel module is not loaded: {root}/proc/driver/nvidia/version "
             "does not exist"
         )
-        assert info["gpus"] == []
+        assert info["gpus"] == [] and info["nvswitches"] == [] and info["imex_channels"] == []
+        assert info["error"] is not None
         return
+    assert info["error"] is None
+    assert info["nvswitches"] == [f"/dev/nvidia-nvswitch{i}" for i in range(prof.nvswitches)]
+    assert info["imex_channels"] == [
+        f"/dev/nvidia-caps-imex-channels/channel{i}" for i in range(prof.imex_channels)
+    ]
+    # the fabric manager and IMEX files are missing only where the hardware is
+    missing = {m for c in info["capabilities"] for m in c["missing"]}
+    assert ("nv-fabricmanager" in missing) is False
+    assert ("nvidia-imex" in missing) is False
     assert driver == {
         "loaded": True,
         "version": prof.driver.version,
@@ -54,6 +65,7 @@ def test_info_matches_the_profile(profile: str, mock_machine: Callable[..., Path
             "bus_id": g.bus_id,
             "minor": g.minor,
             "node": f"/dev/nvidia{g.minor}",
+            "mig_enabled": g.mig_enabled,
             "nodes_missing": [],
             "migs": [
                 {
@@ -82,16 +94,22 @@ def test_info_matches_the_profile(profile: str, mock_machine: Callable[..., Path
 def test_missing_and_searched_are_reported(mock_machine: Callable[..., Path]) -> None:
     info = host_info(Host(root=str(mock_machine("dgx-a100"))))
     caps = {c["name"]: c for c in info["capabilities"]}
-    # driver 550 has no libnvidia-tileiras; the DGX profile installs no display files
-    assert "libnvidia-tileiras.so" in caps["compute"]["missing"]
+    # nothing driver 550 does not ship is missing: no libnvidia-tileiras (580 on), no
+    # libnvidia-ifr (470 and before), no 32-bit libnvidia-cfg (NVIDIA builds none)
+    assert all(c["missing"] == [] for n, c in caps.items() if n not in ("graphics", "display"))
+    # the DGX profile installs no graphics configuration and no display files
+    assert "vulkan/icd.d/nvidia_icd.json" in caps["graphics"]["missing"]
     assert caps["display"]["libraries"] == []
     assert set(caps["display"]["missing"]) == {
         "X11/xorg.conf.d/10-nvidia.conf",
         "libglxserver_nvidia.so",
         "nvidia_drv.so",
     }
-    assert "/usr/lib/xorg/modules" in caps["display"]["searched"]
-    assert "/usr/lib/x86_64-linux-gnu/vdpau" in caps["video"]["searched"]
+    assert "/usr/lib/xorg/modules" in info["searched"]
+    assert "/usr/lib/x86_64-linux-gnu/vdpau" in info["searched"]
+    text = render_text(info)
+    assert text.count("/usr/lib/x86_64-linux-gnu/vdpau, ") == 1  # searched: printed once
+    assert text.count("Searched: /etc/ld.so.cache, ") == 1
 
 
 def test_nvml_failure_falls_back_to_proc(
@@ -102,7 +120,10 @@ def test_nvml_failure_falls_back_to_proc(
     driver = info["driver"]
     assert driver["loaded"] is True and driver["cuda_version"] is None
     assert driver["problem"].startswith("NVML nvmlInitWithFlags failed")
-    assert driver["problem"].endswith("(GPUs from /proc: no MIG UUIDs, no CUDA version)")
+    assert driver["problem"].endswith(
+        "(GPUs from /proc: no MIG UUIDs, no MIG mode, no CUDA version)"
+    )
+    assert info["error"] is None
     migs = info["gpus"][0]["migs"]
     assert [(m["name"], m["uuid"], m["profile"]) for m in migs] == [
         ("0:0", None, None),
@@ -117,15 +138,16 @@ def test_cli_text_and_json_are_deterministic(
     profile: str, mock_machine: Callable[..., Path], capfd: pytest.CaptureFixture[str]
 ) -> None:
     root = str(mock_machine(profile))
-    assert main(["info", "--root", root, "--json"]) == 0
+    prof = load_profile(profile)
+    rc = 0 if prof.driver.loaded else 6
+    assert main(["info", "--root", root, "--json"]) == rc
     first = capfd.readouterr().out
-    assert main(["info", "--root", root, "--json"]) == 0
+    assert main(["info", "--root", root, "--json"]) == rc
     assert capfd.readouterr().out == first
     assert json.loads(first) == host_info(Host(root=root))
-    assert main(["info", "--root", root]) == 0
+    assert main(["info", "--root", root]) == rc
     text = capfd.readouterr().out
     assert text == render_text(json.loads(first))
-    prof = load_profile(profile)
     for gpu in prof.gpus:
         assert f"  {gpu.index}  {gpu.name}  {gpu.uuid}  bus {gpu.bus_id}  minor {gpu.minor}" in text
         for mig in gpu.mig_devices:
@@ -169,7 +191,75 @@ def test_driver_and_dev_roots_are_separate(
     # no NVML under the empty driver root: GPUs still come from the host's /proc
     assert info["driver"]["problem"] == (
         f"{empty}/etc/ld.so.cache: cannot read ld.so.cache: No such file or directory "
-        "(GPUs from /proc: no MIG UUIDs, no CUDA version)"
+        "(GPUs from /proc: no MIG UUIDs, no MIG mode, no CUDA version)"
+    )
+    assert info["error"] == (
+        f"no usable GPU: no GPU device node under {empty} (/dev/nvidia0): create them "
+        "(nvidia-modprobe -c <minor>, or udev), or pass the right --dev-root"
     )
     assert [g["uuid"] for g in info["gpus"]] == ["GPU-c8c5f2ea-115d-48d0-bcf3-fa2527591762"]
     assert all(c["libraries"] == [] for c in info["capabilities"])
+
+
+def test_no_driver_exits_6_with_one_line(
+    mock_machine: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    root = mock_machine("no-gpu")
+    assert main(["info", "--root", str(root)]) == 6
+    out, err = capfd.readouterr()
+    assert "Driver: kernel module not loaded (user space 550.54.15 found)" in out
+    assert err == (
+        "nvhook: no usable GPU: the NVIDIA kernel module is not loaded (user space 550.54.15 "
+        f"is installed), {root}/proc/driver/nvidia/version does not exist: load it (modprobe "
+        "nvidia; dmesg tells why it refuses), or pass the host's root with --root\n"
+    )
+    # the files are still listed, and none is missing that driver 550 ships
+    info = host_info(Host(root=str(root)))
+    assert not any(
+        m.startswith("libnvidia-tileiras") for c in info["capabilities"] for m in c["missing"]
+    )
+
+
+def test_nvswitches_imex_channels_and_mig_without_instances(
+    mock_machine: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    dgx = str(mock_machine("dgx-a100"))
+    assert main(["info", "--root", dgx]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    gpu1 = lines.index(next(line for line in lines if line.startswith("  1  NVIDIA A100")))
+    assert lines[gpu1 + 1] == (
+        "     MIG mode on, no MIG devices: not usable until instances are created "
+        "(nvidia-smi mig -cgi)"
+    )
+    switches = ", ".join(f"/dev/nvidia-nvswitch{i}" for i in range(6))
+    assert f"NVSwitches: 6 ({switches})" in lines
+    assert "IMEX channels: 0" in lines
+    assert "      /usr/bin/nv-fabricmanager" in lines
+    assert not any("nv-fabricmanager" in line for line in lines if "missing:" in line)
+    gb200 = str(mock_machine("gb200-imex"))
+    assert main(["info", "--root", gb200]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    assert "NVSwitches: 0" in lines
+    channels = "/dev/nvidia-caps-imex-channels/channel0, /dev/nvidia-caps-imex-channels/channel1"
+    assert f"IMEX channels: 2 ({channels})" in lines
+
+
+def test_every_gpu_in_mig_mode_without_instances_is_unusable(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from importlib.resources import files
+
+    from nvhook.mock import create
+
+    text = files("nvhook.mock.machines").joinpath("h100-pcie.toml").read_text()
+    profile = tmp_path / "h100-mig.toml"
+    profile.write_text(text.replace("minor = 0\n", "minor = 0\nmig = true\n"))
+    root = tmp_path / "root"
+    create(load_profile(profile), root, nodes="file")
+    assert main(["info", "--root", str(root)]) == 6
+    out, err = capfd.readouterr()
+    assert "     MIG mode on, no MIG devices" in out
+    assert err == (
+        "nvhook: no usable GPU: every GPU is in MIG mode without MIG devices: create instances "
+        "(nvidia-smi mig -cgi <profile> -C) or disable MIG mode (nvidia-smi -mig 0)\n"
+    )

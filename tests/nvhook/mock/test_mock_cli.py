@@ -42,10 +42,13 @@ def test_create_lays_out_a_machine(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_create_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["mock", "create", "-p", "dgx-z", str(tmp_path / "x")]) == 6
+    # an unknown profile name is a usage error, not a device error
+    assert main(["mock", "create", "-p", "dgx-z", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("nvhook: unknown mock profile 'dgx-z'; known profiles: ")
     assert err.count("\n") == 1
+    assert main(["mock", "profiles", "dgx-z"]) == 2
+    assert capsys.readouterr().err.startswith("nvhook: unknown mock profile 'dgx-z'")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "f").write_text("")
     assert main(["mock", "create", "-p", "no-gpu", str(tmp_path / "full")]) == 6
