@@ -34,6 +34,7 @@ __all__ = [
     "ProcDriver",
     "ProcGpu",
     "ProcGpuInstance",
+    "listdir",
     "normalize_bus_id",
     "read_driver",
     "read_majors",
@@ -231,13 +232,19 @@ def _access_minor(path: str) -> int:
     return int(value)
 
 
-def _listdir(path: str) -> list[str]:
+def listdir(path: str) -> list[str]:
+    """The names in the host directory ``path`` (unsorted); none when it does not exist.
+
+    Any other failure is a :class:`DriverError` naming the directory. Shared with
+    :mod:`nvhook.discover.nodes` (``/dev``), which imports it from here because this
+    module is on the same path (jit creates) and imports next to nothing.
+    """
     try:
         return os.listdir(path)
     except FileNotFoundError:
         return []
     except OSError as e:
-        raise DriverError(f"cannot list {path}: {e.strerror}") from e
+        raise DriverError(f"{path}: cannot list the directory: {e.strerror}") from None
 
 
 def _numbered(names: list[str], prefix: str) -> list[int]:
@@ -249,13 +256,13 @@ def _numbered(names: list[str], prefix: str) -> list[int]:
 def _gpu_instances(caps: str, minor: int) -> tuple[ProcGpuInstance, ...]:
     mig = os.path.join(caps, f"gpu{minor}", "mig")
     out = []
-    for gi in _numbered(_listdir(mig), "gi"):
+    for gi in _numbered(listdir(mig), "gi"):
         gi_dir = os.path.join(mig, f"gi{gi}")
         cis = tuple(
             ProcComputeInstance(
                 ci=ci, caps_minor=_access_minor(os.path.join(gi_dir, f"ci{ci}", "access"))
             )
-            for ci in _numbered(_listdir(gi_dir), "ci")
+            for ci in _numbered(listdir(gi_dir), "ci")
         )
         out.append(
             ProcGpuInstance(
@@ -282,7 +289,7 @@ def read_driver(root: str | os.PathLike[str] = "/") -> ProcDriver:
     gpus_dir = _proc(root, "driver", "nvidia", "gpus")
     caps = _proc(root, "driver", "nvidia", "capabilities")
     found = []
-    for entry in _listdir(gpus_dir):
+    for entry in listdir(gpus_dir):
         path = os.path.join(gpus_dir, entry, "information")
         info = _fields(_read(path))
         missing = [k for k in ("Model", "GPU UUID", "Device Minor") if k not in info]

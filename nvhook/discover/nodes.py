@@ -20,6 +20,7 @@ import os
 import stat
 
 from nvhook.devices.gpus import Gpu, HostGpus, Mig, Selected
+from nvhook.devices.procfs import listdir
 from nvhook.errors import DriverError
 from oci.cdi.edits import DeviceNode, Edits
 
@@ -111,7 +112,7 @@ def imex_nodes(
     if channels is None:
         channels = sorted(
             int(name[len("channel") :])
-            for name in _listdir(_host(dev_root, directory))
+            for name in listdir(_host(dev_root, directory))
             if name.startswith("channel") and name[len("channel") :].isdigit()
         )
     wanted = list(dict.fromkeys(channels))
@@ -127,7 +128,7 @@ def nvswitch_nodes(*, dev_root: str, majors: Mapping[str, int]) -> Edits:
     """``nvidia-nvswitchctl`` and every ``nvidia-nvswitch<N>`` node the host has."""
     numbers = sorted(
         int(name[len("nvidia-nvswitch") :])
-        for name in _listdir(_host(dev_root, "/dev"))
+        for name in listdir(_host(dev_root, "/dev"))
         if name.startswith("nvidia-nvswitch") and name[len("nvidia-nvswitch") :].isdigit()
     )
     if not numbers:
@@ -159,7 +160,7 @@ def feature_nodes(features: Iterable[str], *, dev_root: str) -> Edits:
     for feature in features:
         directory, prefixes = FEATURE_NODES[feature]
         host_dir = _host(dev_root, directory)
-        for name in sorted(_listdir(host_dir)):
+        for name in sorted(listdir(host_dir)):
             if not name.startswith(prefixes):
                 continue
             try:
@@ -197,12 +198,3 @@ def _dri_minor(name: str) -> int | None:
         if name.startswith(prefix) and name[len(prefix) :].isdigit():
             return int(name[len(prefix) :])
     return None
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        raise DriverError(f"{path}: cannot list: {e.strerror}") from None

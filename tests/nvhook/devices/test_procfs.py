@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from nvhook.devices.nvml import open_nvml
-from nvhook.devices.procfs import normalize_bus_id, read_driver, read_majors, read_mig_minors
+from nvhook.devices.procfs import (
+    listdir,
+    normalize_bus_id,
+    read_driver,
+    read_majors,
+    read_mig_minors,
+)
 from nvhook.errors import DriverError
 from nvhook.mock import list_profiles, load_profile
 from nvhook.mock.layout import LIB_DIR
@@ -138,3 +144,15 @@ def test_normalize_bus_id(raw: str, normal: str) -> None:
 def test_normalize_bus_id_rejects_garbage() -> None:
     with pytest.raises(ValueError, match="not a PCI bus id"):
         normalize_bus_id("GPU-0")
+
+
+def test_listdir_missing_is_empty_other_failures_name_the_directory(tmp_path: Path) -> None:
+    """The one helper procfs and the /dev node discovery (nvhook.discover.nodes) share."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x").write_text("")
+    (tmp_path / "file").write_text("")
+    assert listdir(str(tmp_path / "d")) == ["x"]
+    assert listdir(str(tmp_path / "missing")) == []
+    with pytest.raises(DriverError) as info:
+        listdir(str(tmp_path / "file"))
+    assert str(info.value) == f"{tmp_path}/file: cannot list the directory: Not a directory"
