@@ -27,22 +27,24 @@ itself, never from the index, which only decides which files to read.
   is parsed, and when it last changed more than :data:`RACY_NS` before the scan
   began: a change within the same timestamp tick (a jiffy; a second on some
   filesystems) would not change the key, so recent files are parsed again.
-- The index is kept in ``cache_dir`` (marshal), one file per list of spec
+- The index is kept in ``cache_dir`` (marshal, through :mod:`oci._cache`, which
+  decides whose files and directories are believed), one file per list of spec
   directories: ``{directory: {file name: (st_dev, st_ino, st_size, st_mtime_ns,
   st_ctime_ns, "ok" or "error", kind or message, device names)}}``, written
-  atomically (temp file and rename) and only when it changed. A missing,
-  unreadable, corrupt, foreign-owned or stale index is ignored (a malformed
-  record: its file is parsed); one that cannot be written is not an error.
+  atomically and only when it changed. A missing, unreadable, corrupt,
+  foreign-owned or stale index is ignored (a malformed record: its file is
+  parsed); one that cannot be written is not an error. A refused cache directory
+  is reported in ``warnings``.
 """
 
 from __future__ import annotations
 
-import marshal
 import os
 import sys
 import time
 from stat import S_ISREG
 
+from oci import _cache
 from oci._frozen import Frozen
 from oci.cdi.edits import Edits
 from oci.cdi.names import parse_qualified_name
@@ -241,18 +243,20 @@ def resolve(
     *,
     cache_dir: str | None = None,
     loader: SpecLoader = load_spec,
+    warnings: list[str] | None = None,
 ) -> Edits:
     """What ``Registry(spec_dirs).resolve(names)`` gives, parsing only what it must.
 
     ``cache_dir`` keeps the index between calls (None: nothing is kept, every
-    file is parsed once). ``loader`` reads one spec file (tests count its calls).
+    file is parsed once); a cache directory refused as unsafe is appended to
+    ``warnings``. ``loader`` reads one spec file (tests count its calls).
     """
     dirs = tuple(spec_dirs)
     requested = _checked_names(names)
     if not requested:
         return Edits()
-    index_file = _index_file(cache_dir, dirs) if cache_dir else None
-    old = _read_index(index_file, dirs) if index_file is not None else {}
+    index_file = _index_name(dirs)
+    old = _read_index(cache_dir, index_file, dirs, warnings) if cache_dir else {}
     scan = _IndexedScan(dirs, old, {name.partition("=")[0] for name in requested}, loader)
     while True:
         winners, unresolved = scan.decide(requested)
@@ -261,8 +265,8 @@ def resolve(
             break
         for path in unread:  # their entries may change if the files did: decide again
             scan.parse(path)
-    if index_file is not None and scan.index != old:
-        _write_index(index_file, dirs, scan.index)
+    if cache_dir and scan.index != old:
+        _cache.store(cache_dir, index_file, (_INDEX_FORMAT, dirs, scan.index), warnings)
     if unresolved:
         none = not scan.files and not scan.bad_dirs
         message = _unresolved_message(unresolved, dirs, scan.problems(), none)
@@ -389,26 +393,19 @@ def _ident(path: str) -> Ident | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _index_file(cache_dir: str, dirs: tuple[str, ...]) -> str:
-    h = 0xCBF29CE484222325  # FNV-1a, 64 bits: stable across processes, unlike hash()
-    for byte in "\0".join(dirs).encode():
-        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return os.path.join(cache_dir, f"cdi-index-{h:016x}.marshal")
+def _index_name(dirs: tuple[str, ...]) -> str:
+    return _cache.cache_name("cdi-index", "\0".join(dirs))
 
 
-def _read_index(index_file: str, dirs: tuple[str, ...]) -> Index:
+def _read_index(
+    cache_dir: str, name: str, dirs: tuple[str, ...], warnings: list[str] | None
+) -> Index:
     """The index kept for ``dirs``; empty when missing, unreadable, corrupt or not ours.
 
     Its records are checked as they are used (:func:`_checked_entry`): one that is
     malformed only means that its file is parsed again.
     """
-    try:
-        with open(index_file, "rb") as f:
-            if os.fstat(f.fileno()).st_uid != os.geteuid():
-                return {}
-            data = marshal.loads(f.read())  # 25x faster than marshal.load(f) here
-    except Exception:  # unreadable or corrupt (marshal's errors vary): simply not used
-        return {}
+    data = _cache.load(cache_dir, name, warnings)
     if (
         type(data) is not tuple
         or len(data) != 3
@@ -436,19 +433,3 @@ def _checked_entry(entry: object) -> Entry | None:
     if status == "error" and not devices:
         return (status, text, devices)
     return None
-
-
-def _write_index(index_file: str, dirs: tuple[str, ...], index: Index) -> None:
-    """Replace the index atomically; a cache that cannot be written is no error."""
-    tmp = f"{index_file}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(index_file), mode=0o700, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with open(os.open(tmp, flags, 0o600), "wb") as f:
-            marshal.dump((_INDEX_FORMAT, dirs, index), f)
-        os.replace(tmp, index_file)
-    except OSError:
-        try:  # noqa: SIM105 - contextlib is an import the shim's path does without
-            os.unlink(tmp)
-        except OSError:
-            pass
