@@ -1,9 +1,14 @@
-"""The ``create`` path of the runtime shim: requests → edits → config.json, atomically.
+"""The ``create`` path of the runtime shim: one function decides, the shim applies.
 
-:func:`prepare` reads the bundle's config.json, parses what the container asks
-for, resolves it in the configured mode, applies the edits and writes the file
-back (only when something changed). Everything that can fail does so before the
-write, so a failure leaves config.json byte-identical.
+:func:`decide` is the one place that decides what a create does to a bundle. It
+reads config.json, builds the policy from the settings, parses what the container
+asks for, picks the mode, resolves the request in that mode, and applies the edits
+to the spec in memory; it writes nothing, and returns a :class:`Decision` (a failure
+is part of it: ``decision.error``, with the stages done so far). The runtime shim
+calls :func:`prepare`, which is :func:`decide` and then the save of the new
+config.json (only when something changed); ``nvhook explain`` is :func:`decide`
+and a rendering of the decision (:mod:`nvhook.tools.explain`). Everything that can
+fail does so before the write, so a failure leaves config.json byte-identical.
 
 Modes (``runtime.mode``):
 
@@ -25,102 +30,219 @@ Modes (``runtime.mode``):
 
 from __future__ import annotations
 
-from nvhook.errors import RequestError
+from nvhook.errors import NvhookError, RequestError, RequirementError
 from nvhook.requests.parse import All, CdiName, Devices, NoGpus, Requests, Void, parse_requests
 from nvhook.requests.policy import Policy
 from oci._frozen import Frozen
 from oci.bundle import Bundle
+from oci.errors import OciError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from nvhook.edits import Plan
+    from nvhook.requests.requirements import Requirement
+    from nvhook.settings import Settings
     from oci.argv import RuntimeArgs
     from oci.cdi.edits import Edits
 
-__all__ = ["DEFAULT_KIND", "Outcome", "choose_mode", "edits_for", "prepare"]
+__all__ = ["DEFAULT_KIND", "Decision", "Outcome", "decide", "decide_spec", "prepare"]
 
 DEFAULT_KIND = "nvidia.com/gpu"
 
 
-class Outcome(Frozen):
-    """What a create did: the mode used (None: nothing asked), the devices, whether it wrote."""
+class Decision(Frozen):
+    """What the create path decided for one bundle (:func:`decide`); nothing was written.
 
-    __slots__ = ("devices", "mode", "written")
-    mode: str | None
-    devices: str
+    The fields follow the stages. A stage that fails sets ``error`` (the shim's error,
+    with its exit code) and leaves the later stages' fields at their defaults:
+
+    - ``bundle``: the bundle's directory; ``settings``: what it was decided with;
+    - ``spec``: config.json as loaded;
+    - ``policy``: the policy the settings describe;
+    - ``requests``: what the container asks for and from where (``requests.sources``),
+      and what was found but not honoured, with why (``requests.ignored``);
+    - ``mode``: ``"cdi"`` or ``"jit"``, and ``mode_reason``; None when nothing is asked
+      for (config.json is left alone);
+    - ``cdi_names``: mode cdi, the qualified names resolved; ``plan``: mode jit, what the
+      request resolved to on the host (devices, driver files, the facts that the
+      requirements were checked against);
+    - ``edits``, and ``result``: config.json with them applied, in memory;
+    - ``warnings``: what the log should say that does not fail the create (a cache
+      directory refused as unsafe).
+    """
+
+    bundle: str
+    settings: Settings
+    spec: dict[str, Any] | None = None
+    policy: Policy | None = None
+    requests: Requests | None = None
+    mode: str | None = None
+    mode_reason: str = ""
+    cdi_names: tuple[str, ...] = ()
+    plan: Plan | None = None
+    edits: Edits | None = None
+    result: dict[str, Any] | None = None
+    error: NvhookError | OciError | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def changes_config(self) -> bool:
+        """Whether config.json would be rewritten: the edits change its value."""
+        return self.result is not None and self.result != self.spec
+
+    def requirement_checks(self) -> tuple[tuple[Requirement, str], ...]:
+        """Each ``NVIDIA_REQUIRE_*`` requirement of the request and what became of it."""
+        requests = self.requests
+        if requests is None or not requests.requirements:
+            return ()
+        error = self.error
+        facts = self.plan.facts if self.plan is not None else None
+        if self.mode == "cdi":
+            status = "not checked: mode cdi does not check requirements"
+        elif requests.disable_require:
+            status = "not checked: NVIDIA_DISABLE_REQUIRE is set"
+        elif facts is not None:
+            status = f"met (CUDA {facts.cuda_version}, driver {facts.driver_version})"
+        elif isinstance(error, RequirementError):
+            return tuple(
+                (
+                    r,
+                    "NOT MET"
+                    if error.message.startswith(f"{r.source} is not met")
+                    else "not checked (another is not met)",
+                )
+                for r in requests.requirements
+            )
+        else:
+            status = "not checked: the create fails before they are"
+        return tuple((r, status) for r in requests.requirements)
+
+
+class Outcome(Frozen):
+    """What :func:`prepare` did: the decision it applied, and whether config.json was written."""
+
+    decision: Decision
     written: bool
 
-    def __init__(self, mode: str | None, devices: str, written: bool) -> None:
-        self._set(mode=mode, devices=devices, written=written)
-
     def fields(self) -> dict[str, Any]:
-        return {"mode": self.mode, "devices": self.devices, "written": self.written}
+        """The shim's log line: mode (None: nothing asked), devices, written."""
+        d = self.decision
+        devices = str(d.requests.devices) if d.mode is not None and d.requests else ""
+        return {"mode": d.mode, "devices": devices, "written": self.written}
 
 
-def prepare(args: RuntimeArgs, settings: dict[str, Any]) -> Outcome:
-    """Edit ``args.bundle``/config.json for the devices its container asks for."""
+def prepare(args: RuntimeArgs, settings: Settings) -> Outcome:
+    """Edit ``args.bundle``/config.json for the devices its container asks for.
+
+    Raises the decision's error; then nothing has been written.
+    """
     assert args.bundle is not None
     bundle = Bundle(args.bundle)
-    spec = bundle.load()
-    requests = parse_requests(spec, Policy.from_settings(settings))
-    if not requests.wants_anything:
-        return Outcome(None, "", False)
-    mode, edits = edits_for(requests, settings)
-    from oci.cdi.apply import apply  # copy, weakref: not for creates that ask for nothing
-
-    written = bundle.save(apply(edits, spec))
-    return Outcome(mode, str(requests.devices), written)
+    decision = decide(bundle, settings)
+    if decision.error is not None:
+        raise decision.error
+    written = decision.result is not None and bundle.save(decision.result)
+    return Outcome(decision, written)
 
 
-def choose_mode(configured: str, requests: Requests) -> str:
+def decide(bundle: Bundle, settings: Settings) -> Decision:
+    """What a create of ``bundle`` does, stage by stage (reads config.json; writes nothing)."""
+    try:
+        spec = bundle.load()
+    except (NvhookError, OciError) as e:
+        return Decision(bundle.path, settings, error=e)
+    return decide_spec(spec, settings, bundle=bundle.path)
+
+
+def decide_spec(spec: dict[str, Any], settings: Settings, *, bundle: str = "") -> Decision:
+    """:func:`decide` for a config.json already loaded (``bundle``: where it came from)."""
+    policy: Policy | None = None
+    requests: Requests | None = None
+    mode: str | None = None
+    reason = ""
+    names: tuple[str, ...] = ()
+    planned: Plan | None = None
+    edits: Edits | None = None
+    result: dict[str, Any] | None = None
+    error: NvhookError | OciError | None = None
+    warnings: list[str] = []
+    try:
+        policy = Policy.from_settings(settings)
+        requests = parse_requests(spec, policy)
+        if requests.wants_anything:
+            mode, reason = choose_mode(settings.runtime_mode, requests)
+            if mode == "cdi":
+                names = cdi_names(requests, settings.cdi_default_kind)
+                edits = _resolve_cdi(names, settings, warnings)
+            else:
+                from nvhook.edits import Host, plan
+
+                planned = plan(requests, Host.from_settings(settings))
+                edits = planned.edits
+            from oci.cdi.apply import apply  # copy, weakref: not for creates that ask for nothing
+
+            result = apply(edits, spec)
+    except (NvhookError, OciError) as e:
+        error = e
+    return Decision(
+        bundle,
+        settings,
+        spec,
+        policy,
+        requests,
+        mode,
+        reason,
+        names,
+        planned,
+        edits,
+        result,
+        error,
+        tuple(warnings),
+    )
+
+
+def _resolve_cdi(names: tuple[str, ...], settings: Settings, warnings: list[str]) -> Edits:
+    """The edits of ``names`` from the spec dirs, once every host path they use exists."""
+    from nvhook.settings import cache_directory
+    from oci.cdi.hostcheck import missing_host_paths
+    from oci.cdi.registry import resolve
+    from oci.errors import CdiResolveError
+
+    spec_dirs = settings.cdi_spec_dirs
+    try:
+        edits = resolve(spec_dirs, names, cache_dir=cache_directory(), warnings=warnings)
+    except CdiResolveError as e:
+        from nvhook.cdihints import with_hint
+
+        raise with_hint(e, vendor=settings.cdi_default_kind.partition("/")[0]) from None
+    missing = missing_host_paths(edits)
+    if missing:  # runc would fail on the first with a message naming neither spec nor cause
+        from nvhook.cdihints import stale_spec_error
+
+        raise stale_spec_error(missing, spec_dirs, names, root=settings.host_root)
+    return edits
+
+
+def choose_mode(configured: str, requests: Requests) -> tuple[str, str]:
+    """The mode for ``requests`` under ``runtime.mode`` = ``configured``, and why."""
     if configured != "auto":
-        return configured
+        return configured, f"runtime.mode is {configured}"
     devices = requests.devices
     if isinstance(devices, Devices) and all(isinstance(i, CdiName) for i in devices.ids):
-        return "cdi"
-    return "jit"
+        return "cdi", "runtime.mode is auto and every requested device is a qualified CDI name"
+    return "jit", "runtime.mode is auto and a requested device is not a qualified CDI name"
 
 
-def edits_for(requests: Requests, settings: dict[str, Any]) -> tuple[str, Edits]:
-    """The mode chosen for ``requests`` and the edits it gives."""
-    mode = choose_mode(settings["runtime.mode"], requests)
-    if mode == "cdi":
-        import os
-
-        from nvhook.settings import CACHE_ENV, DEFAULT_CACHE_DIR
-        from oci.cdi.hostcheck import missing_host_paths
-        from oci.cdi.registry import resolve
-        from oci.errors import CdiResolveError
-
-        names = cdi_names(requests, settings["cdi.default_kind"])
-        cache_dir = os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR
-        try:
-            edits = resolve(settings["cdi.spec_dirs"], names, cache_dir=cache_dir)
-        except CdiResolveError as e:
-            from nvhook.cdihints import with_hint
-
-            raise with_hint(e, vendor=settings["cdi.default_kind"].partition("/")[0]) from None
-        missing = missing_host_paths(edits)
-        if missing:  # runc would fail on the first with a message naming neither spec nor cause
-            from nvhook.cdihints import stale_spec_error
-
-            spec_dirs, root = settings["cdi.spec_dirs"], settings["host.root"]
-            raise stale_spec_error(missing, spec_dirs, names, root=root)
-        return mode, edits
-    from nvhook.edits import Host, plan
-
-    return mode, plan(requests, Host.from_settings(settings)).edits
-
-
-def cdi_names(requests: Requests, kind: str) -> list[str]:
+def cdi_names(requests: Requests, kind: str) -> tuple[str, ...]:
     """The qualified CDI names of a request (plain ids become names of ``kind``)."""
     devices = requests.devices
     if isinstance(devices, All):
-        return [f"{kind}=all"]
+        return (f"{kind}=all",)
     if isinstance(devices, (NoGpus, Void)):
         raise RequestError(
             f"runtime mode cdi cannot inject {devices} (driver files without a device): "
             "name a CDI device, or use mode jit or auto"
         )
-    return [i.value if isinstance(i, CdiName) else f"{kind}={i}" for i in devices.ids]
+    return tuple(i.value if isinstance(i, CdiName) else f"{kind}={i}" for i in devices.ids)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from nvhook.devices.procfs import ProcDriver
     from nvhook.discover import DriverFiles
     from nvhook.requests.requirements import HostFacts
+    from nvhook.settings import Settings
 
 __all__ = ["Host", "Plan", "plan"]
 
@@ -76,13 +77,14 @@ class Host(Frozen):
         )
 
     @classmethod
-    def from_settings(cls, settings: dict[str, object]) -> Host:
+    def from_settings(cls, settings: Settings) -> Host:
+        """The host that the settings' ``host.*`` and ``hook.path`` describe."""
         return cls(
-            root=str(settings["host.root"]),
-            driver_root=str(settings["host.driver_root"]),
-            dev_root=str(settings["host.dev_root"]),
-            resolver=str(settings["host.resolver"]),
-            hook_path=str(settings["hook.path"]),
+            root=settings.host_root,
+            driver_root=settings.host_driver_root,
+            dev_root=settings.host_dev_root,
+            resolver=settings.host_resolver,
+            hook_path=settings.hook_path,
         )
 
 

@@ -1,35 +1,49 @@
 """nvhook's configuration file: ``/etc/nvhook/config.toml``, or the file ``$NVHOOK_CONFIG`` names.
 
 The runtime shim reads it on every call, pass-through ones included, so this
-module imports nothing beyond ``os``, ``sys`` and ``marshal`` at load time
-(DESIGN.md D5: ``tomllib`` costs ~15 ms, ``dataclasses`` more). Settings are a
-plain dict keyed ``"section.key"``. A validated copy of each file is kept in
-a cache (``$NVHOOK_CACHE_DIR``, default ``/run/nvhook``) keyed by the file's
-path, inode, size and mtime; a stale or unreadable cache is simply re-made,
-and a cache that cannot be written is not an error.
+module imports nothing beyond ``os``, ``sys``, :mod:`oci._frozen` and :mod:`oci._cache` at load time
+(docs/architecture.md D5: ``tomllib`` costs ~15 ms, ``dataclasses`` more).
+
+:func:`load_settings` returns one typed :class:`Settings` record: a field per key of
+:data:`KEYS`, named ``section_key`` (``runtime.mode`` is ``runtime_mode``), lists as
+tuples. :data:`KEYS` is the reference: the defaults, the types and allowed values
+the validator enforces, and the README's configuration table are all made from it.
+
+A validated copy of each file is kept in the cache directory (``$NVHOOK_CACHE_DIR``,
+default ``/run/nvhook``; :mod:`oci._cache` says whose files are believed) as the
+plain tuple of values, keyed by the file's path, inode, size and mtime; what is read
+back is validated again (a value the validator would reject discards the copy).
+A stale, foreign or unreadable copy is simply re-made, and one that cannot be
+written is not an error; a refused cache directory is reported in ``warnings``.
 
 A missing ``/etc/nvhook/config.toml`` means the defaults; a file named by
 ``$NVHOOK_CONFIG`` must exist. An unknown section or key, a wrong type or an
 invalid value is a :class:`~nvhook.errors.ConfigError` naming the file and the key.
-
-:data:`KEYS` is the reference (the README's configuration table is made from it).
 """
 
 from __future__ import annotations
 
-import marshal
 import os
 import sys
 
+from oci import _cache
+from oci._frozen import Frozen
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
 __all__ = [
+    "CACHE_ENV",
     "CONFIG_ENV",
+    "DEFAULT_CACHE_DIR",
     "DEFAULT_CONFIG_PATH",
     "KEYS",
+    "Settings",
+    "cache_directory",
     "config_path",
+    "defaults",
+    "field_name",
     "load_settings",
     "render_reference",
 ]
@@ -38,7 +52,7 @@ DEFAULT_CONFIG_PATH = "/etc/nvhook/config.toml"
 CONFIG_ENV = "NVHOOK_CONFIG"
 CACHE_ENV = "NVHOOK_CACHE_DIR"
 DEFAULT_CACHE_DIR = "/run/nvhook"
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
 
 _LIST = "list of strings"
 _STR = "string"
@@ -164,6 +178,43 @@ KEYS: dict[str, tuple[Any, str, tuple[str, ...] | None, str]] = {
 }
 
 
+#: The default of each key, in order (lists as tuples).
+_DEFAULTS: tuple[Any, ...] = tuple(
+    tuple(default) if isinstance(default, list) else default for default, *_ in KEYS.values()
+)
+
+
+class Settings(Frozen):
+    """The configuration, validated: one field per key of :data:`KEYS`, in its order.
+
+    Each field is its key with ``_`` for ``.`` (:func:`field_name`); list settings are
+    tuples. Build one with :func:`load_settings` or :func:`defaults` (and ``_replace``).
+    """
+
+    runtime_runtimes: tuple[str, ...]
+    runtime_mode: str
+    runtime_log_file: str
+    runtime_log_level: str
+    host_root: str
+    host_driver_root: str
+    host_dev_root: str
+    host_resolver: str
+    cdi_spec_dirs: tuple[str, ...]
+    cdi_default_kind: str
+    cdi_annotation_prefixes: tuple[str, ...]
+    policy_accept_env_unprivileged: bool
+    policy_accept_volume_mounts: bool
+    policy_privileged_gets_all: bool
+    policy_default_capabilities: tuple[str, ...]
+    hook_path: str
+    hook_ldconfig: str
+
+
+def field_name(key: str) -> str:
+    """The :class:`Settings` field of a ``"section.key"`` of :data:`KEYS`."""
+    return key.replace(".", "_")
+
+
 def config_path() -> tuple[str, bool]:
     """The config file to read, and whether it was named explicitly (``$NVHOOK_CONFIG``)."""
     named = os.environ.get(CONFIG_ENV)
@@ -172,10 +223,18 @@ def config_path() -> tuple[str, bool]:
     return DEFAULT_CONFIG_PATH, False
 
 
-def load_settings(path: str | None = None, *, cache_dir: str | None = None) -> dict[str, Any]:
+def cache_directory() -> str:
+    """Where nvhook keeps its caches: ``$NVHOOK_CACHE_DIR``, else ``/run/nvhook``."""
+    return os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR
+
+
+def load_settings(
+    path: str | None = None, *, cache_dir: str | None = None, warnings: list[str] | None = None
+) -> Settings:
     """The settings: defaults overlaid with the config file, validated (cached by file identity).
 
-    The cache goes to ``cache_dir``, else ``$NVHOOK_CACHE_DIR``, else ``/run/nvhook``.
+    The cache goes to ``cache_dir``, else :func:`cache_directory`; a refused cache
+    directory is appended to ``warnings`` (the shim logs it).
     """
     explicit = path is not None
     if path is None:
@@ -188,21 +247,27 @@ def load_settings(path: str | None = None, *, cache_dir: str | None = None) -> d
         return defaults()
     except OSError as e:
         _fail(f"{path}: cannot read configuration file: {e.strerror}")
-    key = (_CACHE_FORMAT, os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
-    cache_file = _cache_file(key[1], cache_dir)
-    cached = _read_cache(cache_file, key)
-    if cached is not None:
-        return cached
-    settings = _parse(path)
-    _write_cache(cache_file, key, settings)
-    return settings
+    abspath = os.path.abspath(path)
+    key = (_CACHE_FORMAT, abspath, st.st_ino, st.st_size, st.st_mtime_ns)
+    directory = cache_dir or cache_directory()
+    name = _cache.cache_name("config", abspath)
+    cached = _cache.load(directory, name, warnings)
+    if type(cached) is tuple and len(cached) == 2 and cached[0] == key:
+        settings = _checked(cached[1])
+        if settings is not None:
+            return settings
+    values = _parse(path)
+    _cache.store(directory, name, (key, values), warnings)
+    return Settings(*values)
 
 
-def defaults() -> dict[str, Any]:
-    return {name: (list(d) if isinstance(d, list) else d) for name, (d, *_rest) in KEYS.items()}
+def defaults() -> Settings:
+    """The settings of an empty configuration file."""
+    return Settings(*_DEFAULTS)
 
 
-def _parse(path: str) -> dict[str, Any]:
+def _parse(path: str) -> tuple[Any, ...]:
+    """The values of the file at ``path`` in :data:`KEYS` order (lists as tuples)."""
     import tomllib
 
     try:
@@ -212,7 +277,7 @@ def _parse(path: str) -> dict[str, Any]:
         _fail(f"{path}: invalid TOML: {e}")
     except OSError as e:
         _fail(f"{path}: cannot read configuration file: {e.strerror}")
-    settings = defaults()
+    settings = dict(zip(KEYS, _DEFAULTS, strict=True))
     for section, table in data.items():
         if not isinstance(table, dict):
             _fail(f"{path}: {section}: expected a [{section}] table{_foreign(path, data)}")
@@ -222,8 +287,11 @@ def _parse(path: str) -> dict[str, Any]:
                 known = ", ".join(k for k in KEYS if k.startswith(section + "."))
                 hint = f" (known keys in [{section}]: {known})" if known else ""
                 _fail(f"{path}: {key}: unknown setting{hint}{_foreign(path, data)}")
-            settings[key] = _check(path, key, value)
-    return settings
+            problem = _problem(key, value)
+            if problem is not None:
+                _fail(f"{path}: {key}: {problem}")
+            settings[key] = tuple(value) if isinstance(value, list) else value
+    return tuple(settings.values())
 
 
 def _foreign(path: str, data: dict[str, Any]) -> str:
@@ -233,64 +301,37 @@ def _foreign(path: str, data: dict[str, Any]) -> str:
     return toolkit_note(path, data)
 
 
-def _check(path: str, key: str, value: object) -> object:
+def _problem(key: str, value: object) -> str | None:
+    """Why ``value`` is not valid for ``key`` (None: it is); a list may be a tuple."""
     _default, kind, allowed, _doc = KEYS[key]
     if kind == _BOOL:
-        if not isinstance(value, bool):
-            _fail(f"{path}: {key}: expected true or false, found {value!r}")
+        if type(value) is not bool:
+            return f"expected true or false, found {value!r}"
     elif kind == _LIST:
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            _fail(f"{path}: {key}: expected a list of non-empty strings, found {value!r}")
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+            return f"expected a list of non-empty strings, found {value!r}"
     else:
         if not isinstance(value, str):
-            _fail(f"{path}: {key}: expected a string, found {value!r}")
+            return f"expected a string, found {value!r}"
         if allowed is not None and value not in allowed:
-            _fail(f"{path}: {key}: {value!r} is not one of {', '.join(allowed)}")
-        if kind == _PATH and value and not str(value).startswith("/"):
-            _fail(f"{path}: {key}: expected an absolute path, found {value!r}")
-    return value
+            return f"{value!r} is not one of {', '.join(allowed)}"
+        if kind == _PATH and value and not value.startswith("/"):
+            return f"expected an absolute path, found {value!r}"
+    return None
 
 
-def _cache_file(config_abspath: str, cache_dir: str | None = None) -> str:
-    directory = cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR
-    tag = format(abs(hash_path(config_abspath)), "x")
-    return os.path.join(directory, f"config-{tag}.marshal")
-
-
-def hash_path(text: str) -> int:
-    """A stable (not per-process randomised) 64-bit FNV-1a hash of a path."""
-    h = 0xCBF29CE484222325
-    for byte in text.encode():
-        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-def _read_cache(cache_file: str, key: tuple[object, ...]) -> dict[str, Any] | None:
-    try:
-        with open(cache_file, "rb") as f:
-            cached_key, settings = marshal.load(f)
-    except (OSError, EOFError, ValueError, TypeError):
+def _checked(values: object) -> Settings | None:
+    """The settings a cache holds, if the validator accepts every value."""
+    if type(values) is not tuple or len(values) != len(KEYS):
         return None
-    if cached_key != key or not isinstance(settings, dict):
-        return None
-    return settings
+    for key, value in zip(KEYS, values, strict=True):
+        if _problem(key, value) is not None:
+            return None
+    fixed: tuple[Any, ...] = tuple(tuple(v) if type(v) is list else v for v in values)
+    return Settings(*fixed)
 
 
-def _write_cache(cache_file: str, key: tuple[object, ...], settings: dict[str, Any]) -> None:
-    tmp = f"{cache_file}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(cache_file), mode=0o700, exist_ok=True)
-        with open(tmp, "wb") as f:
-            marshal.dump((key, settings), f)  # type: ignore[arg-type]
-        os.replace(tmp, cache_file)
-    except OSError:
-        try:  # noqa: SIM105 - contextlib is an import the shim's path does without
-            os.unlink(tmp)
-        except OSError:
-            pass
-
-
-def _fail(message: str) -> Any:
+def _fail(message: str) -> NoReturn:
     from nvhook.errors import ConfigError
 
     raise ConfigError(message)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from nvhook.settings import Settings
     from oci.argv import RuntimeArgs
 
 __all__ = ["FALLBACK_RUNTIMES", "find_runtime", "main"]
@@ -48,18 +49,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         args: RuntimeArgs | None = RuntimeArgs.parse(argv, cwd=os.getcwd())
     except ArgvError:
         args = None  # runc refuses this command line itself; let it say so
-    settings: dict[str, Any] | None = None
+    settings: Settings | None = None
+    warnings: list[str] = []  # for the log: what went wrong without failing the call
     try:
         from nvhook.settings import load_settings
 
-        settings = load_settings()
-        runtime = find_runtime(settings["runtime.runtimes"])
+        settings = load_settings(warnings=warnings)
+        _warn(settings, args, started, warnings)
+        runtime = find_runtime(settings.runtime_runtimes)
         if args is not None and args.creates and not args.help and args.bundle is not None:
             from nvhook.create import prepare
 
             outcome = prepare(args, settings)
+            more = [w for w in outcome.decision.warnings if w not in warnings]  # same dir
+            _warn(settings, args, started, more)
             _log(settings, args, started, outcome.fields())
-        elif settings["runtime.log_level"] == "debug":
+        elif settings.runtime_log_level == "debug":
             _log(settings, args, started, {"msg": "pass-through"})
     except Exception as e:
         return _fail(e, args, settings, started)
@@ -96,7 +101,7 @@ def exec_runtime(
     runtime: str,
     argv: Sequence[str],
     args: RuntimeArgs | None,
-    settings: dict[str, Any] | None,
+    settings: Settings | None,
     started: float,
 ) -> int:
     """Replace this process with ``runtime`` and the original ``argv``."""
@@ -123,7 +128,7 @@ def _realpath(path: str) -> str | None:
 def _fail(
     error: BaseException,
     args: RuntimeArgs | None,
-    settings: dict[str, Any] | None,
+    settings: Settings | None,
     started: float,
 ) -> int:
     from nvhook.errors import NvhookError
@@ -153,16 +158,24 @@ def _fail(
 _LEVELS = {"debug": 0, "info": 1, "warning": 2, "error": 3}
 
 
+def _warn(
+    settings: Settings, args: RuntimeArgs | None, started: float, warnings: Sequence[str]
+) -> None:
+    """Log each of ``warnings`` (a cache directory refused as unsafe, say) at level warning."""
+    for message in warnings:
+        _log(settings, args, started, {"level": "warning", "msg": message})
+
+
 def _log(
-    settings: dict[str, Any],
+    settings: Settings,
     args: RuntimeArgs | None,
     started: float,
     fields: dict[str, Any],
 ) -> None:
     """Append one JSON line to the shim's own log; never raises (a log must not fail a start)."""
-    path = settings.get("runtime.log_file")
+    path = settings.runtime_log_file
     level = fields.get("level", "info")
-    if not path or _LEVELS.get(level, 1) < _LEVELS.get(settings.get("runtime.log_level", ""), 1):
+    if not path or _LEVELS.get(level, 1) < _LEVELS.get(settings.runtime_log_level, 1):
         return
     try:
         from oci import jsoncodec

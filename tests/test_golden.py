@@ -143,22 +143,28 @@ def _run_jit(
 ) -> dict[str, Any]:
     from nvhook.create import prepare
     from nvhook.requests.policy import SETTINGS_KEYS
-    from nvhook.settings import defaults
+    from nvhook.settings import defaults, field_name
     from oci import jsoncodec
     from oci.argv import RuntimeArgs
     from oci.bundle import Bundle
 
     raw = base if isinstance(base, bytes) else jsoncodec.dumpb(base)
-    settings = defaults()
-    settings["host.root"] = str(golden.mock(case["profile"]))
-    settings["hook.path"] = golden.hook_path
-    settings["runtime.mode"] = case.get("mode", "jit")
-    settings["host.resolver"] = case.get("resolver", "procfs")
-    for field, value in case.get("policy", {}).items():
-        settings[SETTINGS_KEYS[field]] = value
-    if settings["runtime.mode"] != "jit":
+    settings = defaults()._replace(
+        host_root=str(golden.mock(case["profile"])),
+        hook_path=golden.hook_path,
+        runtime_mode=case.get("mode", "jit"),
+        host_resolver=case.get("resolver", "procfs"),
+    )
+    policy = case.get("policy", {})
+    settings = settings._replace(
+        **{
+            field_name(SETTINGS_KEYS[field]): tuple(value) if isinstance(value, list) else value
+            for field, value in policy.items()
+        }
+    )
+    if settings.runtime_mode != "jit":
         caps = tuple(case.get("generate_capabilities", ()))
-        settings["cdi.spec_dirs"] = [str(golden.cdi_dir(case["profile"], caps))]
+        settings = settings._replace(cdi_spec_dirs=(str(golden.cdi_dir(case["profile"], caps)),))
     with tempfile.TemporaryDirectory(prefix="nvhook-golden-") as bundle:
         golden.placeholders[bundle] = "<bundle>"
         with open(f"{bundle}/config.json", "wb") as f:

@@ -2,7 +2,7 @@
 
 :class:`Policy` is a frozen value with one documented field per switch, each with
 the default a fresh install gets. :meth:`Policy.from_settings` builds it from the
-flat settings dict of :mod:`nvhook.settings` (keys ``policy.*`` and
+:class:`~nvhook.settings.Settings` record (keys ``policy.*`` and
 ``cdi.annotation_prefixes``); the shim passes it to
 :func:`nvhook.requests.parse_requests`. Invalid values raise
 :class:`~nvhook.errors.ConfigError` naming the key.
@@ -21,11 +21,13 @@ from oci._frozen import Frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
+
+    from nvhook.settings import Settings
 
 __all__ = ["SETTINGS_KEYS", "Policy", "canonical_capabilities"]
 
-#: Policy field -> its key in the settings dict (:data:`nvhook.settings.KEYS`).
+#: Policy field -> its key in the settings (:data:`nvhook.settings.KEYS`).
 SETTINGS_KEYS: dict[str, str] = {
     "accept_env_unprivileged": "policy.accept_env_unprivileged",
     "accept_volume_mounts": "policy.accept_volume_mounts",
@@ -109,13 +111,15 @@ class Policy(Frozen):
         )
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, object]) -> Policy:
-        """The policy that a settings dict (:func:`nvhook.settings.load_settings`) describes.
-
-        Keys the dict lacks take their defaults; other keys are not looked at.
-        """
-        kwargs = {field: settings[key] for field, key in SETTINGS_KEYS.items() if key in settings}
-        return cls(**kwargs)  # type: ignore[arg-type]  # each value is checked in __init__
+    def from_settings(cls, settings: Settings) -> Policy:
+        """The policy that the settings (:func:`nvhook.settings.load_settings`) describe."""
+        return cls(
+            accept_env_unprivileged=settings.policy_accept_env_unprivileged,
+            accept_volume_mounts=settings.policy_accept_volume_mounts,
+            annotation_prefixes=settings.cdi_annotation_prefixes,
+            privileged_gets_all=settings.policy_privileged_gets_all,
+            default_capabilities=settings.policy_default_capabilities,
+        )
 
 
 def _strings(value: object, field: str) -> tuple[str, ...]:

@@ -27,10 +27,13 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal
 
 from oci._frozen import Frozen
+
+if TYPE_CHECKING:
+    from nvhook.settings import Settings
 
 __all__ = [
     "Check",
@@ -250,7 +253,7 @@ def settings_path(opts: Options) -> tuple[str, bool]:
     return under(opts.root, DEFAULT_CONFIG_PATH), False
 
 
-def load_checked_settings(opts: Options) -> tuple[dict[str, Any] | None, list[Check]]:
+def load_checked_settings(opts: Options) -> tuple[Settings | None, list[Check]]:
     """The settings (None when invalid) and what was found about the file."""
     import tempfile
 
@@ -345,7 +348,7 @@ def _interpreter(path: str) -> str | None:
     return words[0] if words else None
 
 
-def check_launchers(opts: Options, settings: Mapping[str, Any] | None) -> list[Check]:
+def check_launchers(opts: Options, settings: Settings | None) -> list[Check]:
     from nvhook.tools.entrypoints import ENTRYPOINTS
 
     default_dir = os.path.dirname(os.path.abspath(sys.executable))
@@ -362,7 +365,7 @@ def check_launchers(opts: Options, settings: Mapping[str, Any] | None) -> list[C
             out.append(Check("settings", "fail", problem, install))
         else:
             ok.append(path)
-    hook = str((settings or {}).get("hook.path") or "")
+    hook = settings.hook_path if settings is not None else ""
     refs, what = opts.root, f"hook.path {hook}"  # a host path, like every setting
     if not hook:  # the shim injects the nvhook-hook beside its own interpreter
         interpreter = _interpreter(os.path.join(bin_dir, "nvhook-runtime"))
@@ -444,15 +447,15 @@ def check_cache_dir(opts: Options) -> list[Check]:
 # --------------------------------------------------------------------------- CDI
 
 
-def check_cdi(opts: Options, settings: Mapping[str, Any] | None) -> list[Check]:
+def check_cdi(opts: Options, settings: Settings | None) -> list[Check]:
     from nvhook.settings import defaults
     from oci.cdi.registry import Registry
     from oci.cdi.validate import validate_file
 
     values = settings if settings is not None else defaults()
-    host_dirs = [str(d) for d in values["cdi.spec_dirs"]]
-    kind = str(values["cdi.default_kind"])
-    mode = str(values["runtime.mode"])
+    host_dirs = list(values.cdi_spec_dirs)
+    kind = values.cdi_default_kind
+    mode = values.runtime_mode
     dirs = [under(opts.root, d) for d in host_dirs]
     target = os.path.join(dirs[-1] if dirs else under(opts.root, "/var/run/cdi"), "nvidia.json")
     generate = "nvhook cdi generate" + _root_flag(opts)

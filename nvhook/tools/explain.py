@@ -1,24 +1,24 @@
 """``nvhook explain``: what the shim would do to a bundle, and why, without doing it.
 
-The answer to "why doesn't my container see the GPU". :func:`explain` walks the
-shim's create path (:func:`nvhook.create.prepare`) with the same settings, stage
-by stage, and records what each stage decided instead of writing config.json:
+The answer to "why doesn't my container see the GPU". The shim's create path decides
+in one function, :func:`nvhook.create.decide`, which writes nothing; :func:`explain`
+calls it with the shim's settings and renders the :class:`~nvhook.create.Decision`
+it returns, stage by stage:
 
-1. the bundle's config.json, loaded as the shim loads it;
-2. the policy (from the settings) and what the container asks for, from where
-   (env, annotation, device-list mount, legacy image, policy) and what was found
-   but ignored, with the reason;
-3. the mode (``runtime.mode``; ``auto`` picks ``cdi`` when every device is a
+1. the settings (and any cache directory refused as unsafe);
+2. the policy, and what the container asks for, from where (env, annotation,
+   device-list mount, legacy image, policy) and what was found but ignored, with why;
+3. the requirement checks (``NVIDIA_REQUIRE_*``) and what became of each;
+4. the mode, and why (``runtime.mode``; ``auto`` picks ``cdi`` when every device is a
    qualified CDI name);
-4. in jit mode the devices the request resolves to, the requirement checks and
-   the driver files not found; in cdi mode the CDI names resolved;
-5. the edits that would be applied, grouped by kind (device nodes, mounts, hooks,
-   env, additional GIDs, network devices), applied in memory to see whether
-   config.json would change (and to meet any error applying them would raise).
+5. in jit mode the devices the request resolves to and the driver files not found; in
+   cdi mode the CDI names resolved;
+6. the edits, grouped by kind (device nodes, mounts, hooks, env, additional GIDs,
+   network devices), and whether config.json would change.
 
-A stage that fails ends the walk: the error becomes ``outcome.error`` with its exit
-code, exactly as the shim would fail. Nothing is written anywhere (the bundle is
-only read). :func:`explain` returns plain data; :func:`render_text` makes it text.
+A stage that fails ends the decision: its error becomes ``outcome.error`` with its
+exit code, exactly as the shim would fail. :func:`explain` returns plain data (what
+``--json`` prints); :func:`render_text` makes it text.
 """
 
 from __future__ import annotations
@@ -31,10 +31,14 @@ from oci.errors import OciError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from nvhook.create import Decision
+    from nvhook.edits import Plan
     from nvhook.requests.parse import Requests
+    from nvhook.requests.policy import Policy
+    from nvhook.settings import Settings
     from oci.cdi.edits import Edits
 
-__all__ = ["explain", "render_text"]
+__all__ = ["describe", "explain", "render_text"]
 
 
 def explain(
@@ -42,7 +46,7 @@ def explain(
     *,
     config_path: str | None = None,
     root: str | None = None,
-    settings: dict[str, Any] | None = None,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
     """What the shim would do with ``bundle``, with the shim's settings.
 
@@ -51,14 +55,89 @@ def explain(
     ``root`` replaces ``host.root``. An invalid configuration is an answer too: the
     shim would fail on it.
     """
+    from nvhook.create import decide
     from nvhook.settings import config_path as default_config_path
     from nvhook.settings import load_settings
+    from oci.bundle import Bundle
 
     path = config_path if config_path is not None else default_config_path()[0]
     shown = path if settings is not None or os.path.exists(path) else f"{path} (absent: defaults)"
-    out: dict[str, Any] = {
-        "bundle": os.path.abspath(bundle),
+    bundle = os.path.abspath(bundle)
+    warnings: list[str] = []
+    try:
+        if settings is None:
+            if config_path is not None and not os.path.exists(config_path):
+                raise ConfigError(f"{config_path}: configuration file not found")
+            settings = load_settings(config_path, warnings=warnings)
+        if root is not None:
+            settings = settings._replace(host_root=root)
+        target = Bundle(bundle)
+    except (NvhookError, OciError) as e:
+        out = _empty(bundle)
+        out["outcome"] = _failure(e)
+        return out
+    return describe(decide(target, settings), config_file=shown, warnings=warnings)
+
+
+def describe(
+    decision: Decision, *, config_file: str = "", warnings: list[str] | None = None
+) -> dict[str, Any]:
+    """``decision`` as plain data (``config_file``: how to name the settings' source;
+    ``warnings``: more to report, from loading the settings)."""
+    out = _empty(decision.bundle)
+    s = decision.settings
+    out["settings"] = {
+        "config_file": config_file,
+        "mode": s.runtime_mode,
+        "host_root": s.host_root,
+        "driver_root": s.host_driver_root or s.host_root,
+        "dev_root": s.host_dev_root or s.host_root,
+        "resolver": s.host_resolver,
+        "cdi_spec_dirs": list(s.cdi_spec_dirs),
+    }
+    out["warnings"] = list(dict.fromkeys([*(warnings or ()), *decision.warnings]))
+    if decision.policy is not None:
+        out["policy"] = _policy(decision.policy)
+    if decision.requests is not None:
+        out["requests"] = _requests(decision.requests)
+    out["requirements"] = [
+        {"source": r.source, "expression": r.expression, "status": status}
+        for r, status in decision.requirement_checks()
+    ]
+    if decision.mode is not None:
+        out["mode"] = decision.mode
+        out["mode_reason"] = decision.mode_reason
+    out["cdi_names"] = list(decision.cdi_names)
+    if decision.plan is not None:
+        out["devices"] = _devices(decision.plan)
+        files = decision.plan.driver_files
+        if files is not None:
+            out["missing_files"] = {k: list(v) for k, v in files.missing.items()}
+    if decision.edits is not None:
+        out["edits"] = _edits(decision.edits)
+    if decision.error is not None:
+        out["outcome"] = _failure(decision.error)
+    elif decision.mode is None:
+        out["outcome"] = {
+            "result": "unchanged",
+            "reason": "nothing asks for a GPU or an IMEX channel: the shim execs the runtime "
+            "and leaves config.json untouched",
+        }
+    elif not decision.changes_config:
+        out["outcome"] = {
+            "result": "unchanged",
+            "reason": "config.json already has these edits: the shim would leave it as it is",
+        }
+    else:
+        out["outcome"] = {"result": "edit", "reason": "config.json would be edited"}
+    return out
+
+
+def _empty(bundle: str) -> dict[str, Any]:
+    return {
+        "bundle": bundle,
         "settings": None,
+        "warnings": [],
         "policy": None,
         "requests": None,
         "mode": None,
@@ -70,111 +149,34 @@ def explain(
         "edits": None,
         "outcome": None,
     }
-    try:
-        if settings is None:
-            if config_path is not None and not os.path.exists(config_path):
-                raise ConfigError(f"{config_path}: configuration file not found")
-            settings = load_settings(config_path)
-        settings = dict(settings)
-        if root is not None:
-            settings["host.root"] = root
-        out["settings"] = {
-            "config_file": shown,
-            "mode": settings["runtime.mode"],
-            "host_root": settings["host.root"],
-            "driver_root": settings["host.driver_root"] or settings["host.root"],
-            "dev_root": settings["host.dev_root"] or settings["host.root"],
-            "resolver": settings["host.resolver"],
-            "cdi_spec_dirs": list(settings["cdi.spec_dirs"]),
-        }
-        _walk(out["bundle"], settings, out)
-    except (NvhookError, OciError) as e:
-        out["outcome"] = {"result": "fail", "error": e.message, "exit_code": int(e.exit_code)}
-    return out
 
 
-def _walk(bundle: str, settings: dict[str, Any], out: dict[str, Any]) -> None:
-    from nvhook.requests.parse import parse_requests
-    from nvhook.requests.policy import Policy
-    from oci.bundle import Bundle
+def _failure(error: NvhookError | OciError) -> dict[str, Any]:
+    return {"result": "fail", "error": error.message, "exit_code": int(error.exit_code)}
 
-    policy = Policy.from_settings(settings)
-    out["policy"] = {
+
+def _policy(policy: Policy) -> dict[str, Any]:
+    return {
         "accept_env_unprivileged": policy.accept_env_unprivileged,
         "accept_volume_mounts": policy.accept_volume_mounts,
         "annotation_prefixes": list(policy.annotation_prefixes),
         "privileged_gets_all": policy.privileged_gets_all,
         "default_capabilities": list(policy.default_capabilities),
     }
-    spec = Bundle(bundle).load()
-    requests = parse_requests(spec, policy)
-    out["requests"] = _requests(requests)
-    if not requests.wants_anything:
-        out["outcome"] = {
-            "result": "unchanged",
-            "reason": "nothing asks for a GPU or an IMEX channel: the shim execs the runtime "
-            "and leaves config.json untouched",
-        }
-        return
-    from nvhook.create import choose_mode
-
-    mode = choose_mode(settings["runtime.mode"], requests)
-    out["mode"] = mode
-    out["mode_reason"] = _mode_reason(settings["runtime.mode"], mode)
-    if mode == "cdi":
-        from nvhook.create import cdi_names
-        from oci.cdi.registry import Registry
-
-        out["requirements"] = [
-            {
-                "source": r.source,
-                "expression": r.expression,
-                "status": "not checked: mode cdi does not check requirements",
-            }
-            for r in requests.requirements
-        ]
-        names = cdi_names(requests, settings["cdi.default_kind"])
-        out["cdi_names"] = names
-        edits = Registry(settings["cdi.spec_dirs"]).resolve(names)
-    else:
-        edits = _jit(requests, settings, out)
-    out["edits"] = _edits(edits)
-    from oci.cdi.apply import apply
-
-    if apply(edits, spec) == spec:  # applied in memory only: what the shim would write
-        out["outcome"] = {
-            "result": "unchanged",
-            "reason": "config.json already has these edits: the shim would leave it as it is",
-        }
-    else:
-        out["outcome"] = {"result": "edit", "reason": "config.json would be edited"}
 
 
-def _jit(requests: Requests, settings: dict[str, Any], out: dict[str, Any]) -> Edits:
+def _devices(plan: Plan) -> list[dict[str, Any]]:
     from nvhook.devices.gpus import Gpu
-    from nvhook.edits import Host, plan
-    from nvhook.errors import RequirementError
 
-    if requests.requirements:
-        out["requirements"] = [
-            {"source": r.source, "expression": r.expression, "status": "not checked yet"}
-            for r in requests.requirements
-        ]
-    try:
-        result = plan(requests, Host.from_settings(settings))
-    except RequirementError as e:
-        for item in out["requirements"]:
-            unmet = e.message.startswith(f"{item['source']} is not met")
-            item["status"] = "NOT MET" if unmet else "not checked (another is not met)"
-        raise
-    for device in result.selected:
+    out: list[dict[str, Any]] = []
+    for device in plan.selected:
         if isinstance(device, Gpu):
-            out["devices"].append(
+            out.append(
                 {"name": device.name, "uuid": device.uuid, "node": f"/dev/nvidia{device.minor}"}
             )
         else:
-            parent = result.gpus.gpus[device.gpu_index]
-            out["devices"].append(
+            parent = plan.gpus.gpus[device.gpu_index]
+            out.append(
                 {
                     "name": device.name,
                     "uuid": device.uuid,
@@ -182,26 +184,7 @@ def _jit(requests: Requests, settings: dict[str, Any], out: dict[str, Any]) -> E
                     "mig": {"gi": device.gi, "ci": device.ci},
                 }
             )
-    if requests.requirements:
-        if requests.disable_require:
-            status = "not checked: NVIDIA_DISABLE_REQUIRE is set"
-        elif result.facts is not None:
-            status = f"met (CUDA {result.facts.cuda_version}, driver {result.facts.driver_version})"
-        else:  # pragma: no cover - plan checks whenever there are requirements
-            status = "not checked"
-        for item in out["requirements"]:
-            item["status"] = status
-    if result.driver_files is not None:
-        out["missing_files"] = {k: list(v) for k, v in result.driver_files.missing.items()}
-    return result.edits
-
-
-def _mode_reason(configured: str, mode: str) -> str:
-    if configured != "auto":
-        return f"runtime.mode is {configured}"
-    if mode == "cdi":
-        return "runtime.mode is auto and every requested device is a qualified CDI name"
-    return "runtime.mode is auto and a requested device is not a qualified CDI name"
+    return out
 
 
 def _requests(requests: Requests) -> dict[str, Any]:
@@ -249,6 +232,7 @@ def render_text(data: dict[str, Any]) -> str:
             f"Settings: {s['config_file']}: mode {s['mode']}, host root {s['host_root']}, "
             f"driver root {s['driver_root']}, dev root {s['dev_root']}, resolver {s['resolver']}"
         )
+    lines.extend(f"Warning: {w}" for w in data["warnings"])
     policy = data["policy"]
     if policy is not None:
         lines.append("Policy: " + ", ".join(f"{k}={_show(v)}" for k, v in policy.items()))

@@ -1,13 +1,23 @@
-"""The configuration file: defaults, validation, the marshal cache."""
+"""The configuration file: defaults, validation, the typed record, the marshal cache."""
 
 from __future__ import annotations
 
+import marshal
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from nvhook.errors import ConfigError
-from nvhook.settings import KEYS, defaults, load_settings, render_reference
+from nvhook.settings import (
+    KEYS,
+    Settings,
+    defaults,
+    field_name,
+    load_settings,
+    render_reference,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -42,11 +52,28 @@ def test_values_override_defaults(tmp_path: Path) -> None:
         '[policy]\naccept_env_unprivileged = false\n[host]\nroot = "/mock"\n',
     )
     s = load_settings(path)
-    assert s["runtime.mode"] == "cdi"
-    assert s["runtime.runtimes"] == ["/opt/runc"]
-    assert s["policy.accept_env_unprivileged"] is False
-    assert s["host.root"] == "/mock"
-    assert s["cdi.spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    assert s.runtime_mode == "cdi"
+    assert s.runtime_runtimes == ("/opt/runc",)
+    assert s.policy_accept_env_unprivileged is False
+    assert s.host_root == "/mock"
+    assert s.cdi_spec_dirs == ("/etc/cdi", "/var/run/cdi")
+    assert s == defaults()._replace(
+        runtime_mode="cdi",
+        runtime_runtimes=("/opt/runc",),
+        policy_accept_env_unprivileged=False,
+        host_root="/mock",
+    )
+    assert load_settings(path) == s  # from the cache: the same record
+
+
+def test_the_record_has_a_typed_field_per_key() -> None:
+    """Settings is declared by hand (so that type checkers see it): it must follow KEYS."""
+    assert Settings.__frozen_fields__ == tuple(field_name(k) for k in KEYS)
+    types = {"list of strings": "tuple[str, ...]", "boolean": "bool"}
+    for key, (default, kind, _allowed, _doc) in KEYS.items():
+        assert Settings.__annotations__[field_name(key)] == types.get(kind, "str"), key
+        value = getattr(defaults(), field_name(key))
+        assert value == (tuple(default) if isinstance(default, list) else default)
 
 
 @pytest.mark.parametrize(
@@ -72,13 +99,13 @@ def test_invalid_files_name_the_key(tmp_path: Path, text: str, needle: str) -> N
 
 def test_cache_is_used_and_invalidated(tmp_path: Path, cache_dir: Path) -> None:
     path = write(tmp_path, '[runtime]\nmode = "jit"\n')
-    assert load_settings(path)["runtime.mode"] == "jit"
+    assert load_settings(path).runtime_mode == "jit"
     (cached,) = cache_dir.iterdir()
     before = cached.stat().st_mtime_ns
-    assert load_settings(path)["runtime.mode"] == "jit"
+    assert load_settings(path).runtime_mode == "jit"
     assert cached.stat().st_mtime_ns == before  # a hit: not rewritten
     Path(path).write_text('[runtime]\nmode = "cdi"\n')  # size and mtime change
-    assert load_settings(path)["runtime.mode"] == "cdi"
+    assert load_settings(path).runtime_mode == "cdi"
 
 
 def test_corrupt_cache_is_remade(tmp_path: Path, cache_dir: Path) -> None:
@@ -86,7 +113,7 @@ def test_corrupt_cache_is_remade(tmp_path: Path, cache_dir: Path) -> None:
     load_settings(path)
     (cached,) = cache_dir.iterdir()
     cached.write_bytes(b"\x00garbage")
-    assert load_settings(path)["runtime.mode"] == "jit"
+    assert load_settings(path).runtime_mode == "jit"
 
 
 def test_unwritable_cache_is_not_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,7 +121,86 @@ def test_unwritable_cache_is_not_an_error(tmp_path: Path, monkeypatch: pytest.Mo
     blocker.write_text("")
     monkeypatch.setenv("NVHOOK_CACHE_DIR", str(blocker / "sub"))
     path = write(tmp_path, '[runtime]\nmode = "jit"\n')
-    assert load_settings(path)["runtime.mode"] == "jit"
+    assert load_settings(path).runtime_mode == "jit"
+
+
+def test_cache_names_the_python_that_wrote_it(tmp_path: Path, cache_dir: Path) -> None:
+    load_settings(write(tmp_path, ""))
+    (cached,) = cache_dir.iterdir()
+    assert cached.name.endswith(f".py{sys.version_info[0]}{sys.version_info[1]}.marshal")
+    assert oct(cached.stat().st_mode & 0o777) == oct(0o600)
+    assert oct(cache_dir.stat().st_mode & 0o777) == oct(0o700)
+
+
+def _forge(cached: Path, **changes: object) -> None:
+    """Rewrite the cached values in place (same owner and mode, same key)."""
+    key, values = marshal.loads(cached.read_bytes())
+    fields = list(Settings.__frozen_fields__)
+    forged = list(values)
+    for name, value in changes.items():
+        forged[fields.index(name)] = value
+    cached.write_bytes(marshal.dumps((key, tuple(forged))))
+
+
+def test_cached_values_are_believed_when_valid(tmp_path: Path, cache_dir: Path) -> None:
+    """The control for the next tests: a well-formed copy is what load_settings returns."""
+    path = write(tmp_path, '[runtime]\nmode = "jit"\n')
+    load_settings(path)
+    (cached,) = cache_dir.iterdir()
+    _forge(cached, runtime_mode="cdi")
+    assert load_settings(path).runtime_mode == "cdi"
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"runtime_mode": "turbo"},
+        {"runtime_log_file": "relative.log"},
+        {"policy_accept_volume_mounts": 1},
+        {"cdi_spec_dirs": ("/etc/cdi", "")},
+        {"cdi_spec_dirs": "/etc/cdi"},
+        {"host_root": None},
+    ],
+    ids=lambda f: next(iter(f)),
+)
+def test_a_cached_value_the_validator_rejects_is_discarded(
+    tmp_path: Path, cache_dir: Path, forged: dict[str, object]
+) -> None:
+    path = write(tmp_path, '[runtime]\nmode = "jit"\n')
+    expected = load_settings(path)
+    (cached,) = cache_dir.iterdir()
+    _forge(cached, **forged)
+    assert load_settings(path) == expected
+    assert load_settings(path) == expected  # and the copy was made afresh
+    assert marshal.loads(cached.read_bytes())[1] == expected._values()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+def test_a_cache_owned_by_another_uid_is_ignored(tmp_path: Path, cache_dir: Path) -> None:
+    path = write(tmp_path, '[runtime]\nmode = "jit"\n')
+    load_settings(path)
+    (cached,) = cache_dir.iterdir()
+    _forge(cached, runtime_mode="cdi")
+    os.chown(cached, 65534, 65534)
+    assert load_settings(path).runtime_mode == "jit"
+    assert cached.stat().st_uid == 0  # replaced by one of ours
+
+
+def test_a_cache_directory_others_can_write_is_not_used(tmp_path: Path, cache_dir: Path) -> None:
+    path = write(tmp_path, '[runtime]\nmode = "jit"\n')
+    load_settings(path)
+    (cached,) = cache_dir.iterdir()
+    _forge(cached, runtime_mode="cdi")
+    cache_dir.chmod(0o777)
+    warnings: list[str] = []
+    assert load_settings(path, warnings=warnings).runtime_mode == "jit"
+    assert warnings == [
+        f"cache directory {cache_dir} is writable by group or others (mode 0777): chmod go-w "
+        "it; not using it till then"
+    ]
+    assert load_settings(path).runtime_mode == "jit"  # no warnings list: still refused
+    assert [p.name for p in cache_dir.iterdir()] == [cached.name]  # nothing written there
+    assert marshal.loads(cached.read_bytes())[1][1] == "cdi"
 
 
 def test_reference_lists_every_key() -> None:

@@ -301,7 +301,7 @@ def test_unwritable_bundle(
     b = shim.bundle(["NVIDIA_VISIBLE_DEVICES=0"])
     before = (b / "config.json").read_bytes()
 
-    def refuse(src: str, dst: str) -> None:
+    def refuse(src: str, dst: str, **dir_fds: int) -> None:
         raise OSError(30, "Read-only file system")
 
     monkeypatch.setattr(os, "replace", refuse)
@@ -372,3 +372,32 @@ def test_cdi_mode_maps_env_ids_to_the_default_kind(shim: Shim) -> None:
     assert result.returncode == ExitCode.UNRESOLVED
     assert "'nvidia.com/gpu=0'" in result.stderr
     assert "level=error" in log.read_text()  # the default --log-format is text
+
+
+def test_an_unsafe_cache_directory_is_logged_and_never_fails_a_start(shim: Shim) -> None:
+    """Settings and the CDI index share the directory: refused for both, said once a call."""
+    spec = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [{"name": "1"}]}
+    spec["devices"][0]["containerEdits"] = {"env": ["FROM_CDI=1"]}  # type: ignore[index]
+    (shim.spec_dir / "gpu.json").write_text(json.dumps(spec))
+    cache = shim.tmp / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)
+    b = shim.bundle(["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"])
+    for cid in ("c13", "c14"):
+        result = shim.run("create", "-b", str(b), cid)
+        assert result.returncode == 0, result.stderr
+        assert shim.runtime_argv() is not None
+    assert "FROM_CDI=1" in json.loads((b / "config.json").read_text())["process"]["env"]
+    assert list(cache.iterdir()) == []
+    records = [json.loads(line) for line in shim.log.read_text().splitlines()]
+    assert [(r["level"], r["id"]) for r in records] == [
+        ("warning", "c13"),
+        ("info", "c13"),
+        ("warning", "c14"),
+        ("info", "c14"),
+    ]
+    assert records[0]["msg"] == (
+        f"cache directory {cache} is writable by group or others (mode 0777): chmod go-w it; "
+        "not using it till then"
+    )
+    assert records[1]["mode"] == "cdi"

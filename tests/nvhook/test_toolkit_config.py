@@ -86,15 +86,15 @@ def test_the_printed_settings_load_and_mean_the_same(toolkit: Path, tmp_path: Pa
     out = tmp_path / "nvhook.toml"
     out.write_text(render_toml(import_toolkit_config(str(toolkit))))
     settings = load_settings(str(out), cache_dir=str(tmp_path / "cache"))
-    assert settings["policy.accept_env_unprivileged"] is False
-    assert settings["policy.accept_volume_mounts"] is True
-    assert settings["host.driver_root"] == "/run/nvidia/driver"
-    assert settings["hook.ldconfig"] == "/sbin/ldconfig.real"
-    assert settings["runtime.log_file"] == ""  # the toolkit's /dev/null: no log
-    assert settings["runtime.log_level"] == "warning"
-    assert settings["runtime.mode"] == "jit"
-    assert settings["runtime.runtimes"] == ["docker-runc", "runc", "crun"]
-    assert settings["cdi.annotation_prefixes"] == ["cdi.k8s.io/", "nvidia.cdi.k8s.io/"]
+    assert settings.policy_accept_env_unprivileged is False
+    assert settings.policy_accept_volume_mounts is True
+    assert settings.host_driver_root == "/run/nvidia/driver"
+    assert settings.hook_ldconfig == "/sbin/ldconfig.real"
+    assert settings.runtime_log_file == ""  # the toolkit's /dev/null: no log
+    assert settings.runtime_log_level == "warning"
+    assert settings.runtime_mode == "jit"
+    assert settings.runtime_runtimes == ("docker-runc", "runc", "crun")
+    assert settings.cdi_annotation_prefixes == ("cdi.k8s.io/", "nvidia.cdi.k8s.io/")
     text = out.read_text()
     assert "# nvidia-container-cli.load-kmods = true: nvhook never loads kernel modules" in text
     assert 'mode = "jit"  # from nvidia-container-runtime.mode' in text

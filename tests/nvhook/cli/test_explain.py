@@ -123,8 +123,7 @@ def test_json_is_the_library_answer(
     code, out, _ = _run(["explain", "-b", str(b), "--root", str(dgx), "--json"], capfd)
     assert code == 0
     data = json.loads(out)
-    settings = defaults()
-    settings["host.root"] = str(dgx)
+    settings = defaults()._replace(host_root=str(dgx))
     config = data["settings"]["config_file"]
     assert config == os.environ["NVHOOK_CONFIG"]
     assert data == explain(str(b), settings=settings)
@@ -336,8 +335,7 @@ def test_bundle_the_shim_already_edited_stays_unchanged(
     from oci.argv import RuntimeArgs
 
     b = bundle(["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=utility"])
-    settings = defaults()
-    settings["host.root"] = str(dgx)
+    settings = defaults()._replace(host_root=str(dgx))
     assert explain(str(b), settings=settings)["outcome"]["result"] == "edit"
     assert prepare(RuntimeArgs.parse(["create", "--bundle", str(b), "c1"]), settings).written
     data = explain(str(b), settings=settings)

@@ -61,14 +61,15 @@ def test_defaults_agree_with_the_settings_reference() -> None:
 
 
 def test_from_settings() -> None:
-    settings = {
-        "policy.accept_env_unprivileged": False,
-        "policy.accept_volume_mounts": True,
-        "cdi.annotation_prefixes": ["cdi.k8s.io/", "nvidia.cdi.k8s.io/"],
-        "policy.privileged_gets_all": True,
-        "policy.default_capabilities": ["utility", "compute", "video"],
-        "runtime.mode": "auto",  # other keys are not looked at
-    }
+    from nvhook.settings import defaults
+
+    settings = defaults()._replace(
+        policy_accept_env_unprivileged=False,
+        policy_accept_volume_mounts=True,
+        cdi_annotation_prefixes=("cdi.k8s.io/", "nvidia.cdi.k8s.io/"),
+        policy_privileged_gets_all=True,
+        policy_default_capabilities=("utility", "compute", "video"),
+    )
     assert Policy.from_settings(settings) == Policy(
         accept_env_unprivileged=False,
         accept_volume_mounts=True,
@@ -76,7 +77,6 @@ def test_from_settings() -> None:
         privileged_gets_all=True,
         default_capabilities=("compute", "utility", "video"),
     )
-    assert Policy.from_settings({}) == Policy()
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,9 @@ def test_invalid_values_name_the_key(kwargs: dict[str, Any], message: str) -> No
         Policy(**kwargs)
     assert str(info.value) == message
     assert info.value.exit_code == 8
-    settings = {SETTINGS_KEYS[k]: v for k, v in kwargs.items()}
+    from nvhook.settings import defaults, field_name
+
+    settings = defaults()._replace(**{field_name(SETTINGS_KEYS[k]): v for k, v in kwargs.items()})
     with pytest.raises(ConfigError, match="^" + re.escape(message.split(" ")[0])):
         Policy.from_settings(settings)
 

@@ -11,17 +11,16 @@ from typing import Any
 
 import pytest
 
-from nvhook.create import edits_for
+from nvhook.create import decide_spec
 from nvhook.discover.hooks import validate_injected_hook
 from nvhook.edits import Host
 from nvhook.errors import DriverError, RequestError
 from nvhook.mock import list_profiles, load_profile
 from nvhook.mock.model import mig_caps_minor
-from nvhook.requests.parse import parse_requests
-from nvhook.requests.policy import Policy
-from nvhook.settings import defaults
+from nvhook.settings import Settings, defaults
 from nvhook.tools.generate import device_names, generate_spec
 from oci.cdi.apply import apply
+from oci.cdi.edits import Edits
 from oci.cdi.spec import decode_spec, parse_spec
 from oci.cdi.validate import validate_data
 from oci.cdi.write import dump_spec, write_spec
@@ -189,13 +188,17 @@ def test_written_atomically_with_mode_0644(host: Callable[[str], Host], tmp_path
     assert sorted(p.name for p in target.parent.iterdir()) == ["nvidia.yaml"]
 
 
-def _settings(root: Path, mode: str, spec_dir: Path | None = None) -> dict[str, Any]:
-    settings = defaults()
-    settings["host.root"] = str(root)
-    settings["runtime.mode"] = mode
+def _settings(root: Path, mode: str, spec_dir: Path | None = None) -> Settings:
+    settings = defaults()._replace(host_root=str(root), runtime_mode=mode)
     if spec_dir is not None:
-        settings["cdi.spec_dirs"] = [str(spec_dir)]
+        settings = settings._replace(cdi_spec_dirs=(str(spec_dir),))
     return settings
+
+
+def _mode_and_edits(spec: dict[str, Any], settings: Settings) -> tuple[str | None, Edits]:
+    decision = decide_spec(spec, settings)
+    assert decision.error is None and decision.edits is not None, decision.error
+    return decision.mode, decision.edits
 
 
 @pytest.mark.parametrize(
@@ -222,9 +225,8 @@ def test_cdi_mode_with_the_generated_spec_equals_jit(
         f"NVIDIA_VISIBLE_DEVICES={visible}",
         "NVIDIA_DRIVER_CAPABILITIES=all",
     ]
-    requests = parse_requests(base, Policy())
-    jit_mode, jit_edits = edits_for(requests, _settings(root, "jit"))
-    cdi_mode, cdi_edits = edits_for(requests, _settings(root, "cdi", tmp_path))
+    jit_mode, jit_edits = _mode_and_edits(base, _settings(root, "jit"))
+    cdi_mode, cdi_edits = _mode_and_edits(base, _settings(root, "cdi", tmp_path))
     assert (jit_mode, cdi_mode) == ("jit", "cdi")
     assert apply(cdi_edits, base) == apply(jit_edits, base)
 
@@ -237,9 +239,8 @@ def test_multi_device_request_same_nodes_as_jit(
     write_spec(tmp_path / "nvidia.json", generate_spec(Host(root=str(root))).spec)
     base = json.loads((SPECS / "runc-spec.json").read_text())
     base["process"]["env"] += ["NVIDIA_VISIBLE_DEVICES=2,0", "NVIDIA_DRIVER_CAPABILITIES=all"]
-    requests = parse_requests(base, Policy())
-    jit = apply(edits_for(requests, _settings(root, "jit"))[1], base)
-    cdi = apply(edits_for(requests, _settings(root, "cdi", tmp_path))[1], base)
+    jit = apply(_mode_and_edits(base, _settings(root, "jit"))[1], base)
+    cdi = apply(_mode_and_edits(base, _settings(root, "cdi", tmp_path))[1], base)
     key = json.dumps
     for field in ("devices", "resources"):
         a, b = jit["linux"][field], cdi["linux"][field]

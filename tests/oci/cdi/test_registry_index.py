@@ -534,17 +534,14 @@ def test_read_only_cache_directory_is_no_error(unprivileged_tmp: Path, settled: 
 def test_runtime_cdi_mode_keeps_its_index_in_the_cache_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settled: None
 ) -> None:
-    from nvhook.create import edits_for
-    from nvhook.requests.parse import parse_requests
-    from nvhook.requests.policy import Policy
+    from nvhook.create import decide_spec
     from nvhook.settings import defaults
 
     d = tmp_path / "cdi"
     write_spec(d / "gpu.json", GPU, {"1": ["G=1"]})
     monkeypatch.setenv("NVHOOK_CACHE_DIR", str(tmp_path / "cache"))
-    settings = defaults()
-    settings["runtime.mode"] = "cdi"
-    settings["cdi.spec_dirs"] = [str(d)]
-    requests = parse_requests({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=1"]}}, Policy())
-    assert edits_for(requests, settings) == ("cdi", Edits(env=("G=1",)))
+    settings = defaults()._replace(runtime_mode="cdi", cdi_spec_dirs=(str(d),))
+    decision = decide_spec({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=1"]}}, settings)
+    assert (decision.mode, decision.cdi_names) == ("cdi", (f"{GPU}=1",))
+    assert decision.edits == Edits(env=("G=1",))
     assert len(index_files(str(tmp_path / "cache"))) == 1
