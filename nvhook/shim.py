@@ -7,7 +7,7 @@ GPUs first edits the bundle's config.json (:func:`nvhook.create.prepare`).
 
 On every other call this module imports almost nothing (``os``, ``sys``, the
 argv parser and the settings loader): no pydantic, pynvml, click, yaml or
-pyroute2, and no ``json``/``dataclasses`` (DESIGN.md D5; a test checks
+pyroute2, and no ``json``/``dataclasses`` (docs/architecture.md D5; a test checks
 ``sys.modules``).
 
 A failure is one line on stderr (``nvhook-runtime: …``), the same message in

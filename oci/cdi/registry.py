@@ -13,7 +13,7 @@
   follow in request order. Unresolvable names fail together in one error.
 
 :func:`resolve` gives the same answers as ``Registry(dirs).resolve(names)``
-without parsing every file (DESIGN.md D5: nodes with DRA drivers hold a spec per
+without parsing every file (docs/architecture.md D5: nodes with DRA drivers hold a spec per
 claim). It lists the directories and stats each spec file, and keeps an *index*
 of what each file defines, keyed by the file's identity ``(st_dev, st_ino,
 st_size, st_mtime_ns, st_ctime_ns)``: ``("ok", kind, device names)`` or
