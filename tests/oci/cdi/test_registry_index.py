@@ -21,7 +21,7 @@ from oci.cdi.edits import Edits
 from oci.cdi.registry import Registry, resolve
 from oci.cdi.spec import Spec, load_spec
 from oci.errors import CdiError, CdiResolveError
-from tests.support.unprivileged import call_unprivileged
+from tests.support.unprivileged import NOBODY, call_unprivileged
 
 GOLDEN = Path(__file__).parents[2] / "golden"
 GPU = "nvidia.com/gpu"
@@ -517,13 +517,14 @@ def test_read_only_cache_directory_is_no_error(unprivileged_tmp: Path, settled: 
     def ask() -> tuple[object, ...]:
         return outcome(resolve, [str(d)], [f"{GPU}=0"], cache_dir=str(cache))
 
-    cache.mkdir()
-    cache.chmod(0o777)  # control: writable, the index is written there
+    cache.mkdir(mode=0o700)
+    os.chown(cache, NOBODY, NOBODY)  # control: the caller's own, the index is written there
     assert call_unprivileged(ask) == ("ok", Edits(env=("G=0",)))
     assert len(index_files(str(cache))) == 1
     shutil.rmtree(cache)
     cache.mkdir()
-    cache.chmod(0o555)  # read-only to everyone but root
+    os.chown(cache, NOBODY, NOBODY)
+    cache.chmod(0o500)  # the caller's own, but read-only (to everyone but root)
     assert call_unprivileged(ask) == ("ok", Edits(env=("G=0",)))
     assert list(cache.iterdir()) == []
 
