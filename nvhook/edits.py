@@ -47,33 +47,25 @@ __all__ = ["Host", "Plan", "plan"]
 GRAPHICS_CAPABILITIES = frozenset({"graphics", "display"})
 
 
-class Host(Frozen):
-    """Where the host's parts are: ``root`` (``/proc``, IPC sockets), the driver, ``/dev``."""
+class Host(Frozen, kw_only=True):
+    """Where the host's parts are: ``root`` (``/proc``, IPC sockets), the driver, ``/dev``.
 
-    __slots__ = ("root", "driver_root", "dev_root", "resolver", "hook_path")  # noqa: RUF023
-    root: str
-    driver_root: str
-    dev_root: str
-    resolver: str  # "procfs" | "nvml"
-    hook_path: str
+    ``driver_root`` and ``dev_root`` default to ``root``, ``hook_path`` to the installed hook.
+    """
 
-    def __init__(
-        self,
-        *,
-        root: str = "/",
-        driver_root: str = "",
-        dev_root: str = "",
-        resolver: str = "procfs",
-        hook_path: str = "",
-    ) -> None:
+    root: str = "/"
+    driver_root: str = ""
+    dev_root: str = ""
+    resolver: str = "procfs"  # "procfs" | "nvml"
+    hook_path: str = ""
+
+    def __post_init__(self) -> None:
         from nvhook.discover.hooks import default_hook_path
 
         self._set(
-            root=root,
-            driver_root=driver_root or root,
-            dev_root=dev_root or root,
-            resolver=resolver,
-            hook_path=hook_path or default_hook_path(),
+            driver_root=self.driver_root or self.root,
+            dev_root=self.dev_root or self.root,
+            hook_path=self.hook_path or default_hook_path(),
         )
 
     @classmethod
@@ -88,35 +80,15 @@ class Host(Frozen):
         )
 
 
-class Plan(Frozen):
+class Plan(Frozen, kw_only=True):
     """What a request resolved to on this host, and the edits that inject it."""
 
-    __slots__ = ("requests", "gpus", "selected", "driver_files", "facts", "edits")  # noqa: RUF023
     requests: Requests
     gpus: HostGpus
     selected: tuple[Selected, ...]
     driver_files: DriverFiles | None
     facts: HostFacts | None  # what the requirements were checked against (None: not checked)
     edits: Edits
-
-    def __init__(
-        self,
-        *,
-        requests: Requests,
-        gpus: HostGpus,
-        selected: tuple[Selected, ...],
-        driver_files: DriverFiles | None,
-        facts: HostFacts | None,
-        edits: Edits,
-    ) -> None:
-        self._set(
-            requests=requests,
-            gpus=gpus,
-            selected=selected,
-            driver_files=driver_files,
-            facts=facts,
-            edits=edits,
-        )
 
 
 def plan(requests: Requests, host: Host) -> Plan:

@@ -29,6 +29,14 @@ Rules, checked when the class is created (``TypeError``):
 - a subclass of a value class adds fields after its bases' fields;
 - ``ClassVar[...]`` annotations are class attributes, not fields.
 
+``class X(Frozen, kw_only=True)`` makes the class's own fields keyword-only (as
+``@dataclass(kw_only=True)``), and so does a pseudo-field ``_: KW_ONLY`` for the fields
+after it (``KW_ONLY`` imported from :mod:`dataclasses` under ``TYPE_CHECKING`` only: it
+is read as text here). Keyword-only fields may come in any order, defaults or not, and
+are left out of ``__match_args__``; positional fields cannot follow them in a subclass.
+``class X(Frozen, order=True)`` adds ``<``, ``<=``, ``>``, ``>=`` comparing the fields in
+order, as tuples (``@dataclass(order=True)``).
+
 A class that must check or normalise its fields defines ``__post_init__(self)``; it
 runs at the end of ``__init__`` and may replace a field's value with
 :meth:`Frozen._set` (the only way a field is ever assigned).
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any, Self, dataclass_transform
 else:  # `typing` costs ~20 ms under `python -I -S`; the decorator only informs type checkers
 
@@ -45,7 +54,11 @@ else:  # `typing` costs ~20 ms under `python -I -S`; the decorator only informs 
         return lambda cls: cls
 
 
-__all__ = ["Frozen", "Record"]
+__all__ = ["EMPTY_MAPPING", "Frozen"]
+
+#: An immutable empty mapping, the default for a mapping field that ``__post_init__``
+#: copies (``types.MappingProxyType({})``, which is what ``types`` itself takes it from).
+EMPTY_MAPPING: Mapping[Any, Any] = type(type.__dict__)({})
 
 _MUTABLE_DEFAULTS = (list, dict, set, bytearray)
 _MISSING = object()
@@ -58,26 +71,67 @@ def _is_classvar(annotation: object) -> bool:
     )
 
 
+# The comparisons ``order=True`` adds: the fields in order, as tuples, within one class.
+def _lt(self: Any, other: Any) -> Any:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return self._values() < other._values()
+
+
+def _le(self: Any, other: Any) -> Any:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return self._values() <= other._values()
+
+
+def _gt(self: Any, other: Any) -> Any:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return self._values() > other._values()
+
+
+def _ge(self: Any, other: Any) -> Any:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return self._values() >= other._values()
+
+
+_lt.__name__, _le.__name__, _gt.__name__, _ge.__name__ = "__lt__", "__le__", "__gt__", "__ge__"
+
+
 class _FrozenMeta(type):
     """Builds ``__slots__``, the field table and ``__match_args__`` from the annotations."""
 
     def __new__(
-        mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any
+        mcs,
+        name: str,
+        bases: tuple[type, ...],
+        namespace: dict[str, Any],
+        *,
+        kw_only: bool = False,
+        order: bool = False,
+        **kwargs: Any,
     ) -> _FrozenMeta:
         inherited: tuple[str, ...] = ()
+        positional = 0
         defaults: dict[str, object] = {}
         for base in bases:
             fields = getattr(base, "__frozen_fields__", None)
             if fields is not None:
                 inherited = fields
+                positional = getattr(base, "__frozen_positional__", len(fields))
                 defaults.update(getattr(base, "__frozen_defaults__", {}))
         own: list[str] = []
+        keyword_from = 0 if kw_only else -1  # own fields from this one on are keyword-only
         if "__slots__" in namespace:  # written by hand: the fields are exactly those slots
             own = [s for s in namespace["__slots__"] if s not in inherited]
         else:
             annotations = namespace.get("__annotations__", {})
             for field, annotation in annotations.items():
                 if _is_classvar(annotation) or field in inherited:
+                    continue
+                if annotation in ("KW_ONLY", "dataclasses.KW_ONLY"):
+                    keyword_from = len(own)
                     continue
                 own.append(field)
             for field in own:
@@ -92,15 +146,24 @@ class _FrozenMeta(type):
                 defaults[field] = value
             namespace["__slots__"] = tuple(own)
         fields = (*inherited, *own)
+        own_positional = len(own) if keyword_from < 0 else keyword_from
+        if own_positional:
+            if positional < len(inherited):
+                raise TypeError(f"{name}: positional fields cannot follow keyword-only ones")
+            positional = len(inherited) + own_positional
         seen_default = False
-        for field in fields:
+        for field in fields[:positional]:
             if field in defaults:
                 seen_default = True
             elif seen_default:
                 raise TypeError(f"{name}: field {field!r} without a default follows a default")
         namespace["__frozen_fields__"] = fields
+        namespace["__frozen_positional__"] = positional
         namespace["__frozen_defaults__"] = defaults
-        namespace.setdefault("__match_args__", fields)
+        namespace.setdefault("__match_args__", fields[:positional])
+        if order:
+            for method in (_lt, _le, _gt, _ge):
+                namespace.setdefault(method.__name__, method)
         return super().__new__(mcs, name, bases, namespace, **kwargs)
 
 
@@ -110,6 +173,7 @@ class Frozen(metaclass=_FrozenMeta):
 
     __slots__ = ()
     __frozen_fields__: tuple[str, ...] = ()
+    __frozen_positional__: int = 0
     __frozen_defaults__: dict[str, object] = {}
 
     if not TYPE_CHECKING:  # type checkers synthesise the typed __init__ from the fields
@@ -117,7 +181,12 @@ class Frozen(metaclass=_FrozenMeta):
         def __init__(self, *args, **kwargs):
             cls = type(self)
             fields = cls.__frozen_fields__
-            if len(args) > len(fields):
+            if len(args) > cls.__frozen_positional__:
+                if cls.__frozen_positional__ < len(fields):
+                    raise TypeError(
+                        f"{cls.__name__}() takes {cls.__frozen_positional__} positional fields,"
+                        f" {len(args)} were given"
+                    )
                 raise TypeError(
                     f"{cls.__name__}() takes {len(fields)} fields, {len(args)} were given"
                 )
@@ -182,67 +251,3 @@ class Frozen(metaclass=_FrozenMeta):
         if changes:
             raise TypeError(f"{type(self).__name__} has no field {', '.join(changes)}")
         return type(self)(**values)
-
-
-# Deprecated: being replaced by Frozen everywhere (issue 10); delete with its last user.
-if TYPE_CHECKING:
-    from typing import NamedTuple as Record
-else:
-    from operator import itemgetter
-
-    class Record(tuple):
-        """``typing.NamedTuple`` without importing ``typing`` (~5 ms with ``re``, ``functools``).
-
-        The same class syntax (annotated fields, defaults, methods) gives a tuple subclass
-        with a property per field, ``_fields``, keyword construction and a readable repr.
-        Type checkers see ``typing.NamedTuple`` itself.
-        """
-
-        __slots__ = ()
-        _fields: tuple[str, ...] = ()
-        _field_defaults: dict[str, object] = {}
-
-        def __init_subclass__(cls, **kwargs: object) -> None:
-            super().__init_subclass__(**kwargs)
-            names = tuple(cls.__dict__.get("__annotations__", {}))  # noqa: RUF063 - no inspect
-            defaults = {}
-            for i, name in enumerate(names):
-                if name in cls.__dict__:
-                    defaults[name] = cls.__dict__[name]
-                elif defaults:
-                    raise TypeError(
-                        f"{cls.__name__}: non-default field {name!r} follows a default field"
-                    )
-                setattr(cls, name, property(itemgetter(i), doc=f"field {i}: {name}"))
-            cls._fields = names
-            cls._field_defaults = defaults
-
-        def __new__(cls, *args, **kwargs):
-            fields = cls._fields
-            if len(args) > len(fields):
-                raise TypeError(f"{cls.__name__} takes {len(fields)} fields, got {len(args)}")
-            values = list(args)
-            for name in fields[len(args) :]:
-                if name in kwargs:
-                    values.append(kwargs.pop(name))
-                elif name in cls._field_defaults:
-                    values.append(cls._field_defaults[name])
-                else:
-                    raise TypeError(f"{cls.__name__}: missing field {name!r}")
-            if kwargs:
-                raise TypeError(f"{cls.__name__}: unexpected fields {', '.join(kwargs)}")
-            return tuple.__new__(cls, values)
-
-        def __repr__(self):
-            body = ", ".join(f"{n}={v!r}" for n, v in zip(self._fields, self, strict=True))
-            return f"{type(self).__name__}({body})"
-
-        def __getnewargs__(self):
-            return tuple(self)
-
-        def _replace(self, **changes):
-            values = (changes.pop(n, v) for n, v in zip(self._fields, self, strict=True))
-            return type(self)(*values, **changes)
-
-        def _asdict(self):
-            return dict(zip(self._fields, self, strict=True))

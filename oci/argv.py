@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import os
 
-from oci._frozen import Frozen
+from oci._frozen import EMPTY_MAPPING, Frozen
 from oci.errors import ArgvError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from dataclasses import KW_ONLY
 
 __all__ = ["CREATE_COMMANDS", "RuntimeArgs"]
 
@@ -142,7 +143,7 @@ _COMMANDS: dict[str, _Table] = {
 _ID_COMMANDS = frozenset(_COMMANDS) - {"list", "spec", "features"}
 
 
-class RuntimeArgs(Frozen):
+class RuntimeArgs(Frozen, kw_only=True):
     """A runtime command line, parsed; ``argv`` is the original, to exec unchanged.
 
     ``global_flags`` and ``command_flags`` map each flag's long name (``h`` becomes
@@ -154,92 +155,30 @@ class RuntimeArgs(Frozen):
     one (all but ``list``, ``spec``, ``features`` and ``help``).
     """
 
-    __slots__ = (
-        "argv",
-        "bundle",
-        "command",
-        "command_flags",
-        "command_index",
-        "console_socket",
-        "container_id",
-        "debug",
-        "global_flags",
-        "help",
-        "log_format",
-        "log_path",
-        "pid_file",
-        "positionals",
-        "root",
-        "rootless",
-        "systemd_cgroup",
-        "unknown_flags",
-        "version",
-    )
-
+    # Fields in alphabetical order, which is their repr's.
     argv: tuple[str, ...]
-    command: str | None
-    command_index: int | None
-    global_flags: Mapping[str, str | None]
-    command_flags: Mapping[str, str | None]
-    positionals: tuple[str, ...]
-    unknown_flags: tuple[str, ...]
-    root: str | None
-    log_path: str | None
-    log_format: str | None
-    rootless: str | None
-    debug: bool
-    systemd_cgroup: bool
-    help: bool
-    version: bool
-    bundle: str | None
-    container_id: str | None
-    pid_file: str | None
-    console_socket: str | None
+    bundle: str | None = None
+    command: str | None = None
+    command_flags: Mapping[str, str | None] = EMPTY_MAPPING
+    command_index: int | None = None
+    console_socket: str | None = None
+    container_id: str | None = None
+    debug: bool = False
+    global_flags: Mapping[str, str | None] = EMPTY_MAPPING
+    help: bool = False
+    log_format: str | None = None
+    log_path: str | None = None
+    pid_file: str | None = None
+    positionals: tuple[str, ...] = ()
+    root: str | None = None
+    rootless: str | None = None
+    systemd_cgroup: bool = False
+    unknown_flags: tuple[str, ...] = ()
+    version: bool = False
 
-    def __init__(
-        self,
-        *,
-        argv: Sequence[str],
-        command: str | None = None,
-        command_index: int | None = None,
-        global_flags: Mapping[str, str | None] | None = None,
-        command_flags: Mapping[str, str | None] | None = None,
-        positionals: Sequence[str] = (),
-        unknown_flags: Sequence[str] = (),
-        root: str | None = None,
-        log_path: str | None = None,
-        log_format: str | None = None,
-        rootless: str | None = None,
-        debug: bool = False,
-        systemd_cgroup: bool = False,
-        help: bool = False,
-        version: bool = False,
-        bundle: str | None = None,
-        container_id: str | None = None,
-        pid_file: str | None = None,
-        console_socket: str | None = None,
-    ) -> None:
-        self._set(
-            argv=tuple(argv),
-            command=command,
-            command_index=command_index,
-            global_flags=dict(global_flags or {}),
-            command_flags=dict(command_flags or {}),
-            positionals=tuple(positionals),
-            unknown_flags=tuple(unknown_flags),
-            root=root,
-            log_path=log_path,
-            log_format=log_format,
-            rootless=rootless,
-            debug=debug,
-            systemd_cgroup=systemd_cgroup,
-            help=help,
-            version=version,
-            bundle=bundle,
-            container_id=container_id,
-            pid_file=pid_file,
-            console_socket=console_socket,
-        )
+    def __post_init__(self) -> None:
+        """Own copies of the flag mappings (the caller may go on changing its dicts)."""
+        self._set(global_flags=dict(self.global_flags), command_flags=dict(self.command_flags))
 
     @property
     def creates(self) -> bool:
@@ -273,7 +212,7 @@ class RuntimeArgs(Frozen):
             global_flags=global_flags,
             command_flags=parsed.flags,
             positionals=parsed.positionals,
-            unknown_flags=unknown,
+            unknown_flags=tuple(unknown),
             root=global_flags.get("root"),
             log_path=global_flags.get("log"),
             log_format=global_flags.get("log-format"),
@@ -289,25 +228,15 @@ class RuntimeArgs(Frozen):
         )
 
 
-class _Command:
+class _Command(Frozen):
     """What :func:`_parse_command` found after the subcommand."""
 
-    __slots__ = ("bundle", "container_id", "flags", "help_", "positionals")
-
-    def __init__(
-        self,
-        flags: dict[str, str | None],
-        positionals: tuple[str, ...],
-        *,
-        help_: bool,
-        container_id: str | None,
-        bundle: str | None,
-    ) -> None:
-        self.flags = flags
-        self.positionals = positionals
-        self.help_ = help_
-        self.container_id = container_id
-        self.bundle = bundle
+    flags: dict[str, str | None]
+    positionals: tuple[str, ...]
+    _: KW_ONLY
+    help_: bool
+    container_id: str | None
+    bundle: str | None
 
 
 def _is_true(flags: Mapping[str, str | None], name: str) -> bool:

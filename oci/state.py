@@ -16,7 +16,7 @@ the spec lets runtimes define more values than creating/created/running/stopped.
 from __future__ import annotations
 
 from oci import jsoncodec
-from oci._frozen import Frozen
+from oci._frozen import EMPTY_MAPPING, Frozen
 from oci.errors import SpecError
 from oci.jsoncodec import type_name
 
@@ -31,36 +31,18 @@ __all__ = ["STATUSES", "State"]
 STATUSES: tuple[str, ...] = ("creating", "created", "running", "stopped")
 
 
-class State(Frozen):
+class State(Frozen, kw_only=True):
     """The state of a container, as a hook reads it on stdin (frozen, slotted value)."""
 
-    __slots__ = ("annotations", "bundle", "id", "oci_version", "pid", "status")
-
-    oci_version: str
-    id: str
-    status: str
-    pid: int | None
+    annotations: Mapping[str, str] = EMPTY_MAPPING
     bundle: str
-    annotations: Mapping[str, str]
+    id: str
+    oci_version: str
+    pid: int | None = None
+    status: str
 
-    def __init__(
-        self,
-        *,
-        oci_version: str,
-        id: str,
-        status: str,
-        bundle: str,
-        pid: int | None = None,
-        annotations: Mapping[str, str] | None = None,
-    ) -> None:
-        self._set(
-            oci_version=oci_version,
-            id=id,
-            status=status,
-            pid=pid,
-            bundle=bundle,
-            annotations=dict(annotations or {}),
-        )
+    def __post_init__(self) -> None:
+        self._set(annotations=dict(self.annotations))
 
     @classmethod
     def parse(cls, data: bytes | str, *, source: str = "container state") -> State:

@@ -53,10 +53,9 @@ __all__ = [
 ]
 
 
-class Mig(Frozen):
+class Mig(Frozen, kw_only=True):
     """A MIG device: a compute instance of a GPU instance of a GPU in MIG mode."""
 
-    __slots__ = ("gpu_index", "index", "gi", "ci", "gi_caps_minor", "ci_caps_minor", "uuid")  # noqa: RUF023
     gpu_index: int
     index: int
     gi: int
@@ -65,47 +64,20 @@ class Mig(Frozen):
     ci_caps_minor: int  # … and to the compute instance
     uuid: str | None  # "MIG-…" (None in the procfs view)
 
-    def __init__(
-        self,
-        *,
-        gpu_index: int,
-        index: int,
-        gi: int,
-        ci: int,
-        gi_caps_minor: int,
-        ci_caps_minor: int,
-        uuid: str | None,
-    ) -> None:
-        self._set(
-            gpu_index=gpu_index,
-            index=index,
-            gi=gi,
-            ci=ci,
-            gi_caps_minor=gi_caps_minor,
-            ci_caps_minor=ci_caps_minor,
-            uuid=uuid,
-        )
-
     @property
     def name(self) -> str:
         return f"{self.gpu_index}:{self.index}"
 
 
-class Gpu(Frozen):
+class Gpu(Frozen, kw_only=True):
     """A physical GPU as the host shows it."""
 
-    __slots__ = ("index", "uuid", "minor", "bus_id", "model", "migs")  # noqa: RUF023
     index: int
     uuid: str
     minor: int  # /dev/nvidia<minor>
     bus_id: str  # "0000:07:00.0"
     model: str
     migs: tuple[Mig, ...]  # in MIG index order
-
-    def __init__(
-        self, *, index: int, uuid: str, minor: int, bus_id: str, model: str, migs: tuple[Mig, ...]
-    ) -> None:
-        self._set(index=index, uuid=uuid, minor=minor, bus_id=bus_id, model=model, migs=migs)
 
     @property
     def name(self) -> str:
@@ -118,12 +90,8 @@ Selected = Gpu | Mig
 class HostGpus(Frozen):
     """The host's GPUs in index order, and which source saw them (``procfs`` | ``nvml``)."""
 
-    __slots__ = ("gpus", "source")
     gpus: tuple[Gpu, ...]
     source: str
-
-    def __init__(self, gpus: tuple[Gpu, ...], source: str) -> None:
-        self._set(gpus=gpus, source=source)
 
     def describe(self) -> str:
         """A short list of what exists, for error messages."""

@@ -5,8 +5,8 @@
 
 :func:`open_nvml` loads ``libnvidia-ml.so.1`` (from ``lib_dir`` when given, else wherever the
 dynamic loader finds it), initialises NVML, yields an :class:`Nvml` and shuts NVML down again.
-Its answers are frozen dataclasses; every NVML failure becomes a :class:`DriverError` whose
-message names the NVML function, the device and the library.
+Its answers are frozen values (:class:`oci._frozen.Frozen`); every NVML failure becomes a
+:class:`DriverError` whose message names the NVML function, the device and the library.
 
 ``pynvml`` (from ``nvidia-ml-py``) keeps one library per process in ``pynvml.nvmlLib`` and caches
 function pointers; to use a specific library this module loads it with ``ctypes`` by absolute
@@ -25,12 +25,12 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from nvhook.devices.procfs import normalize_bus_id
 from nvhook.errors import DriverError
+from oci._frozen import Frozen
 
 __all__ = ["LIBRARY", "DriverInfo", "GpuInfo", "MigInfo", "Nvml", "open_nvml"]
 
@@ -60,15 +60,13 @@ _BRANDS = {
 }
 
 
-@dataclass(frozen=True)
-class DriverInfo:
+class DriverInfo(Frozen):
     driver_version: str  # "550.54.15"
     cuda_version: str  # "12.4"
     nvml_version: str  # "12.550.54.15"
 
 
-@dataclass(frozen=True)
-class MigInfo:
+class MigInfo(Frozen):
     index: int  # MIG device index under its GPU (nvmlDeviceGetMigDeviceHandleByIndex)
     uuid: str  # "MIG-…"
     gi: int  # GPU instance id
@@ -78,8 +76,7 @@ class MigInfo:
     parent_uuid: str
 
 
-@dataclass(frozen=True)
-class GpuInfo:
+class GpuInfo(Frozen):
     index: int
     name: str
     uuid: str

@@ -43,28 +43,17 @@ __all__ = [
 
 
 class ProcComputeInstance(Frozen):
-    __slots__ = ("caps_minor", "ci")
     ci: int
     caps_minor: int  # /dev/nvidia-caps/nvidia-cap<caps_minor>
 
-    def __init__(self, ci: int, caps_minor: int) -> None:
-        self._set(ci=ci, caps_minor=caps_minor)
-
 
 class ProcGpuInstance(Frozen):
-    __slots__ = ("gi", "caps_minor", "compute_instances")  # noqa: RUF023 - field order
     gi: int
     caps_minor: int
     compute_instances: tuple[ProcComputeInstance, ...]  # by ci
 
-    def __init__(
-        self, gi: int, caps_minor: int, compute_instances: tuple[ProcComputeInstance, ...]
-    ) -> None:
-        self._set(gi=gi, caps_minor=caps_minor, compute_instances=compute_instances)
 
-
-class ProcGpu(Frozen):
-    __slots__ = ("index", "bus_id", "uuid", "model", "minor", "gpu_instances", "info")  # noqa: RUF023
+class ProcGpu(Frozen, kw_only=True):
     index: int  # position in PCI bus-id order, which is NVML's index
     bus_id: str  # "0000:07:00.0" (normalize_bus_id form)
     uuid: str
@@ -73,36 +62,11 @@ class ProcGpu(Frozen):
     gpu_instances: tuple[ProcGpuInstance, ...]  # MIG GPU instances that exist, by gi
     info: Mapping[str, str]  # every field of the information file
 
-    def __init__(
-        self,
-        *,
-        index: int,
-        bus_id: str,
-        uuid: str,
-        model: str,
-        minor: int,
-        gpu_instances: tuple[ProcGpuInstance, ...],
-        info: Mapping[str, str],
-    ) -> None:
-        self._set(
-            index=index,
-            bus_id=bus_id,
-            uuid=uuid,
-            model=model,
-            minor=minor,
-            gpu_instances=gpu_instances,
-            info=info,
-        )
-
     def __hash__(self) -> int:  # info (a mapping) is left out: unhashable
         return hash((self.index, self.bus_id, self.uuid, self.minor, self.gpu_instances))
 
 
-class ProcDriver(Frozen):
-    __slots__ = (  # noqa: RUF023 - field order
-        "version", "open_module", "gpus", "majors", "params", "mig_config_minor",
-        "mig_monitor_minor",
-    )  # fmt: skip
+class ProcDriver(Frozen, kw_only=True):
     version: str  # "550.54.15"
     open_module: bool  # the open kernel module (else the proprietary one)
     gpus: tuple[ProcGpu, ...]  # in index order
@@ -110,27 +74,6 @@ class ProcDriver(Frozen):
     params: Mapping[str, str]
     mig_config_minor: int | None  # nvidia-caps minors of capabilities/mig/config …
     mig_monitor_minor: int | None  # … and capabilities/mig/monitor
-
-    def __init__(
-        self,
-        *,
-        version: str,
-        open_module: bool,
-        gpus: tuple[ProcGpu, ...],
-        majors: Mapping[str, int],
-        params: Mapping[str, str],
-        mig_config_minor: int | None,
-        mig_monitor_minor: int | None,
-    ) -> None:
-        self._set(
-            version=version,
-            open_module=open_module,
-            gpus=gpus,
-            majors=majors,
-            params=params,
-            mig_config_minor=mig_config_minor,
-            mig_monitor_minor=mig_monitor_minor,
-        )
 
     def __hash__(self) -> int:
         return hash((self.version, self.open_module, self.gpus))

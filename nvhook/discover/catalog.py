@@ -18,7 +18,7 @@ the mock machine (``tests/nvhook/discover/test_catalog.py`` keeps them equal).
 
 from __future__ import annotations
 
-from oci._frozen import Record as NamedTuple
+from oci._frozen import Frozen
 
 __all__ = [
     "BINARIES",
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 
-class LibrarySpec(NamedTuple):
+class LibrarySpec(Frozen):
     """A driver library: its stem, the subdirectory of a library directory it lives in."""
 
     stem: str
@@ -220,7 +220,7 @@ CONFIGS: dict[str, tuple[str, ...]] = {
 CONFIG_BASES: tuple[str, ...] = ("/etc", "/usr/local/share", "/usr/share")
 
 
-class XorgModule(NamedTuple):
+class XorgModule(Frozen):
     """An Xorg module of the ``display`` capability, in a subdirectory of a modules dir."""
 
     subdir: str
@@ -246,7 +246,7 @@ XORG_MODULE_PATHS: tuple[str, ...] = (
 WINE_DIR = "nvidia/wine"
 
 
-class DevLink(NamedTuple):
+class DevLink(Frozen):
     """A symlink NVIDIA's tools create next to a library that the driver does not ship.
 
     ``link`` is created in the library's directory and points to the library's

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import struct
 
-from oci._frozen import Record as NamedTuple
+from oci._frozen import Frozen
 
 __all__ = ["ARCH_ELF", "ElfInfo", "read_elf"]
 
@@ -38,7 +38,7 @@ _MAX_DYNAMIC = 1 << 16  # bytes of the dynamic section read at most
 _MAX_SONAME = 1024
 
 
-class ElfInfo(NamedTuple):
+class ElfInfo(Frozen):
     """What an ELF file says about itself."""
 
     elf_class: int  # 32 or 64

@@ -24,9 +24,8 @@ A short, corrupt or foreign file raises :class:`~nvhook.errors.DriverError`
 naming the file and the fault; no offset in the file is trusted.
 
 Standard library only, no ``re``: this runs on the runtime shim's path
-(DESIGN.md D5, D6). Values are named tuples, not dataclasses: defining one
-costs a tenth of a frozen dataclass at import, and building the cache's
-hundreds of entries half the time.
+(DESIGN.md D5, D6). Values are :class:`oci._frozen.Frozen` classes, not
+dataclasses, which would cost more to import than parsing the whole cache.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ import struct
 import sys
 
 from nvhook.errors import DriverError
-from oci._frozen import Record as NamedTuple
+from oci._frozen import Frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -78,7 +77,7 @@ _ENDIAN = {0: "=", 2: "<", 3: ">"}  # 0: unset (glibc < 2.33 wrote its own order
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 
 
-class CacheEntry(NamedTuple):
+class CacheEntry(Frozen):
     """One library in the cache: ``soname`` is found at ``path`` (a path on the cache's root)."""
 
     soname: str
@@ -88,7 +87,7 @@ class CacheEntry(NamedTuple):
     hwcap: int = 0
 
 
-class LdCache(NamedTuple):
+class LdCache(Frozen):
     """A parsed cache: where it came from, which format was read, its entries in order."""
 
     source: str

@@ -23,7 +23,7 @@ from nvhook.discover.catalog import LibrarySpec
 from nvhook.discover.elf import ARCH_ELF, read_elf
 from nvhook.discover.ldsocache import ARCH_FLAGS, LdCache
 from nvhook.discover.root import Root
-from oci._frozen import Record as NamedTuple
+from oci._frozen import Frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["Library", "LibraryFinder", "is_version", "version_key", "version_of"]
 
 
-class Library(NamedTuple):
+class Library(Frozen):
     """A library found: its real file (a path in the root) and SONAME (None if unknown)."""
 
     stem: str

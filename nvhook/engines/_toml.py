@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import tomlkit
@@ -26,6 +25,7 @@ from tomlkit.items import AoT, InlineTable, Item, Table, Whitespace
 from tomlkit.toml_document import TOMLDocument
 
 from nvhook.errors import EngineConfigError
+from oci._frozen import Frozen
 
 __all__ = ["Edit", "append_to_array", "dotted", "edit", "parse", "plain_get"]
 
@@ -145,8 +145,7 @@ def _plain_merge(path: str, node: dict[str, Any], keys: Sequence[str], value: An
 # --------------------------------------------------------------------------- tomlkit
 
 
-@dataclass(frozen=True, slots=True)
-class _Ctx:
+class _Ctx(Frozen):
     path: str
     doc: TOMLDocument
     blank: bool  # the file separates tables with blank lines

@@ -33,10 +33,10 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from nvhook.errors import EngineConfigError, EngineWriteError
+from oci._frozen import Frozen
 
 __all__ = [
     "DEFAULT_BACKUP_DIR",
@@ -55,8 +55,7 @@ _RECORD_FORMAT = 1
 _NEW_FILE_MODE = 0o644
 
 
-@dataclass(frozen=True, slots=True)
-class FileChange:
+class FileChange(Frozen):
     """One file: its bytes now (None: absent) and after (None: to be removed)."""
 
     path: str
@@ -68,8 +67,7 @@ class FileChange:
         return self.old != self.new
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(Frozen):
     """Every file change of one configure (or unconfigure) of one engine's config."""
 
     engine: str

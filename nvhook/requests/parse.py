@@ -95,6 +95,7 @@ from oci._frozen import Frozen
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+    from dataclasses import KW_ONLY
     from typing import Any
 
 __all__ = [
@@ -149,12 +150,7 @@ def _show(text: str, limit: int = 80) -> str:
 class _Text(Frozen):
     """A device id that is its text (a UUID, a MIG UUID, a CDI name); subclasses tell which."""
 
-    __slots__ = ("value",)
-    __match_args__ = ("value",)
     value: str
-
-    def __init__(self, value: str) -> None:
-        self._set(value=value)
 
     def __str__(self) -> str:
         return self.value
@@ -163,12 +159,7 @@ class _Text(Frozen):
 class Index(Frozen):
     """A GPU by NVML index (``0``)."""
 
-    __slots__ = ("n",)
-    __match_args__ = ("n",)
     n: int
-
-    def __init__(self, n: int) -> None:
-        self._set(n=n)
 
     def __str__(self) -> str:
         return str(self.n)
@@ -177,19 +168,12 @@ class Index(Frozen):
 class Uuid(_Text):
     """A GPU by UUID (``GPU-8c6ae9a5-…``), as written."""
 
-    __slots__ = ()
-
 
 class MigIndex(Frozen):
     """A MIG device by ``<gpu index>:<mig index>`` (``0:1``)."""
 
-    __slots__ = ("gpu", "mig")
-    __match_args__ = ("gpu", "mig")
     gpu: int
     mig: int
-
-    def __init__(self, gpu: int, mig: int) -> None:
-        self._set(gpu=gpu, mig=mig)
 
     def __str__(self) -> str:
         return f"{self.gpu}:{self.mig}"
@@ -198,20 +182,13 @@ class MigIndex(Frozen):
 class MigUuid(_Text):
     """A MIG device by UUID (``MIG-<uuid>``, drivers R470+), as written."""
 
-    __slots__ = ()
-
 
 class LegacyMig(Frozen):
     """A MIG device in the pre-R470 form ``MIG-GPU-<uuid>/<gi>/<ci>``."""
 
-    __slots__ = ("gpu_uuid", "gi", "ci")  # noqa: RUF023 - repr order
-    __match_args__ = ("gpu_uuid", "gi", "ci")
     gpu_uuid: str  # "GPU-…"
     gi: int
     ci: int
-
-    def __init__(self, gpu_uuid: str, gi: int, ci: int) -> None:
-        self._set(gpu_uuid=gpu_uuid, gi=gi, ci=ci)
 
     def __str__(self) -> str:
         return f"MIG-{self.gpu_uuid}/{self.gi}/{self.ci}"
@@ -219,8 +196,6 @@ class LegacyMig(Frozen):
 
 class CdiName(_Text):
     """A fully qualified CDI device name ``vendor/class=name``."""
-
-    __slots__ = ()
 
 
 DeviceId = Index | Uuid | MigIndex | MigUuid | LegacyMig | CdiName
@@ -231,16 +206,12 @@ DeviceId = Index | Uuid | MigIndex | MigUuid | LegacyMig | CdiName
 class All(Frozen):
     """Every GPU (``all``)."""
 
-    __slots__ = ()
-
     def __str__(self) -> str:
         return DEVICE_ALL
 
 
 class NoGpus(Frozen):
     """Driver files and control nodes, no GPU (``none``)."""
-
-    __slots__ = ()
 
     def __str__(self) -> str:
         return DEVICE_NONE
@@ -249,8 +220,6 @@ class NoGpus(Frozen):
 class Void(Frozen):
     """Nothing at all (``void``, empty or unset)."""
 
-    __slots__ = ()
-
     def __str__(self) -> str:
         return DEVICE_VOID
 
@@ -258,12 +227,7 @@ class Void(Frozen):
 class Devices(Frozen):
     """These devices, in request order, without duplicates (never empty)."""
 
-    __slots__ = ("ids",)
-    __match_args__ = ("ids",)
     ids: tuple[DeviceId, ...]
-
-    def __init__(self, ids: tuple[DeviceId, ...]) -> None:
-        self._set(ids=ids)
 
     def __str__(self) -> str:
         return ",".join(str(i) for i in self.ids)
@@ -291,47 +255,28 @@ class Source(Frozen):
     ``value`` the raw value (cut to 200 characters; ``""`` for mounts).
     """
 
-    __slots__ = ("kind", "name", "value", "devices")  # noqa: RUF023 - repr order
     kind: str  # a SourceKind value
     name: str
     value: str
     devices: DeviceRequest
 
-    def __init__(self, kind: str, name: str, value: str, devices: DeviceRequest) -> None:
-        self._set(kind=kind, name=name, value=value, devices=devices)
-
 
 class Ignored(Frozen):
     """A request that was found but does not count, and why (same fields as :class:`Source`)."""
 
-    __slots__ = ("kind", "name", "value", "reason")  # noqa: RUF023 - repr order
     kind: str  # a SourceKind value
     name: str
     value: str
     reason: str
 
-    def __init__(self, kind: str, name: str, value: str, reason: str) -> None:
-        self._set(kind=kind, name=name, value=value, reason=reason)
 
-
-class Features(Frozen):
+class Features(Frozen, kw_only=True):
     """Optional features, each from its ``NVIDIA_*=enabled`` variable."""
 
-    __slots__ = ("gds", "mofed", "gdrcopy", "nvswitch")  # noqa: RUF023 - repr order
-    gds: bool
-    mofed: bool
-    gdrcopy: bool
-    nvswitch: bool
-
-    def __init__(
-        self,
-        *,
-        gds: bool = False,
-        mofed: bool = False,
-        gdrcopy: bool = False,
-        nvswitch: bool = False,
-    ) -> None:
-        self._set(gds=gds, mofed=mofed, gdrcopy=gdrcopy, nvswitch=nvswitch)
+    gds: bool = False
+    mofed: bool = False
+    gdrcopy: bool = False
+    nvswitch: bool = False
 
 
 class Requests(Frozen):
@@ -349,55 +294,17 @@ class Requests(Frozen):
     - ``is_privileged``: ``CAP_SYS_ADMIN`` in ``process.capabilities.bounding``.
     """
 
-    __slots__ = (  # noqa: RUF023 - repr order
-        "devices",
-        "sources",
-        "ignored",
-        "capabilities",
-        "requirements",
-        "disable_require",
-        "imex_channels",
-        "features",
-        "warnings",
-        "is_privileged",
-    )
     devices: DeviceRequest
-    sources: tuple[Source, ...]
-    ignored: tuple[Ignored, ...]
-    capabilities: tuple[str, ...]
-    requirements: tuple[Requirement, ...]
-    disable_require: bool
-    imex_channels: All | tuple[int, ...]
-    features: Features
-    warnings: tuple[str, ...]
-    is_privileged: bool
-
-    def __init__(
-        self,
-        devices: DeviceRequest,
-        *,
-        sources: tuple[Source, ...] = (),
-        ignored: tuple[Ignored, ...] = (),
-        capabilities: tuple[str, ...] = (),
-        requirements: tuple[Requirement, ...] = (),
-        disable_require: bool = False,
-        imex_channels: All | tuple[int, ...] = (),
-        features: Features | None = None,
-        warnings: tuple[str, ...] = (),
-        is_privileged: bool = False,
-    ) -> None:
-        self._set(
-            devices=devices,
-            sources=sources,
-            ignored=ignored,
-            capabilities=capabilities,
-            requirements=requirements,
-            disable_require=disable_require,
-            imex_channels=imex_channels,
-            features=Features() if features is None else features,
-            warnings=warnings,
-            is_privileged=is_privileged,
-        )
+    _: KW_ONLY
+    sources: tuple[Source, ...] = ()
+    ignored: tuple[Ignored, ...] = ()
+    capabilities: tuple[str, ...] = ()
+    requirements: tuple[Requirement, ...] = ()
+    disable_require: bool = False
+    imex_channels: All | tuple[int, ...] = ()
+    features: Features = Features()
+    warnings: tuple[str, ...] = ()
+    is_privileged: bool = False
 
     @property
     def wants_anything(self) -> bool:

@@ -37,7 +37,7 @@ SETTINGS_KEYS: dict[str, str] = {
 }
 
 
-class Policy(Frozen):
+class Policy(Frozen, kw_only=True):
     """The switches that decide which requests of a container count (all keyword-only).
 
     ``accept_env_unprivileged`` (default ``True``)
@@ -66,49 +66,28 @@ class Policy(Frozen):
         deduplicated in canonical order, ``all`` expanded.
     """
 
-    __slots__ = (  # noqa: RUF023 - field order is repr order
-        "accept_env_unprivileged",
-        "accept_volume_mounts",
-        "annotation_prefixes",
-        "privileged_gets_all",
-        "default_capabilities",
-    )
-    accept_env_unprivileged: bool
-    accept_volume_mounts: bool
-    annotation_prefixes: tuple[str, ...]
-    privileged_gets_all: bool
-    default_capabilities: tuple[str, ...]
+    accept_env_unprivileged: bool = True
+    accept_volume_mounts: bool = False
+    annotation_prefixes: tuple[str, ...] = DEFAULT_ANNOTATION_PREFIXES
+    privileged_gets_all: bool = False
+    default_capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
 
-    def __init__(
-        self,
-        *,
-        accept_env_unprivileged: bool = True,
-        accept_volume_mounts: bool = False,
-        annotation_prefixes: tuple[str, ...] | list[str] = DEFAULT_ANNOTATION_PREFIXES,
-        privileged_gets_all: bool = False,
-        default_capabilities: tuple[str, ...] | list[str] = DEFAULT_CAPABILITIES,
-    ) -> None:
-        for name, flag in (
-            ("accept_env_unprivileged", accept_env_unprivileged),
-            ("accept_volume_mounts", accept_volume_mounts),
-            ("privileged_gets_all", privileged_gets_all),
-        ):
+    def __post_init__(self) -> None:
+        """Check each value (a settings file can hold anything); lists become tuples."""
+        for name in ("accept_env_unprivileged", "accept_volume_mounts", "privileged_gets_all"):
+            flag = getattr(self, name)
             if not isinstance(flag, bool):
                 raise ConfigError(f"{SETTINGS_KEYS[name]} must be true or false, not {flag!r}")
-        prefixes = _strings(annotation_prefixes, "annotation_prefixes")
+        prefixes = _strings(self.annotation_prefixes, "annotation_prefixes")
         if not all(prefixes):
             raise ConfigError(f"{SETTINGS_KEYS['annotation_prefixes']} has an empty prefix")
         try:
-            caps = canonical_capabilities(_strings(default_capabilities, "default_capabilities"))
+            caps = canonical_capabilities(
+                _strings(self.default_capabilities, "default_capabilities")
+            )
         except ValueError as e:
             raise ConfigError(f"{SETTINGS_KEYS['default_capabilities']}: {e}") from None
-        self._set(
-            accept_env_unprivileged=accept_env_unprivileged,
-            accept_volume_mounts=accept_volume_mounts,
-            annotation_prefixes=prefixes,
-            privileged_gets_all=privileged_gets_all,
-            default_capabilities=caps,
-        )
+        self._set(annotation_prefixes=prefixes, default_capabilities=caps)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Policy:

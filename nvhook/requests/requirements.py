@@ -100,13 +100,9 @@ _HOLDS = {
 class Condition(Frozen):
     """One ``<key><op><value>`` test, key lower-cased."""
 
-    __slots__ = ("key", "op", "value")
     key: str
     op: str
     value: str
-
-    def __init__(self, key: str, op: str, value: str) -> None:
-        self._set(key=key, op=op, value=value)
 
     def __str__(self) -> str:
         return f"{self.key}{self.op}{self.value}"
@@ -120,15 +116,9 @@ class Requirement(Frozen):
     terms, each a tuple of conditions that must all hold.
     """
 
-    __slots__ = ("source", "expression", "alternatives")  # noqa: RUF023 - repr order
     source: str
     expression: str
     alternatives: tuple[tuple[Condition, ...], ...]
-
-    def __init__(
-        self, source: str, expression: str, alternatives: tuple[tuple[Condition, ...], ...]
-    ) -> None:
-        self._set(source=source, expression=expression, alternatives=alternatives)
 
 
 class GpuFacts(Frozen):
@@ -139,31 +129,26 @@ class GpuFacts(Frozen):
     UUID); ``""`` means unknown.
     """
 
-    __slots__ = ("arch", "brand", "name")
     arch: str
     brand: str
-    name: str
+    name: str = ""
 
-    def __init__(self, arch: str, brand: str, name: str = "") -> None:
-        _check_host_version(arch, f"GPU {name} architecture" if name else "GPU architecture")
-        self._set(arch=arch, brand=brand, name=name)
+    def __post_init__(self) -> None:
+        name = self.name
+        _check_host_version(self.arch, f"GPU {name} architecture" if name else "GPU architecture")
 
 
 class HostFacts(Frozen):
     """What a requirement can ask about the host: the driver's CUDA version (``"12.4"``),
     the driver version (``"550.54.15"``) and the GPUs that will be injected."""
 
-    __slots__ = ("cuda_version", "driver_version", "gpus")
     cuda_version: str
     driver_version: str
-    gpus: tuple[GpuFacts, ...]
+    gpus: tuple[GpuFacts, ...] = ()
 
-    def __init__(
-        self, cuda_version: str, driver_version: str, gpus: tuple[GpuFacts, ...] = ()
-    ) -> None:
-        _check_host_version(cuda_version, "CUDA version")
-        _check_host_version(driver_version, "driver version")
-        self._set(cuda_version=cuda_version, driver_version=driver_version, gpus=gpus)
+    def __post_init__(self) -> None:
+        _check_host_version(self.cuda_version, "CUDA version")
+        _check_host_version(self.driver_version, "driver version")
 
 
 def _check_host_version(value: str, what: str) -> None:

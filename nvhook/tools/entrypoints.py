@@ -19,14 +19,14 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
+
+from oci._frozen import Frozen
 
 __all__ = ["ENTRYPOINTS", "Entrypoint", "install_entrypoints", "launcher_text"]
 
 
-@dataclass(frozen=True, slots=True)
-class Entrypoint:
+class Entrypoint(Frozen):
     name: str
     module: str
     function: str

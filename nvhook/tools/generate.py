@@ -43,7 +43,6 @@ Decisions:
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import NamedTuple
 
 from nvhook.constants import ALL_CAPABILITIES, CDI_CLASS, CDI_OUTPUT, CDI_VENDOR
 from nvhook.devices.gpus import HostGpus, Selected
@@ -53,6 +52,7 @@ from nvhook.edits import GRAPHICS_CAPABILITIES, Host, nvml_view, plan
 from nvhook.errors import DriverError, RequestError
 from nvhook.requests.parse import NoGpus, Requests
 from nvhook.requests.policy import canonical_capabilities
+from oci._frozen import Frozen
 from oci.cdi.edits import Edits
 from oci.cdi.spec import Device, Spec
 from oci.errors import CdiNameError
@@ -77,7 +77,7 @@ DEFAULT_CLASS = CDI_CLASS
 DEFAULT_OUTPUT = CDI_OUTPUT
 
 
-class Generated(NamedTuple):
+class Generated(Frozen):
     """A generated spec and what it was made from (for messages and ``info``-like reports)."""
 
     spec: Spec

@@ -43,42 +43,15 @@ HOOK_NAMES: tuple[str, ...] = (
 class DeviceNode(Frozen):
     """A device node to create in the container (CDI ``deviceNodes`` item)."""
 
-    __slots__ = (  # noqa: RUF023 - field order
-        "path", "host_path", "type", "major", "minor", "file_mode", "permissions", "uid", "gid",
-    )  # fmt: skip
     path: str
-    host_path: str | None
-    type: str | None
-    major: int | None
-    minor: int | None
-    file_mode: int | None
-    permissions: str | None
-    uid: int | None
-    gid: int | None
-
-    def __init__(
-        self,
-        path: str,
-        host_path: str | None = None,
-        type: str | None = None,
-        major: int | None = None,
-        minor: int | None = None,
-        file_mode: int | None = None,
-        permissions: str | None = None,
-        uid: int | None = None,
-        gid: int | None = None,
-    ) -> None:
-        self._set(
-            path=path,
-            host_path=host_path,
-            type=type,
-            major=major,
-            minor=minor,
-            file_mode=file_mode,
-            permissions=permissions,
-            uid=uid,
-            gid=gid,
-        )
+    host_path: str | None = None
+    type: str | None = None
+    major: int | None = None
+    minor: int | None = None
+    file_mode: int | None = None
+    permissions: str | None = None
+    uid: int | None = None
+    gid: int | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DeviceNode:
@@ -114,20 +87,10 @@ class DeviceNode(Frozen):
 class Mount(Frozen):
     """A mount to add to the container (CDI ``mounts`` item)."""
 
-    __slots__ = ("host_path", "container_path", "type", "options")  # noqa: RUF023
     host_path: str
     container_path: str
-    type: str | None
-    options: tuple[str, ...]
-
-    def __init__(
-        self,
-        host_path: str,
-        container_path: str,
-        type: str | None = None,
-        options: tuple[str, ...] = (),
-    ) -> None:
-        self._set(host_path=host_path, container_path=container_path, type=type, options=options)
+    type: str | None = None
+    options: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Mount:
@@ -150,22 +113,11 @@ class Mount(Frozen):
 class Hook(Frozen):
     """An OCI hook to add to one lifecycle (CDI ``hooks`` item)."""
 
-    __slots__ = ("hook_name", "path", "args", "env", "timeout")  # noqa: RUF023
     hook_name: str
     path: str
-    args: tuple[str, ...]
-    env: tuple[str, ...]
-    timeout: int | None
-
-    def __init__(
-        self,
-        hook_name: str,
-        path: str,
-        args: tuple[str, ...] = (),
-        env: tuple[str, ...] = (),
-        timeout: int | None = None,
-    ) -> None:
-        self._set(hook_name=hook_name, path=path, args=args, env=env, timeout=timeout)
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    timeout: int | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Hook:
@@ -202,12 +154,8 @@ class Hook(Frozen):
 class NetDevice(Frozen):
     """A host network interface to move into the container (CDI ``netDevices`` item)."""
 
-    __slots__ = ("host_interface_name", "name")
     host_interface_name: str
     name: str
-
-    def __init__(self, host_interface_name: str, name: str) -> None:
-        self._set(host_interface_name=host_interface_name, name=name)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NetDevice:
@@ -220,30 +168,11 @@ class NetDevice(Frozen):
 class IntelRdt(Frozen):
     """Intel RDT settings (CDI ``intelRdt``); replaces ``linux.intelRdt`` as a whole."""
 
-    __slots__ = (  # noqa: RUF023 - field order
-        "clos_id", "l3_cache_schema", "mem_bw_schema", "schemata", "enable_monitoring",
-    )  # fmt: skip
-    clos_id: str | None
-    l3_cache_schema: str | None
-    mem_bw_schema: str | None
-    schemata: tuple[str, ...]
-    enable_monitoring: bool
-
-    def __init__(
-        self,
-        clos_id: str | None = None,
-        l3_cache_schema: str | None = None,
-        mem_bw_schema: str | None = None,
-        schemata: tuple[str, ...] = (),
-        enable_monitoring: bool = False,
-    ) -> None:
-        self._set(
-            clos_id=clos_id,
-            l3_cache_schema=l3_cache_schema,
-            mem_bw_schema=mem_bw_schema,
-            schemata=schemata,
-            enable_monitoring=enable_monitoring,
-        )
+    clos_id: str | None = None
+    l3_cache_schema: str | None = None
+    mem_bw_schema: str | None = None
+    schemata: tuple[str, ...] = ()
+    enable_monitoring: bool = False
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> IntelRdt:
@@ -271,44 +200,20 @@ class IntelRdt(Frozen):
         return out
 
 
-class Edits(Frozen):
+class Edits(Frozen, kw_only=True):
     """CDI container edits: an immutable value; ``a + b`` concatenates, ``Edits()`` is the identity.
 
     Concatenation follows the reference ``ContainerEdits.Append``: lists are
     appended in order and a later ``intel_rdt`` replaces an earlier one.
     """
 
-    __slots__ = (  # noqa: RUF023 - field order
-        "env", "device_nodes", "mounts", "hooks", "additional_gids", "net_devices", "intel_rdt",
-    )  # fmt: skip
-    env: tuple[str, ...]
-    device_nodes: tuple[DeviceNode, ...]
-    mounts: tuple[Mount, ...]
-    hooks: tuple[Hook, ...]
-    additional_gids: tuple[int, ...]
-    net_devices: tuple[NetDevice, ...]
-    intel_rdt: IntelRdt | None
-
-    def __init__(
-        self,
-        *,
-        env: tuple[str, ...] = (),
-        device_nodes: tuple[DeviceNode, ...] = (),
-        mounts: tuple[Mount, ...] = (),
-        hooks: tuple[Hook, ...] = (),
-        additional_gids: tuple[int, ...] = (),
-        net_devices: tuple[NetDevice, ...] = (),
-        intel_rdt: IntelRdt | None = None,
-    ) -> None:
-        self._set(
-            env=env,
-            device_nodes=device_nodes,
-            mounts=mounts,
-            hooks=hooks,
-            additional_gids=additional_gids,
-            net_devices=net_devices,
-            intel_rdt=intel_rdt,
-        )
+    env: tuple[str, ...] = ()
+    device_nodes: tuple[DeviceNode, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    hooks: tuple[Hook, ...] = ()
+    additional_gids: tuple[int, ...] = ()
+    net_devices: tuple[NetDevice, ...] = ()
+    intel_rdt: IntelRdt | None = None
 
     def __add__(self, other: Edits) -> Edits:
         return Edits(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from oci._frozen import Frozen
 from oci.bundle import Bundle
 from oci.cdi.apply import apply
 from oci.cdi.registry import DEFAULT_SPEC_DIRS, Registry
@@ -13,8 +13,7 @@ from oci.cdi.registry import DEFAULT_SPEC_DIRS, Registry
 __all__ = ["InjectResult", "inject"]
 
 
-@dataclass(frozen=True, slots=True)
-class InjectResult:
+class InjectResult(Frozen):
     spec: dict[str, Any]
     written: bool
 

@@ -13,7 +13,7 @@ Plain string checks, no ``re``: the runtime shim imports this on its start path.
 
 from __future__ import annotations
 
-from oci._frozen import Record as NamedTuple
+from oci._frozen import Frozen
 from oci.errors import CdiNameError
 
 __all__ = [
@@ -34,7 +34,7 @@ _KIND_INNER = _ALNUM | frozenset("_-.")
 _NAME_INNER = _KIND_INNER | frozenset(":")
 
 
-class QualifiedName(NamedTuple):
+class QualifiedName(Frozen):
     """A parsed ``vendor/class=name``."""
 
     vendor: str

@@ -75,15 +75,11 @@ SPEC_SUFFIXES: tuple[str, ...] = (".json", ".yaml", ".yml")
 class Definition(Frozen):
     """Where one qualified device name is defined."""
 
-    __slots__ = ("name", "spec", "device", "path", "priority")  # noqa: RUF023 - field order
     name: str
     spec: Spec
     device: Device
     path: str
     priority: int
-
-    def __init__(self, name: str, spec: Spec, device: Device, path: str, priority: int) -> None:
-        self._set(name=name, spec=spec, device=device, path=path, priority=priority)
 
 
 class Registry:

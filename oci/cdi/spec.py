@@ -42,7 +42,6 @@ import os
 import types
 
 from oci._frozen import Frozen
-from oci._frozen import Record as NamedTuple
 from oci.cdi.edits import HOOK_NAMES, DeviceNode, Edits, Hook, IntelRdt, Mount, NetDevice
 from oci.cdi.names import (
     class_name_problem,
@@ -85,13 +84,9 @@ _EMPTY: Mapping[str, str] = types.MappingProxyType({})
 class Device(Frozen):
     """One device of a spec: its unqualified name, edits and annotations."""
 
-    __slots__ = ("name", "edits", "annotations")  # noqa: RUF023 - field order
     name: str
     edits: Edits
-    annotations: Mapping[str, str]
-
-    def __init__(self, name: str, edits: Edits, annotations: Mapping[str, str] = _EMPTY) -> None:
-        self._set(name=name, edits=edits, annotations=annotations)
+    annotations: Mapping[str, str] = _EMPTY
 
     def __hash__(self) -> int:  # annotations (a mapping) are left out, as they are unhashable
         return hash((self.name, self.edits))
@@ -100,39 +95,14 @@ class Device(Frozen):
 class Spec(Frozen):
     """A validated CDI spec: ``kind`` is ``vendor/class``; ``edits`` apply with any device."""
 
-    __slots__ = (  # noqa: RUF023 - field order
-        "version", "kind", "vendor", "class_name", "devices", "edits", "annotations", "source",
-    )  # fmt: skip
     version: str
     kind: str
     vendor: str
     class_name: str
     devices: tuple[Device, ...]
-    edits: Edits
-    annotations: Mapping[str, str]
-    source: str
-
-    def __init__(
-        self,
-        version: str,
-        kind: str,
-        vendor: str,
-        class_name: str,
-        devices: tuple[Device, ...],
-        edits: Edits | None = None,
-        annotations: Mapping[str, str] = _EMPTY,
-        source: str = "<memory>",
-    ) -> None:
-        self._set(
-            version=version,
-            kind=kind,
-            vendor=vendor,
-            class_name=class_name,
-            devices=devices,
-            edits=edits if edits is not None else Edits(),
-            annotations=annotations,
-            source=source,
-        )
+    edits: Edits = Edits()
+    annotations: Mapping[str, str] = _EMPTY
+    source: str = "<memory>"
 
     def __hash__(self) -> int:
         return hash((self.version, self.kind, self.devices, self.edits, self.source))
@@ -173,14 +143,14 @@ class Spec(Frozen):
         return None
 
 
-class Issue(NamedTuple):
+class Issue(Frozen):
     """One problem found in a spec: the field path (``""`` for the whole spec) and what is wrong."""
 
     path: str
     message: str
 
 
-class SpecCheck(NamedTuple):
+class SpecCheck(Frozen):
     """What :func:`check_spec` found: the spec (None when any error), errors and warnings."""
 
     spec: Spec | None

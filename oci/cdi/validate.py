@@ -22,10 +22,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
+from oci._frozen import Frozen
 from oci.cdi.names import quote
 from oci.cdi.spec import Issue, check_spec, decode_spec
 
@@ -43,8 +43,7 @@ Severity = Literal["error", "warning"]
 _MAX_MESSAGE = 240  # jsonschema quotes whole instances; keep one readable line
 
 
-@dataclass(frozen=True, slots=True)
-class Problem:
+class Problem(Frozen):
     """One problem of one file: ``FILE: path: [warning: ]message``."""
 
     file: str

@@ -7,7 +7,11 @@ import pickle
 
 import pytest
 
-from oci._frozen import Frozen
+from oci._frozen import EMPTY_MAPPING, Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from dataclasses import KW_ONLY
 
 
 class Point(Frozen):
@@ -189,3 +193,69 @@ def test_classvar_is_not_a_field() -> None:
 
     assert WithConst.__frozen_fields__ == ("x",)
     assert WithConst(1).LIMIT == 3
+
+
+class Options(Frozen, kw_only=True):
+    name: str
+    size: int = 0
+    label: str  # keyword-only: may follow a default
+
+
+class Request(Frozen):
+    what: str
+    _: KW_ONLY
+    count: int = 1
+    why: str
+
+
+class Version(Frozen, order=True):
+    major: int
+    minor: int = 0
+
+
+def test_kw_only_fields_are_keyword_only_and_not_matched() -> None:
+    o = Options(name="a", label="b")
+    assert (o.name, o.size, o.label) == ("a", 0, "b")
+    assert repr(o) == "Options(name='a', size=0, label='b')"
+    assert Options.__match_args__ == ()
+    with pytest.raises(TypeError, match="takes 0 positional fields, 1 were given"):
+        Options("a", label="b")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="missing field 'label'"):
+        Options(name="a")  # type: ignore[call-arg]
+
+
+def test_kw_only_marker_splits_positional_from_keyword_fields() -> None:
+    r = Request("gpu", why="test")
+    assert r == Request(what="gpu", count=1, why="test")
+    assert Request.__match_args__ == ("what",)
+    with pytest.raises(TypeError, match="takes 1 positional fields, 2 were given"):
+        Request("gpu", 2, why="x")  # type: ignore[call-arg]
+    match r:
+        case Request(what):
+            assert what == "gpu"
+
+
+def test_positional_fields_cannot_follow_keyword_only_ones() -> None:
+    with pytest.raises(TypeError, match="positional fields cannot follow keyword-only ones"):
+
+        class More(Options):
+            extra: int
+
+
+def test_order_compares_fields_as_tuples_within_one_class() -> None:
+    assert sorted([Version(2), Version(1, 5), Version(1)]) == [
+        Version(1),
+        Version(1, 5),
+        Version(2),
+    ]
+    assert Version(1) <= Version(1) < Version(1, 1) and Version(3) >= Version(2, 9) > Version(2)
+    with pytest.raises(TypeError):
+        _ = Version(1) < (1, 0)  # type: ignore[operator]
+    with pytest.raises(TypeError):
+        _ = Pair(1) < Pair(2)  # type: ignore[operator]
+
+
+def test_empty_mapping_default_is_read_only() -> None:
+    assert dict(EMPTY_MAPPING) == {}
+    with pytest.raises(TypeError):
+        EMPTY_MAPPING["a"] = 1  # type: ignore[index]
