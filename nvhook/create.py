@@ -31,7 +31,8 @@ Modes (``runtime.mode``):
 from __future__ import annotations
 
 from nvhook.errors import NvhookError, RequestError, RequirementError
-from nvhook.requests.parse import All, CdiName, Devices, NoGpus, Requests, Void, parse_requests
+from nvhook.requests.ids import All, CdiName, Devices, NoGpus, Requests, Void
+from nvhook.requests.parse import parse_requests
 from nvhook.requests.policy import Policy
 from oci._frozen import Frozen
 from oci.bundle import Bundle

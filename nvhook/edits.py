@@ -31,7 +31,7 @@ from nvhook.discover.nodes import (
     nvswitch_nodes,
 )
 from nvhook.errors import DriverError
-from nvhook.requests.parse import All, Requests, Void
+from nvhook.requests.ids import All, Requests, Void
 from oci._frozen import Frozen
 from oci.cdi.edits import Edits
 

@@ -19,7 +19,7 @@ instance) order, as NVML's ``nvmlDeviceGetMigDeviceHandleByIndex`` does.
 from __future__ import annotations
 
 from nvhook.errors import UnknownDeviceError
-from nvhook.requests.parse import (
+from nvhook.requests.ids import (
     All,
     CdiName,
     Devices,
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from nvhook.devices.nvml import GpuInfo
     from nvhook.devices.procfs import ProcDriver
-    from nvhook.requests.parse import DeviceId, DeviceRequest
+    from nvhook.requests.ids import DeviceId, DeviceRequest
 
 __all__ = [
     "Gpu",

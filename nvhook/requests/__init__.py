@@ -1,5 +1,6 @@
 """Stage 1 of the create path: what a container asks for (start path; no I/O, stdlib only).
 
-``parse`` turns a ``config.json`` into :class:`~nvhook.requests.parse.Requests` under the
-host's :mod:`~nvhook.requests.policy`; ``requirements`` checks ``NVIDIA_REQUIRE_*``.
+``parse`` turns a ``config.json`` into :class:`~nvhook.requests.ids.Requests` (``ids``: the
+values of a request) under the host's :mod:`~nvhook.requests.policy`; ``requirements``
+checks ``NVIDIA_REQUIRE_*``.
 """

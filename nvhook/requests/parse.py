@@ -1,5 +1,11 @@
 """What a container asks for, parsed from its OCI spec under a :class:`~.policy.Policy`.
 
+The values it builds (device ids, device requests, :class:`~.ids.Requests`) are in
+:mod:`nvhook.requests.ids`. Why the rest stays one module of some 600 lines: it is one
+pure function over one input, and the order in which the sources win, the checks on
+each value and the decisions recorded below are read together; a tenth of it is this
+docstring.
+
 :func:`parse_requests` is a pure function of the spec (a dict as loaded from
 ``config.json``) and the policy: no I/O, stdlib only (DESIGN.md D5). It never lets
 a stray exception out on hostile input; everything malformed raises
@@ -56,10 +62,6 @@ Decisions:
 - Legacy CUDA images (``CUDA_VERSION`` set, ``NVIDIA_REQUIRE_CUDA`` unset or empty) also
   get every capability when ``NVIDIA_DRIVER_CAPABILITIES`` is unset, and the requirement
   ``cuda>=<major.minor of CUDA_VERSION>``, as NVIDIA's toolkit does.
-- The value types derive from :class:`oci._frozen.Frozen` rather than ``@dataclass``:
-  same semantics (frozen, slots, eq/hash/repr by field), without importing
-  ``dataclasses``/``inspect`` or ``exec``-ing generated methods per class (about
-  1 ms per frozen dataclass here) on every container start.
 """
 
 from __future__ import annotations
@@ -88,34 +90,34 @@ from nvhook.constants import (
     MAX_ENV_VALUE_CHARS,
 )
 from nvhook.errors import RequestError
+from nvhook.requests.ids import (
+    All,
+    CdiName,
+    DeviceId,
+    DeviceRequest,
+    Devices,
+    Features,
+    Ignored,
+    Index,
+    LegacyMig,
+    MigIndex,
+    MigUuid,
+    NoGpus,
+    Requests,
+    Source,
+    SourceKind,
+    Uuid,
+    Void,
+)
 from nvhook.requests.policy import Policy, canonical_capabilities
 from nvhook.requests.requirements import Requirement, legacy_requirement, parse_requirement
-from oci._frozen import Frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
-    from dataclasses import KW_ONLY
     from typing import Any
 
 __all__ = [
-    "All",
-    "CdiName",
-    "DeviceId",
-    "DeviceRequest",
-    "Devices",
-    "Features",
-    "Ignored",
-    "Index",
-    "LegacyMig",
-    "MigIndex",
-    "MigUuid",
-    "NoGpus",
-    "Requests",
-    "Source",
-    "SourceKind",
-    "Uuid",
-    "Void",
     "parse_capabilities",
     "parse_device_id",
     "parse_device_list",
@@ -142,174 +144,6 @@ def _show(text: str, limit: int = 80) -> str:
     if len(text) > limit:
         return repr(text[: limit - 3] + "...") + f" ({len(text)} characters)"
     return repr(text)
-
-
-# --- device ids --------------------------------------------------------------------------
-
-
-class _Text(Frozen):
-    """A device id that is its text (a UUID, a MIG UUID, a CDI name); subclasses tell which."""
-
-    value: str
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Index(Frozen):
-    """A GPU by NVML index (``0``)."""
-
-    n: int
-
-    def __str__(self) -> str:
-        return str(self.n)
-
-
-class Uuid(_Text):
-    """A GPU by UUID (``GPU-8c6ae9a5-…``), as written."""
-
-
-class MigIndex(Frozen):
-    """A MIG device by ``<gpu index>:<mig index>`` (``0:1``)."""
-
-    gpu: int
-    mig: int
-
-    def __str__(self) -> str:
-        return f"{self.gpu}:{self.mig}"
-
-
-class MigUuid(_Text):
-    """A MIG device by UUID (``MIG-<uuid>``, drivers R470+), as written."""
-
-
-class LegacyMig(Frozen):
-    """A MIG device in the pre-R470 form ``MIG-GPU-<uuid>/<gi>/<ci>``."""
-
-    gpu_uuid: str  # "GPU-…"
-    gi: int
-    ci: int
-
-    def __str__(self) -> str:
-        return f"MIG-{self.gpu_uuid}/{self.gi}/{self.ci}"
-
-
-class CdiName(_Text):
-    """A fully qualified CDI device name ``vendor/class=name``."""
-
-
-DeviceId = Index | Uuid | MigIndex | MigUuid | LegacyMig | CdiName
-
-# --- device requests (a sum type) -----------------------------------------------------------
-
-
-class All(Frozen):
-    """Every GPU (``all``)."""
-
-    def __str__(self) -> str:
-        return DEVICE_ALL
-
-
-class NoGpus(Frozen):
-    """Driver files and control nodes, no GPU (``none``)."""
-
-    def __str__(self) -> str:
-        return DEVICE_NONE
-
-
-class Void(Frozen):
-    """Nothing at all (``void``, empty or unset)."""
-
-    def __str__(self) -> str:
-        return DEVICE_VOID
-
-
-class Devices(Frozen):
-    """These devices, in request order, without duplicates (never empty)."""
-
-    ids: tuple[DeviceId, ...]
-
-    def __str__(self) -> str:
-        return ",".join(str(i) for i in self.ids)
-
-
-DeviceRequest = All | NoGpus | Void | Devices
-
-# --- provenance ----------------------------------------------------------------------------
-
-
-class SourceKind:
-    """Where a request was found (plain strings: ``enum`` costs ~4 ms on the shim's path)."""
-
-    ENV = "env"  # a process.env variable
-    ANNOTATION = "annotation"  # an OCI annotation
-    MOUNT = "mount"  # a device-list volume mount
-    LEGACY_IMAGE = "legacy-image"  # CUDA_VERSION without NVIDIA_REQUIRE_CUDA: all GPUs
-    POLICY = "policy"  # policy.privileged_gets_all
-
-
-class Source(Frozen):
-    """Where (part of) the device request came from, and what it asked for.
-
-    ``name`` is the env variable, annotation key, mount destination or policy switch;
-    ``value`` the raw value (cut to 200 characters; ``""`` for mounts).
-    """
-
-    kind: str  # a SourceKind value
-    name: str
-    value: str
-    devices: DeviceRequest
-
-
-class Ignored(Frozen):
-    """A request that was found but does not count, and why (same fields as :class:`Source`)."""
-
-    kind: str  # a SourceKind value
-    name: str
-    value: str
-    reason: str
-
-
-class Features(Frozen, kw_only=True):
-    """Optional features, each from its ``NVIDIA_*=enabled`` variable."""
-
-    gds: bool = False
-    mofed: bool = False
-    gdrcopy: bool = False
-    nvswitch: bool = False
-
-
-class Requests(Frozen):
-    """Everything a container asks for, parsed and filtered by policy (requirements unchecked).
-
-    - ``devices``: the device request (:data:`DeviceRequest`);
-    - ``sources``: where it came from, one entry per variable, annotation key or mount;
-    - ``ignored``: requests found but not honoured, with the reason;
-    - ``capabilities``: driver capabilities, canonical order (empty when nothing is wanted);
-    - ``requirements``: parsed ``NVIDIA_REQUIRE_*`` (see :func:`check_requirements`);
-    - ``disable_require``: ``NVIDIA_DISABLE_REQUIRE`` is true;
-    - ``imex_channels``: :class:`All` or channel numbers;
-    - ``features``: GDS, MOFED, GDRCopy, NVSwitch;
-    - ``warnings``: one-line messages for the log and ``explain``;
-    - ``is_privileged``: ``CAP_SYS_ADMIN`` in ``process.capabilities.bounding``.
-    """
-
-    devices: DeviceRequest
-    _: KW_ONLY
-    sources: tuple[Source, ...] = ()
-    ignored: tuple[Ignored, ...] = ()
-    capabilities: tuple[str, ...] = ()
-    requirements: tuple[Requirement, ...] = ()
-    disable_require: bool = False
-    imex_channels: All | tuple[int, ...] = ()
-    features: Features = Features()
-    warnings: tuple[str, ...] = ()
-    is_privileged: bool = False
-
-    @property
-    def wants_anything(self) -> bool:
-        """False: the shim execs the runtime and leaves config.json untouched."""
-        return not isinstance(self.devices, Void) or self.imex_channels != ()
 
 
 # --- parsing helpers -----------------------------------------------------------------------
@@ -349,7 +183,7 @@ def _items(value: str, where: str) -> list[str]:
 
 
 def _cdi_name(text: str, where: str) -> CdiName:
-    # Imported here: oci.cdi.names loads typing (~5 ms), which only CDI requests should pay.
+    # Imported here: only a CDI request needs oci.cdi.
     from oci.cdi.names import parse_qualified_name
     from oci.errors import CdiNameError
 

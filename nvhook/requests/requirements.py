@@ -36,7 +36,7 @@ from oci._frozen import Frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nvhook.requests.parse import Requests
+    from nvhook.requests.ids import Requests
 
 __all__ = [
     "Condition",

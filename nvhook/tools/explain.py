@@ -33,7 +33,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.create import Decision
     from nvhook.edits import Plan
-    from nvhook.requests.parse import Requests
+    from nvhook.requests.ids import Requests
     from nvhook.requests.policy import Policy
     from nvhook.settings import Settings
     from oci.cdi.edits import Edits
@@ -188,7 +188,7 @@ def _devices(plan: Plan) -> list[dict[str, Any]]:
 
 
 def _requests(requests: Requests) -> dict[str, Any]:
-    from nvhook.requests.parse import All
+    from nvhook.requests.ids import All
 
     imex = requests.imex_channels
     features = requests.features

@@ -50,7 +50,7 @@ from nvhook.devices.procfs import read_driver
 from nvhook.discover.nodes import dri_nodes, gpu_nodes
 from nvhook.edits import GRAPHICS_CAPABILITIES, Host, nvml_view, plan
 from nvhook.errors import DriverError, RequestError
-from nvhook.requests.parse import NoGpus, Requests
+from nvhook.requests.ids import NoGpus, Requests
 from nvhook.requests.policy import canonical_capabilities
 from oci._frozen import Frozen
 from oci.cdi.edits import Edits

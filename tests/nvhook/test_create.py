@@ -11,7 +11,8 @@ import pytest
 
 from nvhook.create import Decision, cdi_names, choose_mode, decide, prepare
 from nvhook.errors import RequirementError, UnknownDeviceError
-from nvhook.requests.parse import Requests, parse_requests
+from nvhook.requests.ids import Requests
+from nvhook.requests.parse import parse_requests
 from nvhook.requests.policy import Policy
 from nvhook.settings import Settings, defaults
 from nvhook.tools.explain import describe

@@ -16,7 +16,8 @@ from nvhook.discover.nodes import gpu_nodes
 from nvhook.edits import Host, nvml_view
 from nvhook.errors import UnknownDeviceError
 from nvhook.mock import list_profiles, load_profile
-from nvhook.requests.parse import All, DeviceRequest, Devices, NoGpus, parse_device_list
+from nvhook.requests.ids import All, DeviceRequest, Devices, NoGpus
+from nvhook.requests.parse import parse_device_list
 
 LOADED = [p for p in list_profiles() if load_profile(p).driver.loaded]
 WITH_MIG = [p for p in LOADED if any(g.mig_devices for g in load_profile(p).gpus)]

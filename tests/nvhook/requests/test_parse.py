@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from nvhook.constants import ALL_CAPABILITIES
 from nvhook.errors import RequestError
-from nvhook.requests.parse import (
+from nvhook.requests.ids import (
     All,
     CdiName,
     DeviceRequest,
@@ -33,6 +33,8 @@ from nvhook.requests.parse import (
     SourceKind,
     Uuid,
     Void,
+)
+from nvhook.requests.parse import (
     parse_capabilities,
     parse_device_id,
     parse_device_list,

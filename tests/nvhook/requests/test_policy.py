@@ -9,7 +9,7 @@ import pytest
 
 from nvhook.constants import ALL_CAPABILITIES
 from nvhook.errors import ConfigError
-from nvhook.requests.parse import (
+from nvhook.requests.ids import (
     All,
     CdiName,
     Devices,
@@ -20,8 +20,8 @@ from nvhook.requests.parse import (
     Source,
     SourceKind,
     Void,
-    parse_requests,
 )
+from nvhook.requests.parse import parse_requests
 from nvhook.requests.policy import SETTINGS_KEYS, Policy, canonical_capabilities
 
 NOT_ALLOWED = "the container is not privileged and policy accept_env_unprivileged is false"

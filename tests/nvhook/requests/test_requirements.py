@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nvhook.errors import DriverError, RequestError, RequirementError
-from nvhook.requests.parse import All, Requests, Void
+from nvhook.requests.ids import All, Requests, Void
 from nvhook.requests.requirements import (
     Condition,
     GpuFacts,
