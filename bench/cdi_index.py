@@ -79,7 +79,8 @@ def main() -> None:
 
     from nvhook.mock import create
     from oci.cdi import registry
-    from oci.cdi.spec import Spec, load_spec
+    from oci.cdi.parse import load_spec
+    from oci.cdi.spec import Spec
 
     work = Path(tempfile.mkdtemp(prefix="nvhook-bench-cdi-index-"))
     try:

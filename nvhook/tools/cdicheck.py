@@ -39,8 +39,9 @@ from nvhook.discover.catalog import FIRMWARE_DIR, VERSION_ANCHORS
 from nvhook.discover.hooks import HOOK_PROGRAM
 from oci._frozen import Frozen
 from oci.cdi.hostcheck import HostProblem, check_edits
+from oci.cdi.parse import load_spec
 from oci.cdi.registry import DEFAULT_SPEC_DIRS, SPEC_SUFFIXES
-from oci.cdi.spec import Spec, load_spec
+from oci.cdi.spec import Spec
 from oci.errors import CdiError
 
 TYPE_CHECKING = False

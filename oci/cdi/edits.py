@@ -6,7 +6,7 @@ volume-mount device list) and what :func:`oci.cdi.apply.apply` consumes.
 
 These are plain frozen values on purpose: the runtime shim builds them on
 every container start and cannot afford pydantic (DESIGN.md D5). The strict,
-stdlib-only parser in :mod:`oci.cdi.spec` validates spec files and converts
+stdlib-only parser in :mod:`oci.cdi.parse` validates spec files and converts
 into these values.
 """
 

@@ -48,7 +48,8 @@ from oci import _cache
 from oci._frozen import Frozen
 from oci.cdi.edits import Edits
 from oci.cdi.names import parse_qualified_name
-from oci.cdi.spec import Device, Spec, load_spec
+from oci.cdi.parse import load_spec
+from oci.cdi.spec import Device, Spec
 from oci.errors import CdiError, CdiNameError, CdiResolveError
 
 TYPE_CHECKING = False

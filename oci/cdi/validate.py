@@ -4,7 +4,7 @@ Three layers, one list of :class:`Problem` (one line each, ``FILE: field.path: m
 
 1. the official JSON schema (``oci/cdi/schema/``, draft-07, loaded through a
    ``referencing.Registry`` holding ``schema.json`` and ``defs.json``);
-2. the reference library's rules, in code (:func:`oci.cdi.spec.check_spec`):
+2. the reference library's rules, in code (:func:`oci.cdi.parse.check_spec`):
    the schema is looser (unknown fields, any env item, any hook name, versions);
 3. what the CDI spec text requires but the reference library does not enforce:
    absolute hook paths, absolute container paths of device nodes and mounts,
@@ -26,8 +26,10 @@ from functools import cache
 from typing import Any, Literal
 
 from oci._frozen import Frozen
+from oci.cdi.decode import decode_spec
 from oci.cdi.names import quote
-from oci.cdi.spec import Issue, check_spec, decode_spec
+from oci.cdi.parse import check_spec
+from oci.cdi.spec import Issue
 
 __all__ = [
     "Problem",

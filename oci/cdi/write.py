@@ -33,7 +33,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from oci.cdi.edits import DeviceNode, Edits, Hook, IntelRdt, Mount, NetDevice
-from oci.cdi.spec import Spec, check_spec
+from oci.cdi.parse import check_spec
+from oci.cdi.spec import Spec
 from oci.cdi.version import minimum_version
 from oci.errors import CdiSpecError, CdiWriteError
 

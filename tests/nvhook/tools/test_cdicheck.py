@@ -27,7 +27,7 @@ from nvhook.tools.cdicheck import (
     under_root,
 )
 from nvhook.tools.generate import generate_spec
-from oci.cdi.spec import parse_spec
+from oci.cdi.parse import parse_spec
 from oci.cdi.write import write_spec
 from oci.errors import ExitCode
 from tests.support.mockdriver import driver_version, upgrade_driver

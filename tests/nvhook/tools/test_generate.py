@@ -20,8 +20,9 @@ from nvhook.mock.model import mig_caps_minor
 from nvhook.settings import Settings, defaults
 from nvhook.tools.generate import device_names, generate_spec
 from oci.cdi.apply import apply
+from oci.cdi.decode import decode_spec
 from oci.cdi.edits import Edits
-from oci.cdi.spec import decode_spec, parse_spec
+from oci.cdi.parse import parse_spec
 from oci.cdi.validate import validate_data
 from oci.cdi.write import dump_spec, write_spec
 from oci.errors import CdiNameError

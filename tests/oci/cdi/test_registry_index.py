@@ -18,8 +18,9 @@ import pytest
 
 from oci.cdi import registry
 from oci.cdi.edits import Edits
+from oci.cdi.parse import load_spec
 from oci.cdi.registry import Registry, resolve
-from oci.cdi.spec import Spec, load_spec
+from oci.cdi.spec import Spec
 from oci.errors import CdiError, CdiResolveError
 from tests.support.unprivileged import NOBODY, call_unprivileged
 

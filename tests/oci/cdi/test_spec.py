@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from oci.cdi.decode import decode_spec
 from oci.cdi.edits import DeviceNode, Edits, Hook, IntelRdt, Mount, NetDevice
-from oci.cdi.spec import Device, Issue, Spec, check_spec, decode_spec, load_spec, parse_spec
+from oci.cdi.parse import check_spec, load_spec, parse_spec
+from oci.cdi.spec import Device, Issue, Spec
 from oci.errors import CdiSpecError, ExitCode
 from tests.support.unprivileged import call_unprivileged
 
@@ -797,7 +799,7 @@ def test_importing_the_parser_pulls_no_heavy_modules(tmp_path: Path) -> None:
     heavy = ["pydantic", "yaml", "jsonschema", "referencing", "click", "pynvml", "nvhook"]
     code = (
         "import sys\n"
-        "from oci.cdi.spec import load_spec\n"
+        "from oci.cdi.parse import load_spec\n"
         f"load_spec({str(spec_file)!r})\n"
         f"print(','.join(m for m in {heavy!r} if m in sys.modules))\n"
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from oci.cdi.spec import check_spec, parse_spec
+from oci.cdi.parse import check_spec, parse_spec
 from oci.cdi.version import (
     CURRENT,
     EARLIEST,

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from oci.cdi.edits import DeviceNode, Edits, Hook, IntelRdt, Mount, NetDevice
-from oci.cdi.spec import Device, Spec, load_spec, parse_spec
+from oci.cdi.parse import load_spec, parse_spec
+from oci.cdi.spec import Device, Spec
 from oci.cdi.write import dump_spec, spec_to_dict, write_spec
 from oci.errors import CdiSpecError, CdiWriteError, ExitCode
 
@@ -347,7 +348,7 @@ def test_parent_that_is_a_file(tmp_path: Path) -> None:
 
 _READER = """
 import json, os, sys
-from oci.cdi.spec import load_spec
+from oci.cdi.parse import load_spec
 target, stop = sys.argv[1], sys.argv[2]
 seen, reads = set(), 0
 while not os.path.exists(stop):
