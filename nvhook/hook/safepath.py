@@ -24,6 +24,11 @@ a directory swapped for a symlink between a check and a use changes nothing):
 variable ``NVHOOK_SAFEPATH`` (``auto`` | ``openat2`` | ``walk``) or the
 ``impl`` argument of :func:`open_root` choose one, so tests run both.
 
+Why one module of some 530 lines: it is one security argument. Both implementations
+and every :class:`RootFd` method rely on the same rules (fds from the root down, no
+path string handed to the kernel, no ``..``, procfs symlinks refused); kept in one
+file, a reviewer checks them against each other without chasing imports.
+
 Errors: a path that cannot be resolved safely (a symlink loop, a magic link,
 a directory to create through a dangling symlink) raises
 :class:`~nvhook.errors.HookError`; ordinary failures raise :class:`OSError`
