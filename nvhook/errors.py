@@ -3,27 +3,28 @@
 Each carries a one-line message for a person and an exit code from the shared
 table :class:`oci.errors.ExitCode`.
 
-Hierarchy::
+Hierarchy (the root, :class:`oci.errors.Error`, is shared with the ``oci`` errors)::
 
-    NvhookError
-    ├── ConfigError        the config file (/etc/nvhook/config.toml or $NVHOOK_CONFIG) is invalid
-    ├── RequestError       what the container asks for cannot be parsed (env, annotation, mount)
-    ├── UnknownDeviceError a requested GPU or MIG device does not exist; lists those that do
-    ├── RequirementError   an NVIDIA_REQUIRE_* constraint is unmet, or policy refuses the request
-    ├── DriverError        the driver root, procfs or NVML cannot be read (wraps NVML errors)
-    ├── MockError          a mock machine cannot be laid out (compiler missing, target not empty)
-    │   └── UnknownProfileError  no mock profile has that name (a usage error: exit 2)
-    ├── WorkdirError       a working directory cannot be created or written (nvhook demo --dir)
-    ├── RuntimeNotFound    no low-level runtime (runc/crun) to exec
-    ├── HookError          a hook refused to act (path escaping the rootfs, conflicting link)
-    └── EngineConfigError  an engine's config file (containerd, Docker, CRI-O, podman) is invalid
-        │                  or unsupported: `nvhook runtime configure` changed nothing
-        └── EngineWriteError   a config file, drop-in or backup cannot be written or restored
+    oci.errors.Error
+    └── NvhookError
+        ├── ConfigError        the config file (/etc/nvhook/config.toml or $NVHOOK_CONFIG) is bad
+        ├── RequestError       what the container asks for cannot be parsed (env, annotation, mount)
+        ├── UnknownDeviceError a requested GPU or MIG device does not exist; lists those that do
+        ├── RequirementError   an NVIDIA_REQUIRE_* constraint is unmet, or policy refuses it
+        ├── DriverError        the driver root, procfs or NVML cannot be read (wraps NVML errors)
+        ├── MockError          a mock machine cannot be laid out (compiler missing, target used)
+        │   └── UnknownProfileError  no mock profile has that name (a usage error: exit 2)
+        ├── WorkdirError       a working directory cannot be created or written (demo --dir)
+        ├── RuntimeNotFound    no low-level runtime (runc/crun) to exec
+        ├── HookError          a hook refused to act (path escaping the rootfs, conflicting link)
+        └── EngineConfigError  an engine's config file (containerd, Docker, CRI-O, podman) is
+            │                  invalid or unsupported: `nvhook runtime configure` changed nothing
+            └── EngineWriteError   a config file, drop-in or backup cannot be written or restored
 """
 
 from __future__ import annotations
 
-from oci.errors import ExitCode
+from oci.errors import Error, ExitCode
 
 __all__ = [
     "ConfigError",
@@ -43,17 +44,8 @@ __all__ = [
 ]
 
 
-class NvhookError(Exception):
-    """Root of the ``nvhook`` errors: a message for a person and an exit code."""
-
-    exit_code: int = ExitCode.BUG
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
+class NvhookError(Error):
+    """Root of the ``nvhook`` errors (NVIDIA policy, discovery, shim, hooks, engines)."""
 
 
 class ConfigError(NvhookError):

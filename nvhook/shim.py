@@ -131,10 +131,9 @@ def _fail(
     settings: Settings | None,
     started: float,
 ) -> int:
-    from nvhook.errors import NvhookError
-    from oci.errors import ExitCode, OciError
+    from oci.errors import Error, ExitCode
 
-    if isinstance(error, (NvhookError, OciError)):
+    if isinstance(error, Error):
         message = str(error)
         code = int(error.exit_code)
     else:

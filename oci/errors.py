@@ -6,16 +6,22 @@ exit codes that the README documents.
 
 Hierarchy::
 
-    OciError
-    ├── SpecError            config.json missing, unreadable or not a valid runtime spec
-    ├── BundleError          the bundle cannot be read or written (permissions, disk, rename)
-    ├── ArgvError            runtime command line that cannot be understood
-    └── CdiError
-        ├── CdiSpecError     a CDI spec file is invalid (names the file and the field)
-        ├── CdiNameError     a qualified device name is malformed
-        ├── CdiResolveError  requested devices that no spec defines (names every one)
-        ├── CdiApplyError    edits that cannot be applied (host device missing, type mismatch)
-        └── CdiWriteError    a CDI spec file cannot be written (directory, permissions, disk)
+    Error                  the root shared with ``nvhook.errors``: catch it for "any
+    │                      expected failure" (a message for a person and an exit code)
+    ├── nvhook.errors.NvhookError   the NVIDIA side, drawn in ``nvhook/errors.py``
+    └── OciError
+        ├── SpecError          config.json missing, unreadable or not a valid runtime spec
+        ├── BundleError        the bundle cannot be read or written (permissions, disk)
+        ├── ArgvError          runtime command line that cannot be understood
+        └── CdiError
+            ├── CdiSpecError     a CDI spec file is invalid (names the file and the field)
+            ├── CdiNameError     a qualified device name is malformed
+            ├── CdiResolveError  requested devices that no spec defines (names every one)
+            ├── CdiApplyError    edits that cannot be applied (host device missing, type)
+            └── CdiWriteError    a CDI spec file cannot be written (directory, permissions)
+
+Anything else that escapes a program is a bug (exit code :attr:`ExitCode.BUG`, with a
+traceback).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ __all__ = [
     "CdiResolveError",
     "CdiSpecError",
     "CdiWriteError",
+    "Error",
     "ExitCode",
     "OciError",
     "SpecError",
@@ -88,8 +95,9 @@ def exit_code_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-class OciError(Exception):
-    """Root of the ``oci`` errors: a message for a person and an exit code."""
+class Error(Exception):
+    """Root of every expected ``oci`` and ``nvhook`` error: a message for a person and an
+    exit code (``str()`` is the message alone)."""
 
     exit_code: int = ExitCode.BUG
 
@@ -99,6 +107,10 @@ class OciError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class OciError(Error):
+    """Root of the ``oci`` errors (OCI bundles, specs, runtime arguments, CDI)."""
 
 
 class SpecError(OciError):

@@ -1,7 +1,7 @@
 """The ``nvhook`` command line: one click group; each command lives in its own module.
 
 Commands parse flags, call one library function and render its result. Expected
-failures (:class:`oci.errors.OciError`, :class:`nvhook.errors.NvhookError`) are
+failures (:class:`oci.errors.Error`, the root of the ``oci`` and ``nvhook`` errors) are
 printed as one line on stderr and exit with their code; anything else is a bug and
 shows a traceback (with locals when ``NVHOOK_DEBUG=1``).
 """
@@ -15,8 +15,7 @@ from collections.abc import Sequence
 
 import click
 
-from nvhook.errors import NvhookError
-from oci.errors import ExitCode, OciError
+from oci.errors import Error, ExitCode
 
 __all__ = ["cli", "main"]
 
@@ -46,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _register()
     try:
         rv = cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
-    except (OciError, NvhookError) as e:
+    except Error as e:
         click.echo(f"nvhook: {e}", err=True)
         return int(e.exit_code)
     except click.exceptions.Abort:

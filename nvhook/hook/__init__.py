@@ -32,8 +32,8 @@ from __future__ import annotations
 import os
 import sys
 
-from nvhook.errors import HookError, NvhookError
-from oci.errors import ExitCode, OciError
+from nvhook.errors import HookError
+from oci.errors import Error, ExitCode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         command, options = parse_args(args)
         return _run(command, options, sys.stdin.buffer.read())
-    except (NvhookError, OciError) as e:
+    except Error as e:
         prefix = f"{PROGRAM} {command}" if command in COMMANDS else PROGRAM
         print(f"{prefix}: {e}", file=sys.stderr)
         if isinstance(e, UsageError):
