@@ -30,13 +30,13 @@ Modes (``runtime.mode``):
 
 from __future__ import annotations
 
-from nvhook.errors import NvhookError, RequestError, RequirementError
+from nvhook.errors import RequestError, RequirementError
 from nvhook.requests.ids import All, CdiName, Devices, NoGpus, Requests, Void
 from nvhook.requests.parse import parse_requests
 from nvhook.requests.policy import Policy
 from oci._frozen import Frozen
 from oci.bundle import Bundle
-from oci.errors import OciError
+from oci.errors import Error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class Decision(Frozen):
     plan: Plan | None = None
     edits: Edits | None = None
     result: dict[str, Any] | None = None
-    error: NvhookError | OciError | None = None
+    error: Error | None = None
     warnings: tuple[str, ...] = ()
 
     @property
@@ -152,7 +152,7 @@ def decide(bundle: Bundle, settings: Settings) -> Decision:
     """What a create of ``bundle`` does, stage by stage (reads config.json; writes nothing)."""
     try:
         spec = bundle.load()
-    except (NvhookError, OciError) as e:
+    except Error as e:
         return Decision(bundle.path, settings, error=e)
     return decide_spec(spec, settings, bundle=bundle.path)
 
@@ -167,7 +167,7 @@ def decide_spec(spec: dict[str, Any], settings: Settings, *, bundle: str = "") -
     planned: Plan | None = None
     edits: Edits | None = None
     result: dict[str, Any] | None = None
-    error: NvhookError | OciError | None = None
+    error: Error | None = None
     warnings: list[str] = []
     try:
         policy = Policy.from_settings(settings)
@@ -185,7 +185,7 @@ def decide_spec(spec: dict[str, Any], settings: Settings, *, bundle: str = "") -
             from oci.cdi.apply import apply  # copy, weakref: not for creates that ask for nothing
 
             result = apply(edits, spec)
-    except (NvhookError, OciError) as e:
+    except Error as e:
         error = e
     return Decision(
         bundle,

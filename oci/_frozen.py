@@ -112,6 +112,8 @@ class _FrozenMeta(type):
         order: bool = False,
         **kwargs: Any,
     ) -> _FrozenMeta:
+        if not any(isinstance(b, _FrozenMeta) for b in bases):  # Frozen itself
+            return super().__new__(mcs, name, bases, namespace, **kwargs)
         inherited: tuple[str, ...] = ()
         positional = 0
         defaults: dict[str, object] = {}
@@ -123,28 +125,29 @@ class _FrozenMeta(type):
                 defaults.update(getattr(base, "__frozen_defaults__", {}))
         own: list[str] = []
         keyword_from = 0 if kw_only else -1  # own fields from this one on are keyword-only
-        if "__slots__" in namespace:  # written by hand: the fields are exactly those slots
-            own = [s for s in namespace["__slots__"] if s not in inherited]
-        else:
-            annotations = namespace.get("__annotations__", {})
-            for field, annotation in annotations.items():
-                if _is_classvar(annotation) or field in inherited:
-                    continue
-                if annotation in ("KW_ONLY", "dataclasses.KW_ONLY"):
-                    keyword_from = len(own)
-                    continue
-                own.append(field)
-            for field in own:
-                value = namespace.pop(field, _MISSING)
-                if value is _MISSING:
-                    continue
-                if isinstance(value, _MUTABLE_DEFAULTS):
-                    raise TypeError(
-                        f"{name}.{field}: a mutable default ({type(value).__name__}) would be "
-                        "shared by every instance; use a tuple or frozenset"
-                    )
-                defaults[field] = value
-            namespace["__slots__"] = tuple(own)
+        if "__slots__" in namespace:
+            raise TypeError(
+                f"{name}: a Frozen value declares its fields as annotations, not __slots__"
+            )
+        annotations = namespace.get("__annotations__", {})
+        for field, annotation in annotations.items():
+            if _is_classvar(annotation) or field in inherited:
+                continue
+            if annotation in ("KW_ONLY", "dataclasses.KW_ONLY"):
+                keyword_from = len(own)
+                continue
+            own.append(field)
+        for field in own:
+            value = namespace.pop(field, _MISSING)
+            if value is _MISSING:
+                continue
+            if isinstance(value, _MUTABLE_DEFAULTS):
+                raise TypeError(
+                    f"{name}.{field}: a mutable default ({type(value).__name__}) would be "
+                    "shared by every instance; use a tuple or frozenset"
+                )
+            defaults[field] = value
+        namespace["__slots__"] = tuple(own)
         fields = (*inherited, *own)
         own_positional = len(own) if keyword_from < 0 else keyword_from
         if own_positional:

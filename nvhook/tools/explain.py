@@ -26,8 +26,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nvhook.errors import ConfigError, NvhookError
-from oci.errors import OciError
+from nvhook.errors import ConfigError
+from oci.errors import Error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def explain(
         if root is not None:
             settings = settings._replace(host_root=root)
         target = Bundle(bundle)
-    except (NvhookError, OciError) as e:
+    except Error as e:
         out = _empty(bundle)
         out["outcome"] = _failure(e)
         return out
@@ -151,7 +151,7 @@ def _empty(bundle: str) -> dict[str, Any]:
     }
 
 
-def _failure(error: NvhookError | OciError) -> dict[str, Any]:
+def _failure(error: Error) -> dict[str, Any]:
     return {"result": "fail", "error": error.message, "exit_code": int(error.exit_code)}
 
 

@@ -15,32 +15,17 @@ if TYPE_CHECKING:
 
 
 class Point(Frozen):
-    __slots__ = ("x", "y")
-
     x: int
-    y: tuple[int, ...]
-
-    def __init__(self, x: int, y: tuple[int, ...] = ()) -> None:
-        self._set(x=x, y=y)
+    y: tuple[int, ...] = ()
 
 
 class Other(Frozen):
-    __slots__ = ("x", "y")
-
     x: int
-    y: tuple[int, ...]
-
-    def __init__(self, x: int, y: tuple[int, ...] = ()) -> None:
-        self._set(x=x, y=y)
+    y: tuple[int, ...] = ()
 
 
 class Holder(Frozen):
-    __slots__ = ("d",)
-
     d: dict[str, int]
-
-    def __init__(self, d: dict[str, int]) -> None:
-        self._set(d=d)
 
 
 def test_equality_and_hash_by_fields() -> None:
@@ -90,14 +75,10 @@ def test_fields_of_a_base_class_count_in_a_subclass() -> None:
     from oci._frozen import Frozen
 
     class Text(Frozen):
-        __slots__ = ("value",)
         value: str
 
-        def __init__(self, value: str) -> None:
-            self._set(value=value)
-
     class Name(Text):
-        __slots__ = ()
+        pass
 
     assert Name("a") != Name("b")
     assert Name("a") == Name("a") and hash(Name("a")) == hash(Name("a"))
@@ -182,6 +163,13 @@ def test_declaration_errors() -> None:
         class Order(Frozen):
             a: int = 1
             b: int
+
+
+def test_hand_written_slots_are_refused() -> None:
+    with pytest.raises(TypeError, match="declares its fields as annotations, not __slots__"):
+
+        class Slotted(Frozen):
+            __slots__ = ("x",)
 
 
 def test_classvar_is_not_a_field() -> None:
