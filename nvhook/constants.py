@@ -1,8 +1,9 @@
 """Names the outside world gives us: env variables, annotation prefixes, mount roots, capabilities.
 
 One module for every name a container image, an orchestrator or NVIDIA's own
-tooling puts into a ``config.json`` (STYLE: "constants in one module"). Values
-only, no imports: the shim loads this on every container start (DESIGN.md D5).
+tooling puts into a ``config.json`` (docs/architecture.md section 7: constants in one
+module). Values only, no imports: the shim loads this on every container start
+(docs/architecture.md D5).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Just-in-time edits: a container's requests resolved against the host itself, no spec file.
 
-The steps, each a module of its own (DESIGN.md section 3):
+The steps, each a module of its own (docs/architecture.md, sections 1-2):
 
 1. the driver's view of the GPUs from ``/proc`` (:mod:`nvhook.devices.procfs`), or
    NVML when a request needs it (MIG UUIDs) or ``host.resolver = "nvml"``;

@@ -1,6 +1,6 @@
 """An OCI bundle's ``config.json``: lossless load, careful atomic save.
 
-The spec file is precious (DESIGN.md D4):
+The spec file is precious (docs/architecture.md D4):
 
 - :meth:`Bundle.load` returns the whole JSON value as plain dicts and lists, keeping
   every field nvhook does not model and the order of every object's keys; it checks
@@ -23,7 +23,7 @@ replaces the link in the bundle with a regular file: the target, which may be sh
 is never written.
 
 Paths are ``str`` and handled with ``os.path``: ``import pathlib`` costs ~20 ms
-under ``python -I -S`` here (DESIGN.md D5).
+under ``python -I -S`` here (docs/architecture.md D5).
 """
 
 from __future__ import annotations

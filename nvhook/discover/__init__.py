@@ -2,9 +2,9 @@
 
 :func:`discover_driver_files` finds the driver's libraries, binaries,
 configuration, firmware and IPC endpoints for a set of capabilities under a
-driver root (DRIVER-FILES.md, DESIGN.md D6); :meth:`DriverFiles.to_edits`
+driver root (docs/architecture.md D6 and section 6); :meth:`DriverFiles.to_edits`
 turns them into read-only bind mounts. Standard library only: this runs in the
-runtime shim on container start (DESIGN.md D5).
+runtime shim on container start (docs/architecture.md D5).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The hooks nvhook injects, as CDI :class:`~oci.cdi.edits.Hook` values, and their checker.
 
-Every injected hook, in jit mode and in generated CDI specs alike (DESIGN.md D7):
+Every injected hook, in jit mode and in generated CDI specs alike (docs/architecture.md D7):
 
 - has an absolute ``path`` to the ``nvhook-hook`` launcher (written by
   ``nvhook install-entrypoints``: ``#!<absolute python> -I``, so the interpreter

@@ -24,7 +24,7 @@ A short, corrupt or foreign file raises :class:`~nvhook.errors.DriverError`
 naming the file and the fault; no offset in the file is trusted.
 
 Standard library only, no ``re``: this runs on the runtime shim's path
-(DESIGN.md D5, D6). Values are :class:`oci._frozen.Frozen` classes, not
+(docs/architecture.md D5, D6). Values are :class:`oci._frozen.Frozen` classes, not
 dataclasses, which would cost more to import than parsing the whole cache.
 """
 

@@ -1,4 +1,4 @@
-"""Looking at files under a root directory as if it were ``/`` (DESIGN.md D6).
+"""Looking at files under a root directory as if it were ``/`` (docs/architecture.md D6).
 
 A driver root such as ``/run/nvidia/driver`` holds absolute symlinks
 (``/usr/lib/x86_64-linux-gnu/libcuda.so.1 -> /usr/lib/.../libcuda.so.550.54.15``,
@@ -13,7 +13,7 @@ the object (one discovery), so resolving twenty libraries in one directory
 walks that directory once.
 
 ``os.path`` rather than ``pathlib``: ``pathlib`` pulls ``re``, ``fnmatch`` and
-``urllib`` into the runtime shim's start (DESIGN.md D5).
+``urllib`` into the runtime shim's start (docs/architecture.md D5).
 """
 
 from __future__ import annotations

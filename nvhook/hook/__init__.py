@@ -1,4 +1,4 @@
-"""``nvhook-hook``: the OCI hooks nvhook injects into containers (DESIGN.md D7).
+"""``nvhook-hook``: the OCI hooks nvhook injects into containers (docs/architecture.md D7).
 
 Each command reads the container's OCI state on stdin (runc writes it there),
 finds what it needs from it, and does one small job:

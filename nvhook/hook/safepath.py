@@ -1,4 +1,4 @@
-"""Paths inside a container's rootfs, resolved inside it (DESIGN.md D7).
+"""Paths inside a container's rootfs, resolved inside it (docs/architecture.md D7).
 
 A hook runs as root on the host while the rootfs under it belongs to the image,
 and so to whoever built it: any directory on a path may be a symlink to

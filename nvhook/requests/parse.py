@@ -7,7 +7,7 @@ each value and the decisions recorded below are read together; a tenth of it is 
 docstring.
 
 :func:`parse_requests` is a pure function of the spec (a dict as loaded from
-``config.json``) and the policy: no I/O, stdlib only (DESIGN.md D5). It never lets
+``config.json``) and the policy: no I/O, stdlib only (docs/architecture.md D5). It never lets
 a stray exception out on hostile input; everything malformed raises
 :class:`~nvhook.errors.RequestError` with a one-line message naming the variable,
 annotation or mount and the bad item (cut to about 80 characters).

@@ -1,4 +1,4 @@
-"""What the host's administrator allows containers to ask for (DESIGN.md D11).
+"""What the host's administrator allows containers to ask for (docs/architecture.md D11).
 
 :class:`Policy` is a frozen value with one documented field per switch, each with
 the default a fresh install gets. :meth:`Policy.from_settings` builds it from the

@@ -1,4 +1,4 @@
-"""``nvhook cdi generate``: the host's GPUs as one CDI spec file (DESIGN.md D1, D10).
+"""``nvhook cdi generate``: the host's GPUs as one CDI spec file (docs/architecture.md D1, D10).
 
 :func:`generate_spec` discovers the host the way the shim's jit mode does and
 returns a :class:`~oci.cdi.spec.Spec` of kind ``<vendor>/<class>``:

@@ -1,7 +1,7 @@
 """``apply(edits, spec)``: CDI container edits onto an OCI runtime spec.
 
 Follows the reference semantics of tags.cncf.io/container-device-interface
-(``ContainerEdits.Apply``), as DESIGN.md D2 lists them, on the spec as a plain
+(``ContainerEdits.Apply``), as docs/architecture.md D2 lists them, on the spec as a plain
 JSON value (a ``dict`` in its original key order, unknown fields kept):
 
 - env: injected entries in order; an entry whose name is already set (in the

@@ -5,7 +5,7 @@ It is what every producer of devices yields (a CDI spec, host discovery, a
 volume-mount device list) and what :func:`oci.cdi.apply.apply` consumes.
 
 These are plain frozen values on purpose: the runtime shim builds them on
-every container start and cannot afford pydantic (DESIGN.md D5). The strict,
+every container start and cannot afford pydantic (docs/architecture.md D5). The strict,
 stdlib-only parser in :mod:`oci.cdi.parse` validates spec files and converts
 into these values.
 """

@@ -12,7 +12,7 @@ does, and collects every error; cutting it apart would separate each CDI object
 from the rules that check it.
 
 Plain code, no pydantic, no ``re``: the registry runs this inside the runtime
-shim on every container start (DESIGN.md D5). The rules are those of the
+shim on every container start (docs/architecture.md D5). The rules are those of the
 reference library (tags.cncf.io/container-device-interface 1.1,
 ``pkg/cdi/spec.go``, ``container-edits.go``, the default validator and
 ``specs-go/version.go``):

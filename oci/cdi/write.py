@@ -1,7 +1,7 @@
 """Writing CDI specs: deterministic bytes, the lowest ``cdiVersion`` that fits, atomic files.
 
 :func:`dump_spec` normalizes a spec (a :class:`~oci.cdi.spec.Spec` or a CDI
-dict) before it serializes it (DESIGN.md D10):
+dict) before it serializes it (docs/architecture.md D10):
 
 - exact duplicate entries are dropped, the first kept (env entries, device
   nodes, mounts, hooks, additional GIDs, net devices; whole devices too);

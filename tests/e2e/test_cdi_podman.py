@@ -14,7 +14,7 @@
    ``nvhook cdi inject`` on the config.json podman makes without the device give the same
    device nodes, cgroup rules and hooks, in the same order, and the same mounts. podman 4.3
    vendors container-orchestrated-devices/container-device-interface v0.5.x, whose
-   ``ContainerEdits.Apply`` differs from the reference semantics we follow (DESIGN.md D2)
+   ``ContainerEdits.Apply`` differs from the reference semantics we follow (docs/architecture.md D2)
    in two ways, both checked here:
 
    - env: it appends every injected entry (``AddMultipleProcessEnv`` on a generator made
@@ -48,7 +48,7 @@ pytestmark = [pytest.mark.runtime, pytest.mark.root]
 
 NVHOOK = str(Path(sys.executable).parent / "nvhook")
 LIB = "/usr/lib/x86_64-linux-gnu"
-#: podman needs no network, and runc (not crun: RUNTIMES.md)
+#: podman needs no network, and runc (not crun: docs/architecture.md section 6)
 OPTIONS = ["--network", "none"]
 
 
@@ -251,7 +251,7 @@ def test_podman_and_nvhook_inject_agree(
     # podman 4.3 appends every injected entry: PATH is there twice, the image's first
     assert theirs["process"]["env"][-3:] == injected
     assert sorted(theirs["process"]["env"][:-3]) == sorted(image_env)
-    # we replace the image's PATH in place (DESIGN.md D2) and append the new names
+    # we replace the image's PATH in place (docs/architecture.md D2) and append the new names
     assert (
         ours["process"]["env"]
         == [injected[0] if e.startswith("PATH=") else e for e in image_env] + injected[1:]

@@ -4,7 +4,8 @@ that runtime to its config.
 
 The test talks CRI v1 as the kubelet does, with a client generated at test time by
 grpcio-tools from ``tests/data/cri/nvhook_cri.proto`` (a field-exact subset of the
-upstream API). containerd 1.6 is set up as RUNTIMES.md says for this VM (the harness's
+upstream API). containerd 1.6 is set up as docs/architecture.md section 6 says for this VM
+(the harness's
 ``Containerd(cri=True)``: ``restrict_oom_score_adj``, ``default_runtime_name = "runc"``),
 with a sandbox image whose entrypoint sleeps, host-network pods without a hostname, and the
 shim's config in its environment (its shims, and so nvhook-runtime, inherit it).

@@ -1,4 +1,4 @@
-"""What the runtime shim has imported when it execs runc (DESIGN.md D5: it is on every start path).
+"""What the runtime shim has imported when it execs runc (on every start path: architecture D5).
 
 Each case runs the shim in a fresh isolated interpreter (``python -I``, as the launcher
 does) whose ``os.execv`` is replaced, before the shim is imported, by a function that

@@ -393,7 +393,7 @@ def test_arch_aliases(driver: FakeRoot) -> None:
 
 
 def test_stays_light(driver: FakeRoot) -> None:
-    """The shim runs this on container start (DESIGN.md D5): no heavy or needless imports."""
+    """The shim runs this on every container start (docs/architecture.md D5): no heavy imports."""
     code = (
         "import sys\n"
         "from nvhook.discover import discover_driver_files\n"

@@ -793,7 +793,7 @@ def test_the_schema_examples_load(tmp_path: Path) -> None:
 
 
 def test_importing_the_parser_pulls_no_heavy_modules(tmp_path: Path) -> None:
-    """DESIGN.md D5: the registry runs this in the shim; loading a JSON spec stays stdlib-only."""
+    """The registry runs this in the shim (architecture D5): loading a JSON spec is stdlib-only."""
     spec_file = tmp_path / "s.json"
     spec_file.write_text(json.dumps(GOOD))
     heavy = ["pydantic", "yaml", "jsonschema", "referencing", "click", "pynvml", "nvhook"]
