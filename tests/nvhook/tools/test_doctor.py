@@ -24,7 +24,7 @@ from nvhook.tools.doctor import (
     exit_code,
     render_text,
 )
-from nvhook.tools.doctor_engines import daemon_start
+from nvhook.tools.doctor.engine_config import daemon_start
 from nvhook.tools.entrypoints import ENTRYPOINTS, launcher_text
 from oci.errors import ExitCode
 
@@ -38,7 +38,7 @@ def _write(path: Path, text: str, mode: int = 0o644) -> Path:
     return path
 
 
-def _configure(root: Path, engine: str, config: Path, *, default: bool = False) -> None:
+def configure_command(root: Path, engine: str, config: Path, *, default: bool = False) -> None:
     plan = plan_configure(
         engine, config=str(config), name="nvidia", runtime_path=RUNTIME, set_as_default=default
     )
@@ -56,7 +56,7 @@ def node(make_mock_machine: Callable[..., Path]) -> Path:
     spec.parent.mkdir(parents=True)
     assert main(["cdi", "generate", "--root", str(root), "--output", str(spec)]) == 0
     config = _write(root / "etc/containerd/config.toml", "version = 2\n")
-    _configure(root, "containerd", config)
+    configure_command(root, "containerd", config)
     return root
 
 
@@ -268,7 +268,7 @@ def test_daemon_start_of_a_real_process(tmp_path: Path) -> None:
 
 def test_set_as_default_lost(node: Path) -> None:
     config = _write(node / "etc/docker/daemon.json", '{"log-level": "warn"}\n')
-    _configure(node, "docker", config, default=True)
+    configure_command(node, "docker", config, default=True)
     assert [c.status for c in _engine(node, "docker")] == ["ok"]
     data = json.loads(config.read_text())
     data["default-runtime"] = "runc"
@@ -283,7 +283,7 @@ def test_set_as_default_lost(node: Path) -> None:
 
 def test_not_default_without_set_as_default_is_fine(node: Path) -> None:
     config = _write(node / "etc/docker/daemon.json", '{"log-level": "warn"}\n')
-    _configure(node, "docker", config)
+    configure_command(node, "docker", config)
     assert [c.status for c in _engine(node, "docker")] == ["ok"]
 
 
@@ -318,7 +318,7 @@ def test_cgroup_trap_exposed_by_the_legacy_toolkit(node: Path) -> None:
     config = _write(
         node / "etc/containerd/config.toml", f"version = 2\n{runc}\nSystemdCgroup = true\n"
     )
-    _configure(node, "containerd", config)  # the nvidia runtime copies runc's options
+    configure_command(node, "containerd", config)  # the nvidia runtime copies runc's options
     [ok] = check_cgroups(_opts(node))
     assert ok.message.startswith("cgroup v2; containerd uses the systemd cgroup driver")
     assert ok.message.endswith("`systemctl daemon-reload` keeps them: not exposed")

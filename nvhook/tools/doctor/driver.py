@@ -1,0 +1,153 @@
+"""Doctor checks of the driver: the kernel module, the device nodes, the persistence daemon."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+from nvhook.tools.doctor.base import (
+    CTL_MINOR,
+    NVIDIA_MAJOR,
+    PERSISTENCED_SOCKET,
+    Check,
+    Options,
+    shell_quote,
+    under,
+)
+
+
+def check_driver(opts: Options) -> list[Check]:
+    from nvhook.devices.procfs import read_driver
+    from nvhook.errors import DriverError
+
+    root = opts.root
+    out: list[Check] = []
+    modules = under(root, "/proc/modules")
+    loaded_modules: set[str] | None = None
+    try:
+        with open(modules) as f:
+            loaded_modules = {line.split(" ", 1)[0] for line in f}
+    except OSError:
+        pass  # no /proc/modules (a mock root): /proc/driver/nvidia says it
+    if loaded_modules is not None and "nvidia" not in loaded_modules:
+        out.append(
+            Check("driver", "fail", "the nvidia kernel module is not loaded", "modprobe nvidia")
+        )
+        return out
+    try:
+        driver = read_driver(root)
+    except DriverError as e:
+        out.append(Check("driver", "fail", e.message, "modprobe nvidia"))
+        return out
+    kind = "open" if driver.open_module else "proprietary"
+    gpus = len(driver.gpus)
+    if gpus:
+        out.append(
+            Check(
+                "driver",
+                "ok",
+                f"driver {driver.version} ({kind} kernel module), {gpus} GPU{'s' * (gpus != 1)}",
+            )
+        )
+    else:
+        out.append(
+            Check(
+                "driver",
+                "warn",
+                f"driver {driver.version} is loaded but sees no GPU (the kernel log says why)",
+                "dmesg | grep -i nvrm",
+            )
+        )
+    if loaded_modules is not None and "nvidia_uvm" not in loaded_modules:
+        out.append(
+            Check(
+                "driver",
+                "warn",
+                "the nvidia_uvm module is not loaded: CUDA cannot run",
+                "nvidia-modprobe -u -c 0",
+            )
+        )
+    out += _check_nodes(opts, driver)
+    socket_path = under(root, PERSISTENCED_SOCKET)
+    try:
+        is_socket = stat.S_ISSOCK(os.stat(socket_path).st_mode)
+    except OSError:
+        is_socket = False
+    if not is_socket:
+        out.append(
+            Check(
+                "driver",
+                "warn",
+                f"{socket_path} is missing: nvidia-persistenced is not running, so GPUs are "
+                "re-initialised for every container (slow starts, lost state)",
+                "systemctl enable --now nvidia-persistenced",
+            )
+        )
+    return out
+
+
+def _check_nodes(opts: Options, driver: Any) -> list[Check]:
+    dev_root = opts.dev_root or opts.root
+    mode_param = driver.params.get("DeviceFileMode", "")
+    want_mode = int(mode_param) & 0o777 if mode_param.isdigit() else 0o666
+    uvm = driver.majors.get("nvidia-uvm")
+    nodes: list[tuple[str, int | None, int, str]] = [
+        ("/dev/nvidiactl", NVIDIA_MAJOR, CTL_MINOR, "nvidia-modprobe"),
+    ]
+    nodes += [
+        (f"/dev/nvidia{g.minor}", NVIDIA_MAJOR, g.minor, f"nvidia-modprobe -c {g.minor}")
+        for g in driver.gpus
+    ]
+    nodes += [
+        ("/dev/nvidia-uvm", uvm, 0, "nvidia-modprobe -u -c 0"),
+        ("/dev/nvidia-uvm-tools", uvm, 1, "nvidia-modprobe -u -c 0"),
+    ]
+    out: list[Check] = []
+    good = 0
+    for node, major, minor, create in nodes:
+        path = under(dev_root, node)
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(Check("driver", "fail", f"{path} is missing", create))
+            continue
+        if not stat.S_ISCHR(st.st_mode):
+            out.append(
+                Check(
+                    "driver",
+                    "fail",
+                    f"{path} is not a character device",
+                    f"rm -f {shell_quote(path)} && {create}",
+                )
+            )
+            continue
+        found = (os.major(st.st_rdev), os.minor(st.st_rdev))
+        if major is not None and found != (major, minor):
+            out.append(
+                Check(
+                    "driver",
+                    "fail",
+                    f"{path} is device {found[0]}:{found[1]}, the driver's is {major}:{minor}",
+                    f"rm -f {shell_quote(path)} && {create}",
+                )
+            )
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & want_mode != want_mode:
+            out.append(
+                Check(
+                    "driver",
+                    "warn",
+                    f"{path} has mode {mode:04o}, the driver gives {want_mode:04o} "
+                    "(DeviceFileMode): containers running as other users cannot open it",
+                    f"chmod {want_mode:04o} {shell_quote(path)}",
+                )
+            )
+            continue
+        good += 1
+    if good:
+        out.insert(0, Check("driver", "ok", f"{good} device nodes present, mode {want_mode:04o}"))
+    return out
