@@ -20,7 +20,9 @@ and inside functions, not ``TYPE_CHECKING``) and the packages each import execut
 reaches ``nvhook.cli``, ``nvhook.engines``, ``nvhook.mock`` or ``nvhook.tools``, nor click
 or pydantic. A failure names the chain of imports that gets there.
 
-Rule C, heavy libraries have one home each: pynvml only in ``nvhook.devices.nvml``,
+Rule C, heavy libraries have one home each: pynvml only in ``nvhook.devices.nvml``, grpc only
+in ``nvhook.deviceplugin.server``, protobuf (``google``) only in the generated
+``nvhook.deviceplugin.v1beta1``, pydantic only in ``nvhook.deviceplugin.config``,
 pyroute2 only in ``nvhook.hook.netdev``, click only in ``nvhook.cli``, tomlkit only in
 ``nvhook.engines``, jsonschema and referencing only in ``oci.cdi.validate`` (type-only
 imports included), so what each costs is paid in one place.
@@ -50,7 +52,7 @@ OCI_THIRD_PARTY = frozenset({"yaml", "jsonschema", "referencing"})
 OCI_NEVER = ("nvhook", "click", "pynvml", "pyroute2", "pydantic", "tomlkit")
 #: What the start path (rule B) must never reach: packages of nvhook, and libraries.
 START_PATH_NEVER = ("nvhook.cli", "nvhook.engines", "nvhook.mock", "nvhook.tools")
-START_PATH_NEVER_LIBRARIES = ("click", "pydantic")
+START_PATH_NEVER_LIBRARIES = ("click", "pydantic", "grpc", "google")
 #: Rule C: library -> the module or package that alone may import it.
 HOMES = {
     "pynvml": "nvhook.devices.nvml",
@@ -59,6 +61,9 @@ HOMES = {
     "tomlkit": "nvhook.engines",
     "jsonschema": "oci.cdi.validate",
     "referencing": "oci.cdi.validate",
+    "grpc": "nvhook.deviceplugin.server",
+    "google": "nvhook.deviceplugin.v1beta1",  # protobuf, through the generated api_pb2
+    "pydantic": "nvhook.deviceplugin.config",
 }
 
 

@@ -27,11 +27,23 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from nvhook.cli import cdi, config, demo, doctor, engines, entrypoints, explain, info, mock
+    from nvhook.cli import (
+        cdi,
+        config,
+        demo,
+        deviceplugin,
+        doctor,
+        engines,
+        entrypoints,
+        explain,
+        info,
+        mock,
+    )
 
     cli.add_command(cdi.cdi)
     cli.add_command(config.config)
     cli.add_command(demo.demo)
+    cli.add_command(deviceplugin.device_plugin)
     cli.add_command(doctor.doctor)
     cli.add_command(entrypoints.install_entrypoints_command)
     cli.add_command(explain.explain)

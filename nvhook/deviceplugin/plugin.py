@@ -1,0 +1,158 @@
+"""``nvhook device-plugin``: discover, serve, register, watch health and kubelet, stop cleanly.
+
+:class:`DevicePlugin` runs until its stop event is set (the CLI sets it on SIGTERM and
+SIGINT):
+
+1. the GPUs from NVML (loaded from the driver root of nvhook's settings, so it runs on a
+   mock machine), their NUMA nodes, the resources of the configuration
+   (:func:`~nvhook.deviceplugin.resources.build_resources`);
+2. one :class:`~nvhook.deviceplugin.server.ResourceServer` per resource on a socket in the
+   device-plugin directory, each registered on ``kubelet.sock`` there;
+3. every ``health_interval`` seconds, :func:`~nvhook.deviceplugin.health.probe`: a change
+   wakes every ``ListAndWatch`` stream with the new list;
+4. several times a second, whether ``kubelet.sock`` was recreated (kubelet restarted, and
+   deleted the plugins' sockets) or a socket of ours vanished: then each server is
+   restarted and registered again (retried until kubelet answers);
+5. on stop, the servers stop and their sockets are removed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from nvhook.deviceplugin.errors import RegistrationError
+from nvhook.deviceplugin.health import probe
+from nvhook.deviceplugin.model import PluginConfig, Resource
+from nvhook.deviceplugin.preferred import Topology
+from nvhook.deviceplugin.resources import build_resources
+from nvhook.deviceplugin.server import PluginState, ResourceServer, register
+from nvhook.deviceplugin.topology import read_topology
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nvhook.devices.nvml import GpuInfo
+    from nvhook.edits import Host
+
+__all__ = ["DEFAULT_DIRECTORY", "KUBELET_SOCKET", "DevicePlugin", "read_gpus"]
+
+DEFAULT_DIRECTORY = "/var/lib/kubelet/device-plugins/"
+KUBELET_SOCKET = "kubelet.sock"
+_TICK = 0.2  # seconds between checks of kubelet's socket
+
+
+def read_gpus(host: Host) -> tuple[GpuInfo, ...]:
+    """The host's GPUs as NVML (from the driver root) lists them."""
+    from nvhook.devices.nvml import open_nvml
+    from nvhook.edits import nvml_library_dir
+
+    with open_nvml(nvml_library_dir(host.driver_root)) as nvml:
+        return nvml.gpus()
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_ctime_ns
+
+
+class DevicePlugin:
+    """The device plugin for ``host`` with ``config``, serving in ``directory``."""
+
+    def __init__(
+        self,
+        host: Host,
+        config: PluginConfig,
+        directory: str = DEFAULT_DIRECTORY,
+        *,
+        health_interval: float = 5.0,
+        log: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        self.host = host
+        self.config = config
+        self.directory = directory
+        self.kubelet_socket = os.path.join(directory, KUBELET_SOCKET)
+        self.health_interval = health_interval
+        self.log = log
+        self.state = PluginState()
+        self.servers: list[ResourceServer] = []
+        self.ready = threading.Event()  # set once every server is registered
+
+    def discover(self) -> tuple[tuple[Resource, ...], tuple[GpuInfo, ...], Topology]:
+        """The resources to advertise, the GPUs and their topology."""
+        gpus = read_gpus(self.host)
+        topology = read_topology(self.host, gpus)
+        numa = {g.uuid: topology.numa[i] for i, g in enumerate(gpus)}
+        warnings: list[str] = []
+        resources = build_resources(gpus, self.config, numa=numa, warnings=warnings)
+        for w in warnings:
+            self.log(f"warning: {w}")
+        return resources, gpus, topology
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set; raises :class:`RegistrationError` when kubelet
+        refuses the first registration."""
+        resources, gpus, topology = self.discover()
+        gpus_of = [(g.uuid, g.bus_id) for g in gpus]
+        self._check_health(gpus_of)
+        self.servers = [
+            ResourceServer(r, self.config, topology, self.state, self.directory) for r in resources
+        ]
+        if not self.servers:
+            self.log("no GPU to advertise on this node; waiting for SIGTERM")
+        try:
+            for s in self.servers:
+                s.start()
+                register(self.kubelet_socket, s)
+                self.log(
+                    f"serving {s.resource.name} ({len(s.resource.devices)} devices) on {s.path}, "
+                    f"registered with {self.kubelet_socket}"
+                )
+            self.ready.set()
+            self._loop(stop, gpus_of)
+        finally:
+            self.state.close()
+            for s in self.servers:
+                s.stop()
+            self.log("stopped; sockets removed")
+
+    def _check_health(self, gpus: list[tuple[str, str]]) -> None:
+        unhealthy = probe(self.host, gpus)
+        _, before = self.state.snapshot()
+        if self.state.update(unhealthy):
+            for uuid in sorted(unhealthy.keys() - before.keys()):
+                self.log(f"GPU {uuid} is unhealthy: {unhealthy[uuid]}")
+            for uuid in sorted(before.keys() - unhealthy.keys()):
+                self.log(f"GPU {uuid} is healthy again")
+
+    def _loop(self, stop: threading.Event, gpus: list[tuple[str, str]]) -> None:
+        kubelet = _identity(self.kubelet_socket)
+        next_health = time.monotonic() + self.health_interval
+        pending = False  # a re-registration still to do
+        while not stop.wait(min(_TICK, self.health_interval)):
+            if time.monotonic() >= next_health:
+                self._check_health(gpus)
+                next_health = time.monotonic() + self.health_interval
+            now = _identity(self.kubelet_socket)
+            if now != kubelet or any(not s.serving for s in self.servers):
+                if now is not None:
+                    self.log(
+                        f"{self.kubelet_socket} was recreated (kubelet restarted): "
+                        "registering again"
+                    )
+                kubelet, pending = now, True
+                for s in self.servers:
+                    s.stop()
+                    s.start()
+            if pending and kubelet is not None:
+                try:
+                    for s in self.servers:
+                        register(self.kubelet_socket, s, timeout=2.0)
+                    pending = False
+                    self.log("registered again")
+                except RegistrationError as e:
+                    self.log(f"{e.message} (retrying)")

@@ -1,0 +1,254 @@
+"""The gRPC layer: one ``v1beta1.DevicePlugin`` server per resource, registered with kubelet.
+
+The only module that imports ``grpc`` (and, through :mod:`.v1beta1.api_pb2`, protobuf).
+It turns requests into calls of the value-level logic (:mod:`.allocate`, :mod:`.preferred`)
+and their answers into messages. Method handlers are declared here from the message classes
+(``grpc.method_handlers_generic_handler``), so no ``_pb2_grpc`` module is needed; the
+method paths are those of ``v1beta1/api.proto``.
+
+:class:`PluginState` is what the servers share with the health loop of
+:mod:`nvhook.deviceplugin.plugin`: the unhealthy GPUs and a version that changes with them,
+which wakes every ``ListAndWatch`` stream to send the new list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+
+from nvhook.deviceplugin.allocate import allocate
+from nvhook.deviceplugin.errors import AllocationError, RegistrationError
+from nvhook.deviceplugin.model import PluginConfig, Resource
+from nvhook.deviceplugin.preferred import Topology, preferred
+from nvhook.deviceplugin.v1beta1 import api_pb2 as pb
+
+__all__ = ["API_VERSION", "HEALTHY", "UNHEALTHY", "PluginState", "ResourceServer", "register"]
+
+API_VERSION = "v1beta1"
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+
+
+class PluginState:
+    """The unhealthy GPUs (UUID → why) and a version that changes with them."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._unhealthy: dict[str, str] = {}
+        self._version = 0
+        self._closed = False
+
+    def snapshot(self) -> tuple[int, dict[str, str]]:
+        with self._cond:
+            return self._version, dict(self._unhealthy)
+
+    def update(self, unhealthy: Mapping[str, str]) -> bool:
+        """Set the unhealthy GPUs; True (and every stream woken) when health changed."""
+        with self._cond:
+            if set(unhealthy) == set(self._unhealthy):
+                self._unhealthy = dict(unhealthy)  # new reasons, same health: no new list
+                return False
+            self._unhealthy = dict(unhealthy)
+            self._version += 1
+            self._cond.notify_all()
+            return True
+
+    def wait(self, version: int, timeout: float) -> None:
+        """Until the version differs from ``version``, the state closes, or ``timeout``."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._version != version, timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+def _device_list(resource: Resource, unhealthy: Mapping[str, str]) -> Any:
+    return pb.ListAndWatchResponse(
+        devices=[
+            pb.Device(
+                ID=d.id,
+                health=UNHEALTHY if d.gpu_uuid in unhealthy else HEALTHY,
+                topology=(
+                    pb.TopologyInfo(nodes=[pb.NUMANode(ID=d.numa_node)])
+                    if d.numa_node is not None
+                    else None
+                ),
+            )
+            for d in resource.devices
+        ]
+    )
+
+
+class ResourceServer:
+    """``v1beta1.DevicePlugin`` for one resource, on ``<directory>/<resource.socket_name>``."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        config: PluginConfig,
+        topology: Topology,
+        state: PluginState,
+        directory: str,
+    ) -> None:
+        self.resource = resource
+        self.config = config
+        self.topology = topology
+        self.state = state
+        self.path = os.path.join(directory, resource.socket_name)
+        self._server: Any = None
+        self._stopped = threading.Event()
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> None:
+        """Serve on the socket (a stale socket file of the same name is replaced)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        self._stopped.clear()
+        server = grpc.server(ThreadPoolExecutor(max_workers=8, thread_name_prefix="nvhook-dp"))
+        server.add_generic_rpc_handlers((self._handler(),))
+        if server.add_insecure_port(f"unix://{self.path}") == 0:
+            raise RegistrationError(
+                f"{self.path}: cannot listen on this socket; check the directory"
+            )
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        """Stop serving (streams end) and remove the socket."""
+        self._stopped.set()
+        if self._server is not None:
+            self._server.stop(grace=0.5).wait()
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None and os.path.exists(self.path)
+
+    # ------------------------------------------------------------------ the API
+
+    def _handler(self) -> Any:
+        def unary(f: Any, request: Any, response: Any) -> Any:
+            return grpc.unary_unary_rpc_method_handler(
+                f,
+                request_deserializer=request.FromString,
+                response_serializer=response.SerializeToString,
+            )
+
+        return grpc.method_handlers_generic_handler(
+            f"{API_VERSION}.DevicePlugin",
+            {
+                "GetDevicePluginOptions": unary(self.options, pb.Empty, pb.DevicePluginOptions),
+                "ListAndWatch": grpc.unary_stream_rpc_method_handler(
+                    self.list_and_watch,
+                    request_deserializer=pb.Empty.FromString,
+                    response_serializer=pb.ListAndWatchResponse.SerializeToString,
+                ),
+                "GetPreferredAllocation": unary(
+                    self.preferred_allocation,
+                    pb.PreferredAllocationRequest,
+                    pb.PreferredAllocationResponse,
+                ),
+                "Allocate": unary(self.allocate, pb.AllocateRequest, pb.AllocateResponse),
+                "PreStartContainer": unary(
+                    self.pre_start, pb.PreStartContainerRequest, pb.PreStartContainerResponse
+                ),
+            },
+        )
+
+    def options(self, request: Any, context: Any) -> Any:
+        return pb.DevicePluginOptions(get_preferred_allocation_available=True)
+
+    def list_and_watch(self, request: Any, context: Any) -> Iterator[Any]:
+        sent = -1
+        while context.is_active() and not self._stopped.is_set() and not self.state.closed:
+            version, unhealthy = self.state.snapshot()
+            if version != sent:
+                yield _device_list(self.resource, unhealthy)
+                sent = version
+            self.state.wait(sent, timeout=0.5)
+
+    def preferred_allocation(self, request: Any, context: Any) -> Any:
+        responses = []
+        for c in request.container_requests:
+            ids = preferred(
+                self.resource,
+                list(c.available_deviceIDs),
+                list(c.must_include_deviceIDs),
+                c.allocation_size,
+                self.topology,
+            )
+            responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return pb.PreferredAllocationResponse(container_responses=responses)
+
+    def allocate(self, request: Any, context: Any) -> Any:
+        _, unhealthy = self.state.snapshot()
+        responses = []
+        for c in request.container_requests:
+            try:
+                a = allocate(self.resource, list(c.devices_ids), self.config, unhealthy=unhealthy)
+            except AllocationError as e:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)  # raises
+                raise
+            responses.append(
+                pb.ContainerAllocateResponse(
+                    envs=dict(a.envs),
+                    mounts=[
+                        pb.Mount(
+                            container_path=m.container_path,
+                            host_path=m.host_path,
+                            read_only=m.read_only,
+                        )
+                        for m in a.mounts
+                    ],
+                    annotations=dict(a.annotations),
+                    cdi_devices=[pb.CDIDevice(name=n) for n in a.cdi_devices],
+                )
+            )
+        return pb.AllocateResponse(container_responses=responses)
+
+    def pre_start(self, request: Any, context: Any) -> Any:
+        return pb.PreStartContainerResponse()
+
+
+def register(kubelet_socket: str, server: ResourceServer, *, timeout: float = 5.0) -> None:
+    """``Registration.Register`` on kubelet's socket for ``server``'s resource."""
+    channel = grpc.insecure_channel(f"unix://{kubelet_socket}")
+    try:
+        call = channel.unary_unary(
+            f"/{API_VERSION}.Registration/Register",
+            request_serializer=pb.RegisterRequest.SerializeToString,
+            response_deserializer=pb.Empty.FromString,
+        )
+        call(
+            pb.RegisterRequest(
+                version=API_VERSION,
+                endpoint=os.path.basename(server.path),
+                resource_name=server.resource.name,
+                options=pb.DevicePluginOptions(get_preferred_allocation_available=True),
+            ),
+            timeout=timeout,
+            wait_for_ready=True,
+        )
+    except grpc.RpcError as e:
+        raise RegistrationError(
+            f"kubelet at {kubelet_socket} did not register {server.resource.name}: "
+            f"{e.code().name}: {e.details()}; is kubelet running, with its device-plugin "
+            "directory there?"
+        ) from None
+    finally:
+        channel.close()

@@ -1,0 +1,39 @@
+"""The checked-in API: the upstream proto byte for byte, and protoc's output regenerated."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvhook.deviceplugin import v1beta1
+
+HERE = Path(v1beta1.__file__).parent
+#: sha256 of kubernetes/kubelet pkg/apis/deviceplugin/v1beta1/api.proto at the commit in SOURCES.md
+UPSTREAM_SHA256 = "b780bfeac99c93c231dc165ce417f4da88481eececa0c65eeb90f5f2e9b5b65b"
+
+
+def test_the_proto_is_upstream_s() -> None:
+    assert hashlib.sha256((HERE / "api.proto").read_bytes()).hexdigest() == UPSTREAM_SHA256
+    assert "Apache License" in (HERE / "LICENSE").read_text()
+
+
+def test_the_generated_modules_are_protoc_s_output(tmp_path: Path) -> None:
+    pytest.importorskip("grpc_tools", reason="grpcio-tools is a test dependency")
+    out = tmp_path / "out"
+    (out / "v1beta1").mkdir(parents=True)
+    (out / "v1beta1/api.proto").write_bytes((HERE / "api.proto").read_bytes())
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", f"-I{out}", f"--python_out={out}",
+         f"--pyi_out={out}", "v1beta1/api.proto"],
+        check=True, cwd=out,
+    )  # fmt: skip
+    for name in ("api_pb2.py", "api_pb2.pyi"):
+        fresh = (out / "v1beta1" / name).read_text()
+        assert fresh == (HERE / name).read_text(), (
+            f"{name} differs from protoc's output: regenerate it (nvhook/deviceplugin/v1beta1/"
+            "SOURCES.md) and bound protobuf in pyproject.toml at the new gencode version"
+        )
