@@ -81,6 +81,14 @@ class Table:
             raise self.fail(key, f"expected a list of strings, got {value!r}")
         return tuple(value)
 
+    def number_list(self, key: str) -> tuple[int, ...] | None:
+        value: list[Any] | None = self._get(key, list, "a list of integers", None)
+        if value is None:
+            return None
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            raise self.fail(key, f"expected a list of non-negative integers, got {value!r}")
+        return tuple(value)
+
     def table(self, key: str) -> Table:
         value: dict[str, Any] = self._get(key, dict, "a table", {})
         return Table(value, self._source, self._key(key))

@@ -3,10 +3,11 @@
 A :class:`Profile` is one fake host: its :class:`Driver`, its :class:`Gpu` list in NVML index
 order (a GPU's NVML index is its position in PCI bus-id order, as with the real NVML; device
 minors are the driver's own numbering and need not follow it), its NVSwitches, IMEX channels
-and DRM cards. A :class:`GpuModel` holds what every GPU of one product shares, MIG profiles
-included; a MIG-mode GPU lists its GPU instances and their compute instances, and
-:attr:`Gpu.mig_devices` enumerates them as NVML does. :class:`DriverFiles` is the driver's file
-list (``driver.toml``).
+and DRM cards, and the topology NVML reports: NUMA nodes with their CPUs, which GPUs share a
+PCIe switch, NVLinks (:meth:`Profile.topology_level`). A :class:`GpuModel` holds what every GPU
+of one product shares, MIG profiles (with their placements) included; a MIG-mode GPU lists its
+GPU instances and their compute instances, and :attr:`Gpu.mig_devices` enumerates them as
+NVML does. :class:`DriverFiles` is the driver's file list (``driver.toml``).
 
 The numbers the driver gives its devices are here too: major 195 for GPUs and the control
 nodes, DRM's 226, and the ``nvidia-caps`` minors of MIG capabilities (:func:`mig_caps_minor`).
@@ -24,15 +25,18 @@ __all__ = [
     "BRANDS",
     "CTL_MINOR",
     "DRM_MAJOR",
+    "GI_PROFILE_INDEX",
     "MAX_CI_ID",
     "MAX_GI_ID",
     "MAX_GPU_MINOR",
     "MAX_MIG_MINOR_GPU",
+    "MEMORY_SLICES",
     "MIG_CONFIG_MINOR",
     "MIG_MONITOR_MINOR",
     "MODESET_MINOR",
     "NVIDIA_MAJOR",
     "SLICES",
+    "TOPOLOGY_LEVELS",
     "Binary",
     "ComputeInstance",
     "DriCard",
@@ -44,6 +48,9 @@ __all__ = [
     "Library",
     "MigDevice",
     "MigProfile",
+    "NumaNode",
+    "NvLink",
+    "Process",
     "Profile",
     "mig_caps_minor",
     "parse_bus_id",
@@ -75,10 +82,24 @@ BRANDS: Mapping[str, int] = {
     "nvidia": 14,
 }
 
+#: NVML's ``nvmlGpuTopologyLevel_t`` values by name.
+TOPOLOGY_LEVELS: Mapping[str, int] = {
+    "internal": 0,
+    "single": 10,
+    "multiple": 20,
+    "hostbridge": 30,
+    "node": 40,
+    "system": 50,
+}
+
+#: NVML's ``NVML_GPU_INSTANCE_PROFILE_<n>_SLICE`` (and compute-instance) values by slice count.
+GI_PROFILE_INDEX: Mapping[int, int] = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+
 MAX_GI_ID = 14  # GPU-instance ids are 0-14
 MAX_CI_ID = 7  # compute-instance ids are 0-7
 MAX_MIG_MINOR_GPU = 31  # /proc/driver/nvidia-caps/mig-minors covers gpu0..gpu31
 SLICES = 7  # the slices a MIG-capable GPU divides into
+MEMORY_SLICES = 8  # the memory slices GPU-instance placements are counted in
 MAX_GPU_MINOR = 253  # 254 is nvidia-modeset, 255 nvidiactl
 
 NVIDIA_MAJOR = 195  # GPUs, nvidiactl, nvidia-modeset
@@ -102,6 +123,13 @@ class MigProfile(Frozen):
     encoders: int
     jpegs: int
     ofas: int
+    placement_size: int  # memory slices one instance spans (a 3g.40gb on an A100 spans 4)
+    placements: tuple[int, ...]  # the memory slices an instance can start at
+
+    @property
+    def nvml_index(self) -> int | None:
+        """NVML's ``NVML_GPU_INSTANCE_PROFILE_<n>_SLICE`` value of this profile (by slices)."""
+        return GI_PROFILE_INDEX.get(self.slices)
 
 
 class GpuModel(Frozen):
@@ -119,6 +147,9 @@ class GpuModel(Frozen):
     multiprocessors: int
     max_mig_devices: int  # 0: not MIG capable
     mig_profiles: tuple[MigProfile, ...]
+    idle_temperature_c: int  # what NVML's GPU sensor reads with nothing running
+    idle_power_w: int
+    power_limit_w: int
 
     @property
     def mig_capable(self) -> bool:
@@ -139,6 +170,15 @@ class GpuInstance(Frozen):
     id: int
     profile: MigProfile
     compute_instances: tuple[ComputeInstance, ...]
+    placement: int  # the memory slice it starts at, one of profile.placements
+
+
+class Process(Frozen):
+    """A process using a GPU (``nvidia-smi``'s process table)."""
+
+    pid: int
+    name: str
+    used_mib: int
 
 
 class MigDevice(Frozen):
@@ -164,6 +204,11 @@ class Gpu(Frozen):
     gpu_instances: tuple[GpuInstance, ...]
     dri_card: int | None  # /dev/dri/card<n>
     dri_render: int | None  # /dev/dri/renderD<n>
+    numa_node: int | None = None  # the NUMA node whose CPUs are closest (None: not declared)
+    pcie_switch: int | None = None  # GPUs with the same number sit behind one PCIe switch
+    processes: tuple[Process, ...] = ()
+    utilization: int = 0  # percent of time a kernel ran (NVML's utilization.gpu)
+    memory_utilization: int = 0  # percent of time memory was read or written
 
     @property
     def name(self) -> str:
@@ -212,6 +257,23 @@ class DriCard(Frozen):
     driver: str
 
 
+class NumaNode(Frozen):
+    """A NUMA node of the host's CPUs."""
+
+    id: int
+    socket: int
+    cpus: tuple[int, ...]  # logical CPU numbers, sorted
+
+
+class NvLink(Frozen):
+    """A GPU's NVLinks, all to the host's NVSwitches (link ``l`` to switch ``l * n // links``)."""
+
+    links: int  # per GPU: 12 on an A100
+    version: int  # NVML's nvmlNvlinkVersion_t: 4 is NVLink 3.0 (A100)
+    switch_pci_device_id: int  # the NVSwitches' PCI device id (0x1af1)
+    switch_bus_ids: tuple[str, ...]  # one per NVSwitch, "0000:c4:00.0"
+
+
 class Driver(Frozen):
     version: str  # "550.54.15"
     cuda: str  # "12.4"
@@ -251,6 +313,28 @@ class Profile(Frozen):
     graphics_config: bool  # Vulkan/EGL vendor files, X config snippet
     display: bool  # the Xorg driver module
     dri_cards: tuple[DriCard, ...]  # DRM cards of other vendors
+    numa_nodes: tuple[NumaNode, ...] = ()
+    switch_level: str = "single"  # a key of TOPOLOGY_LEVELS: two GPUs behind one PCIe switch
+    nvlink: NvLink | None = None  # None: the GPUs have no NVLink
+
+    def topology_level(self, a: Gpu, b: Gpu) -> int:
+        """NVML's ``nvmlGpuTopologyLevel_t`` between two GPUs (their common PCIe ancestor).
+
+        The same GPU is internal; behind one PCIe switch :attr:`switch_level`; on one NUMA
+        node (or on a host that declares none) separate host bridges, ``NODE``; else the
+        path crosses the CPUs' interconnect, ``SYSTEM``. NVLink does not change it, as in
+        NVML (``nvidia-smi topo -m`` shows NVLink separately).
+        """
+        if a.index == b.index:
+            return TOPOLOGY_LEVELS["internal"]
+        if a.pcie_switch is not None and a.pcie_switch == b.pcie_switch:
+            return TOPOLOGY_LEVELS[self.switch_level]
+        if a.numa_node == b.numa_node:
+            return TOPOLOGY_LEVELS["node"]
+        return TOPOLOGY_LEVELS["system"]
+
+    def numa_node(self, node_id: int | None) -> NumaNode | None:
+        return next((n for n in self.numa_nodes if n.id == node_id), None)
 
     def major(self, name: str) -> int | None:
         """The major announced for a ``/proc/devices`` name (195 for the frontend)."""

@@ -3,8 +3,10 @@
 A profile is a TOML file, one per machine, under ``nvhook/mock/machines/`` (shipped as package
 data). :func:`load_profile` reads one into the frozen values of :mod:`nvhook.mock.model` and
 checks it: unique UUIDs, minors and bus ids, MIG instances only on MIG-capable GPUs in MIG
-mode, GPU-instance ids 0-14, compute-instance ids 0-7, at most 7 slices per GPU. A mistake is a
-:class:`MockError` naming the file and the key.
+mode, GPU-instance ids 0-14, compute-instance ids 0-7, at most 7 slices per GPU, instances at
+placements of their profile that do not overlap (the first free one when not given), a declared
+NUMA node for every GPU once any is declared, PCIe-switch peers on one NUMA node, one bus id
+per NVSwitch for NVLinks. A mistake is a :class:`MockError` naming the file and the key.
 
 The NVML index of a GPU is not in the file: like the real NVML, it is the GPU's position in
 PCI bus-id order, and :attr:`Profile.gpus` is sorted that way. Device minors are the driver's
@@ -31,6 +33,7 @@ from nvhook.mock.model import (
     MAX_GI_ID,
     MAX_GPU_MINOR,
     MAX_MIG_MINOR_GPU,
+    MEMORY_SLICES,
     NVIDIA_MAJOR,
     SLICES,
     Binary,
@@ -43,6 +46,9 @@ from nvhook.mock.model import (
     GpuModel,
     Library,
     MigProfile,
+    NumaNode,
+    NvLink,
+    Process,
     Profile,
     parse_bus_id,
 )
@@ -154,6 +160,16 @@ def _parse_profile(text: str, source: str) -> Profile:
     imex_channels = h.number("imex_channels", 0)
     graphics_config = h.flag("graphics_config", False)
     display = h.flag("display", False)
+    switch_level = h.text("switch_level", "single")
+    if switch_level not in ("single", "multiple"):
+        raise h.fail("switch_level", f"expected 'single' or 'multiple', got {switch_level!r}")
+    numa_nodes = []
+    for t in h.tables("numa_node"):
+        numa_nodes.append(
+            NumaNode(id=t.number("id"), socket=t.number("socket"), cpus=_cpu_list(t, "cpus"))
+        )
+        t.done()
+    nvlink = _parse_nvlink(h.table("nvlink"), nvswitches)
     dri_cards = []
     for t in h.tables("dri_card"):
         dri_cards.append(
@@ -186,9 +202,59 @@ def _parse_profile(text: str, source: str) -> Profile:
         graphics_config=graphics_config,
         display=display,
         dri_cards=tuple(dri_cards),
+        numa_nodes=tuple(numa_nodes),
+        switch_level=switch_level,
+        nvlink=nvlink,
     )
     _check(profile)
     return profile
+
+
+def _cpu_list(t: Table, key: str) -> tuple[int, ...]:
+    """``"48-63,176-191"`` (the kernel's cpulist format) → the CPU numbers."""
+    raw = t.text(key)
+    cpus: set[int] = set()
+    try:
+        for part in raw.split(","):
+            first, _, last = part.partition("-")
+            lo, hi = int(first), int(last or first)
+            if lo > hi:
+                raise ValueError(part)
+            cpus.update(range(lo, hi + 1))
+    except ValueError:
+        raise t.fail(key, f"expected a CPU list like '0-15,128-143', got {raw!r}") from None
+    if max(cpus) >= 1024:
+        raise t.fail(key, "CPU numbers are 0-1023")
+    return tuple(sorted(cpus))
+
+
+def _parse_nvlink(t: Table, nvswitches: int) -> NvLink | None:
+    links = t.opt_number("links")
+    if links is None:
+        t.done()
+        return None
+    if not 1 <= links <= 18:
+        raise t.fail("links", f"a GPU has 1-18 NVLinks, got {links}")
+    bus_ids = t.str_list("switch_bus_ids")
+    if nvswitches == 0 or len(bus_ids) != nvswitches:
+        raise t.fail(
+            "switch_bus_ids",
+            f"NVLinks go to the NVSwitches: one bus id per switch ({nvswitches}), "
+            f"got {len(bus_ids)}",
+        )
+    for i, bus_id in enumerate(bus_ids):
+        try:
+            parse_bus_id(bus_id)
+        except ValueError as e:
+            raise t.fail(f"switch_bus_ids[{i}]", str(e)) from None
+    nvlink = NvLink(
+        links=links,
+        version=t.number("version"),
+        switch_pci_device_id=t.number("switch_pci_device_id"),
+        switch_bus_ids=bus_ids,
+    )
+    t.done()
+    return nvlink
 
 
 def _bus_id(t: Table, key: str) -> str:
@@ -215,11 +281,20 @@ def _parse_model(t: Table) -> GpuModel:
         raise t.fail("compute_capability", f"expected major.minor, got {cc!r}")
     profiles = []
     for p in t.tables("mig_profile"):
+        slices = p.number("slices")
+        if slices not in (1, 2, 3, 4, 7):
+            raise p.fail(
+                "slices", f"a GPU-instance profile has 1, 2, 3, 4 or 7 slices, got {slices}"
+            )
+        size = p.number("placement_size", slices)
+        starts = p.number_list("placements") or tuple(range(0, SLICES - slices + 1, slices))
+        if any(start + size > MEMORY_SLICES for start in starts):
+            raise p.fail("placements", f"an instance ends past memory slice {MEMORY_SLICES}")
         profiles.append(
             MigProfile(
                 name=p.text("name"),
                 id=p.number("id"),
-                slices=p.number("slices"),
+                slices=slices,
                 memory_mib=p.number("memory_mib"),
                 multiprocessors=p.number("multiprocessors"),
                 copy_engines=p.number("copy_engines", 0),
@@ -227,6 +302,8 @@ def _parse_model(t: Table) -> GpuModel:
                 encoders=p.number("encoders", 0),
                 jpegs=p.number("jpegs", 0),
                 ofas=p.number("ofas", 0),
+                placement_size=size,
+                placements=starts,
             )
         )
         p.done()
@@ -243,6 +320,9 @@ def _parse_model(t: Table) -> GpuModel:
         multiprocessors=t.number("multiprocessors"),
         max_mig_devices=t.number("max_mig_devices", 0),
         mig_profiles=tuple(profiles),
+        idle_temperature_c=t.number("idle_temperature_c", 30),
+        idle_power_w=t.number("idle_power_w", 50),
+        power_limit_w=t.number("power_limit_w", 300),
     )
     t.done()
     return model
@@ -256,7 +336,8 @@ def _parse_gpu(t: Table, models: Mapping[str, GpuModel]) -> Gpu:
     mig = t.flag("mig", False)
     if mig and not model.mig_capable:
         raise t.fail("mig", f"{model_name} is not MIG capable (max_mig_devices = 0)")
-    instances = []
+    instances: list[GpuInstance] = []
+    used: set[int] = set()  # memory slices taken by the instances so far
     for g in t.tables("gpu_instance"):
         if not mig:
             raise g.fail("id", "GPU instances need `mig = true` on their GPU")
@@ -279,7 +360,25 @@ def _parse_gpu(t: Table, models: Mapping[str, GpuModel]) -> Gpu:
                 )
             cis.append(ComputeInstance(id=ci_id, uuid=uuid))
             c.done()
-        instances.append(GpuInstance(id=gi_id, profile=profile, compute_instances=tuple(cis)))
+
+        def span(start: int, size: int = profile.placement_size) -> set[int]:
+            return set(range(start, start + size))
+
+        free = [s for s in profile.placements if not span(s) & used]
+        placement = g.opt_number("placement")
+        if placement is None and not free:
+            raise g.fail("profile", f"no placement of {profile_name} is free on this GPU")
+        placement = free[0] if placement is None else placement
+        if placement not in profile.placements:
+            raise g.fail("placement", f"{profile_name} starts at one of {list(profile.placements)}")
+        if span(placement) & used:
+            raise g.fail("placement", f"memory slice {min(span(placement) & used)} is taken")
+        used |= span(placement)
+        instances.append(
+            GpuInstance(
+                id=gi_id, profile=profile, compute_instances=tuple(cis), placement=placement
+            )
+        )
         g.done()
     dri = t.table("dri")
     card = dri.opt_number("card")
@@ -288,6 +387,21 @@ def _parse_gpu(t: Table, models: Mapping[str, GpuModel]) -> Gpu:
     uuid = t.text("uuid")
     if not _is_uuid(uuid, "GPU-"):
         raise t.fail("uuid", f"expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, got {uuid!r}")
+    processes = []
+    for p in t.tables("process"):
+        if mig:
+            raise p.fail("pid", "processes are listed on GPUs that are not in MIG mode")
+        processes.append(
+            Process(pid=p.number("pid"), name=p.text("name"), used_mib=p.number("used_mib"))
+        )
+        p.done()
+    if sum(p.used_mib for p in processes) + model.reserved_mib > model.memory_mib:
+        raise t.fail("process", f"the processes use more than the {model.memory_mib} MiB there are")
+    utilization = t.number("utilization", 0)
+    memory_utilization = t.number("memory_utilization", 0)
+    for key, value in (("utilization", utilization), ("memory_utilization", memory_utilization)):
+        if value > 100:
+            raise t.fail(key, f"a percentage is 0-100, got {value}")
     gpu = Gpu(
         index=-1,
         model=model,
@@ -299,6 +413,11 @@ def _parse_gpu(t: Table, models: Mapping[str, GpuModel]) -> Gpu:
         gpu_instances=tuple(instances),
         dri_card=card,
         dri_render=render,
+        numa_node=t.opt_number("numa_node"),
+        pcie_switch=t.opt_number("pcie_switch"),
+        processes=tuple(processes),
+        utilization=utilization,
+        memory_utilization=memory_utilization,
     )
     if gpu.minor > MAX_GPU_MINOR or (mig and gpu.minor > MAX_MIG_MINOR_GPU):
         limit = MAX_MIG_MINOR_GPU if mig else MAX_GPU_MINOR
@@ -341,6 +460,28 @@ def _check(p: Profile) -> None:
         dup([gi.id for gi in g.gpu_instances], f"GPU {g.index}: GPU instance id")
         for gi in g.gpu_instances:
             dup([ci.id for ci in gi.compute_instances], f"GPU {g.index} GI {gi.id}: CI id")
+    dup([n.id for n in p.numa_nodes], "NUMA node")
+    dup([c for n in p.numa_nodes for c in n.cpus], "CPU")
+    dup([proc.pid for g in p.gpus for proc in g.processes], "pid")
+    for g in p.gpus:
+        if p.numa_nodes and p.numa_node(g.numa_node) is None:
+            known = ", ".join(str(n.id) for n in p.numa_nodes)
+            raise MockError(
+                f"mock profile {p.source}: GPU {g.index} ({g.bus_id}): numa_node is one of "
+                f"the [[host.numa_node]] ids ({known}), got {g.numa_node}"
+            )
+        if not p.numa_nodes and g.numa_node is not None:
+            raise MockError(
+                f"mock profile {p.source}: GPU {g.index} ({g.bus_id}) names NUMA node "
+                f"{g.numa_node}, and the profile declares no [[host.numa_node]]"
+            )
+        for peer in p.gpus:
+            shared = g.pcie_switch is not None and g.pcie_switch == peer.pcie_switch
+            if shared and g.numa_node != peer.numa_node:
+                raise MockError(
+                    f"mock profile {p.source}: GPUs {g.index} and {peer.index} share PCIe "
+                    f"switch {g.pcie_switch} but not a NUMA node"
+                )
     if not p.driver.loaded and (p.gpus or p.nvswitches or p.imex_channels or p.char_majors):
         raise MockError(
             f"mock profile {p.source}: a driver that is not loaded (driver.loaded = false) "

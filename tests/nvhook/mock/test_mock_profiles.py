@@ -145,6 +145,33 @@ irq = 48
 """
 
 
+OTHER_GPU = SECOND_GPU.replace(
+    "ac376f35-2448-4461-a104-b174eb2df7b3", "91263f39-f322-4b13-abbc-1b055deec8c9"
+)
+
+FOUR_SLICES = """
+[[model.mig_profile]]
+name = "4g.40gb"
+id = 5
+slices = 4
+placement_size = 4
+placements = [0, 4]
+memory_mib = 40192
+multiprocessors = 56
+"""
+
+NUMA = """
+[[host.numa_node]]
+id = 0
+socket = 0
+cpus = "0-3"
+[[host.numa_node]]
+id = 1
+socket = 1
+cpus = "4-7"
+"""
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -188,8 +215,79 @@ irq = 48
                 + 'mig = true\n[[gpu.gpu_instance]]\nid = 0\nprofile = "7g.80gb"\n'
                 + '[[gpu.gpu_instance]]\nid = 1\nprofile = "7g.80gb"\n'
             ),
-            r"use 14 slices, a GPU has 7",
+            r"gpu_instance\[1\]\.profile: no placement of 7g\.80gb is free",
         ),
+        (
+            lambda s: (
+                s.replace("[[gpu]]", FOUR_SLICES + "[[gpu]]")
+                + 'mig = true\n[[gpu.gpu_instance]]\nid = 1\nprofile = "4g.40gb"\n'
+                + '[[gpu.gpu_instance]]\nid = 2\nprofile = "4g.40gb"\n'
+            ),
+            r"use 8 slices, a GPU has 7",
+        ),
+        (
+            lambda s: (
+                s + 'mig = true\n[[gpu.gpu_instance]]\nid = 0\nprofile = "7g.80gb"\nplacement = 1\n'
+            ),
+            r"gpu_instance\[0\]\.placement: 7g\.80gb starts at one of \[0\]",
+        ),
+        (
+            lambda s: (
+                s.replace("[[gpu]]", FOUR_SLICES + "[[gpu]]")
+                + 'mig = true\n[[gpu.gpu_instance]]\nid = 1\nprofile = "4g.40gb"\nplacement = 4\n'
+                + '[[gpu.gpu_instance]]\nid = 2\nprofile = "7g.80gb"\n'
+            ),
+            r"gpu_instance\[1\]\.profile: no placement of 7g\.80gb is free",
+        ),
+        (
+            lambda s: s.replace("slices = 7\n", "slices = 7\nplacements = [2]\n"),
+            r"mig_profile\[0\]\.placements: an instance ends past memory slice 8",
+        ),
+        (lambda s: s.replace("slices = 7\n", "slices = 5\n"), r"slices: a GPU-instance profile"),
+        (lambda s: s + "numa_node = 0\n", r"names NUMA node 0, and the profile declares no"),
+        (
+            lambda s: s.replace("[char_majors]", NUMA + "[char_majors]") + "numa_node = 2\n",
+            r"GPU 0 \(0000:07:00\.0\): numa_node is one of the \[\[host\.numa_node\]\] ids",
+        ),
+        (
+            lambda s: (
+                s.replace("[char_majors]", NUMA + "[char_majors]") + "numa_node = 0\n" + OTHER_GPU
+            ),
+            r"GPU 1 \(0000:0f:00\.0\): numa_node is one of .* got None",
+        ),
+        (
+            lambda s: (
+                (s.replace("[char_majors]", NUMA + "[char_majors]") + OTHER_GPU)
+                .replace("irq = 47\n", "irq = 47\nnuma_node = 0\npcie_switch = 0\n")
+                .replace("irq = 48\n", "irq = 48\nnuma_node = 1\npcie_switch = 0\n")
+            ),
+            r"GPUs 0 and 1 share PCIe switch 0 but not a NUMA node",
+        ),
+        (
+            lambda s: s.replace("[char_majors]", NUMA.replace("4-7", "3-7") + "[char_majors]"),
+            r"CPU 3 is used twice",
+        ),
+        (
+            lambda s: s.replace("[char_majors]", NUMA.replace('"0-3"', '"3-0"') + "[char_majors]"),
+            r"host\.numa_node\[0\]\.cpus: expected a CPU list like",
+        ),
+        (
+            lambda s: s.replace("[char_majors]", "[host.nvlink]\nlinks = 12\n[char_majors]"),
+            r"host\.nvlink\.switch_bus_ids: NVLinks go to the NVSwitches: one bus id per switch",
+        ),
+        (
+            lambda s: s.replace("[char_majors]", '[host]\nswitch_level = "node"\n[char_majors]'),
+            r"host\.switch_level: expected 'single' or 'multiple'",
+        ),
+        (
+            lambda s: s + 'mig = true\nprocess = [{ pid = 1, name = "x", used_mib = 1 }]\n',
+            r"gpu\[0\]\.process\[0\]\.pid: processes are listed on GPUs that are not in MIG",
+        ),
+        (
+            lambda s: s + 'process = [{ pid = 1, name = "x", used_mib = 81921 }]\n',
+            r"gpu\[0\]\.process: the processes use more than the 81920 MiB",
+        ),
+        (lambda s: s + "utilization = 101\n", r"gpu\[0\]\.utilization: a percentage is 0-100"),
         (
             lambda s: s.replace("nvidia-caps = 506", "nvidia-caps = 195"),
             r"char_majors\.nvidia-caps",
