@@ -2,7 +2,8 @@
 
 Every library of the driver's version from ``driver.toml`` (``usr/lib/x86_64-linux-gnu``,
 32-bit copies in ``usr/lib/i386-linux-gnu``) as an ELF shared object with its real SONAME and
-SONAME link; ``libnvidia-ml.so.1`` is the fake NVML (``csrc/nvml.c``), ``libcuda.so.1`` and
+SONAME link; ``libnvidia-ml.so.1`` is the fake NVML (``csrc/nvml.c``, exporting every name
+of ``csrc/nvml_names.txt``: :func:`nvml_unit`), ``libcuda.so.1`` and
 ``usr/bin/nvidia-smi`` count the GPUs whose ``/dev`` nodes the caller can open
 (``csrc/visible.c``, with the profile compiled in as ``mock_profile.h``), the other binaries
 are one small static tool. Then the Wine NGX DLLs, GSP firmware, the OpenCL ICD file,
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from nvhook.errors import MockError
-from nvhook.mock import build
+from nvhook.mock import build, nvmlapi
 from nvhook.mock._tree import Tree
 from nvhook.mock.model import Profile
 from nvhook.mock.nvmldata import nvml_bus_id
@@ -33,6 +34,7 @@ __all__ = [
     "XORG_DIR",
     "InstalledLibrary",
     "installed_libraries",
+    "nvml_unit",
     "run_ldconfig",
     "write_user_space",
 ]
@@ -116,6 +118,18 @@ def _stub32(soname: str, output: str, standin: bytes) -> build.Unit:
     )
 
 
+def nvml_unit(output: str, soname: str) -> build.Unit:
+    """The fake NVML: ``nvml.c`` and its generated ``nvml_unsupported.h`` (:mod:`.nvmlapi`)."""
+    source = build.csource("nvml.c")
+    stubs = nvmlapi.unsupported_source(source.decode(), nvmlapi.listed_names().names)
+    return build.Unit(
+        output=output,
+        sources=(("nvml.c", source), ("nvml_unsupported.h", stubs)),
+        compile=("nvml.c",),
+        args=(*_SHARED, "-Wall", "-Wextra", "-pthread", f"-Wl,-soname,{soname}", *_LIBC, "-ldl"),
+    )
+
+
 def _profile_header(prof: Profile) -> bytes:
     def c(s: str) -> str:
         return json.dumps(s, ensure_ascii=False)
@@ -164,12 +178,7 @@ def _units(prof: Profile) -> dict[str, build.Unit]:
         if lib.bits == 32:
             units[lib.path] = _stub32(lib.soname, lib.name, standin)
         elif lib.stem == "libnvidia-ml.so":
-            units[lib.path] = build.Unit(
-                output=lib.name,
-                sources=(("nvml.c", build.csource("nvml.c")),),
-                compile=("nvml.c",),
-                args=(*_SHARED, "-Wall", "-pthread", f"-Wl,-soname,{lib.soname}", *_LIBC, "-ldl"),
-            )
+            units[lib.path] = nvml_unit(lib.name, lib.soname)
         elif lib.stem == "libcuda.so":
             units[lib.path] = build.Unit(
                 output=lib.name,
