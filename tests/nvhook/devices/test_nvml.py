@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pynvml
@@ -298,3 +298,280 @@ def test_data_file_override(
     monkeypatch.setenv("NVHOOK_MOCK_NVML_DATA", str(other))
     with open_nvml(lib_dir("h100-pcie")) as nvml:
         assert [g.name for g in nvml.gpus()] == ["NVIDIA GB200"] * 4
+
+
+# --- MIG: GPU and compute instances, through pynvml ---------------------------------------------
+
+
+def test_get_index_on_a_mig_handle_is_its_mig_index(lib_dir: Callable[[str], Path]) -> None:
+    prof = load_profile("dgx-a100")
+    with open_nvml(lib_dir("dgx-a100")):
+        gpu0 = pynvml.nvmlDeviceGetHandleByIndex(0)
+        for mig in prof.gpus[0].mig_devices:
+            by_index = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu0, mig.index)
+            by_uuid = pynvml.nvmlDeviceGetHandleByUUID(mig.uuid)
+            assert pynvml.nvmlDeviceGetIndex(by_index) == mig.index
+            assert pynvml.nvmlDeviceGetIndex(by_uuid) == mig.index
+
+
+def test_gpu_instance_profiles_follow_the_model(lib_dir: Callable[[str], Path]) -> None:
+    model = load_profile("dgx-a100").gpus[0].model
+    with open_nvml(lib_dir("dgx-a100")):
+        for index in (0, 2):  # MIG mode on, and off: profiles are the model's either way
+            gpu = pynvml.nvmlDeviceGetHandleByIndex(index)
+            got = {}
+            for i in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+                try:
+                    v2 = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(gpu, i)
+                except pynvml.NVMLError as e:
+                    assert e.value == pynvml.NVML_ERROR_NOT_SUPPORTED
+                    continue
+                v1 = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(gpu, i, version=1)
+                fields = ("id", "sliceCount", "instanceCount", "multiprocessorCount")
+                assert [getattr(v1, f) for f in fields] == [getattr(v2, f) for f in fields]
+                assert pynvml.nvmlDeviceGetGpuInstanceProfileInfoById(gpu, v2.id).name == v2.name
+                got[i] = (
+                    v2.name,
+                    v2.id,
+                    v2.sliceCount,
+                    v2.instanceCount,
+                    v2.memorySizeMB,
+                    v2.multiprocessorCount,
+                    v2.copyEngineCount,
+                    v2.decoderCount,
+                    v2.jpegCount,
+                    v2.ofaCount,
+                )
+            want = {
+                p.nvml_index: (
+                    f"MIG {p.name}",
+                    p.id,
+                    p.slices,
+                    7 // p.slices,
+                    p.memory_mib,
+                    p.multiprocessors,
+                    p.copy_engines,
+                    p.decoders,
+                    p.jpegs,
+                    p.ofas,
+                )
+                for p in model.mig_profiles
+            }
+            assert got == want
+        assert got[pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE][:4] == ("MIG 3g.40gb", 9, 3, 2)
+        code = _err(lambda: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(gpu, 0x12))
+        assert code == pynvml.NVML_ERROR_INVALID_ARGUMENT
+        placements = (pynvml.c_nvmlGpuInstancePlacement_t * 4)()
+        count = ctypes.c_uint(4)
+        pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(gpu, 9, placements, ctypes.byref(count))
+        assert [(p.start, p.size) for p in placements[: count.value]] == [(0, 4), (4, 4)]
+    with open_nvml(lib_dir("l40s-x4")):
+        l40s = pynvml.nvmlDeviceGetHandleByIndex(0)
+        code = _err(lambda: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(l40s, 0))
+        assert code == pynvml.NVML_ERROR_NOT_SUPPORTED
+
+
+def _gpu_instances(gpu: object, profile_id: int) -> list[object]:
+    handles = (pynvml.c_nvmlGpuInstance_t * 8)()
+    count = ctypes.c_uint()
+    pynvml.nvmlDeviceGetGpuInstances(gpu, profile_id, handles, ctypes.byref(count))
+    return list(handles[: count.value])
+
+
+def test_gpu_and_compute_instances_are_the_profiles(lib_dir: Callable[[str], Path]) -> None:
+    prof = load_profile("dgx-a100")
+    gpu0 = prof.gpus[0]
+    with open_nvml(lib_dir("dgx-a100")):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        listed = []
+        for p in gpu0.model.mig_profiles:
+            for gi in _gpu_instances(handle, p.id):
+                info = pynvml.nvmlGpuInstanceGetInfo(gi)
+                assert pynvml.nvmlDeviceGetUUID(info.device) == gpu0.uuid
+                assert info.profileId == p.id
+                listed.append((info.id, p.name, info.placement.start, info.placement.size))
+        want = [
+            (gi.id, gi.profile.name, gi.placement, gi.profile.placement_size)
+            for gi in gpu0.gpu_instances
+        ]
+        assert sorted(listed) == sorted(want)
+        assert sorted(listed)[0] == (2, "3g.40gb", 4, 4)  # as on a real A100: GI 2 sits at 4
+        for gi_want in gpu0.gpu_instances:
+            gi = pynvml.nvmlDeviceGetGpuInstanceById(handle, gi_want.id)
+            assert pynvml.nvmlGpuInstanceGetInfo(gi).id == gi_want.id
+            for ci_want in gi_want.compute_instances:
+                ci = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi, ci_want.id)
+                info = pynvml.nvmlComputeInstanceGetInfo(ci)
+                assert (info.id, info.placement.start, info.placement.size) == (
+                    ci_want.id,
+                    0,
+                    gi_want.profile.slices,
+                )
+                assert pynvml.nvmlGpuInstanceGetInfo(info.gpuInstance).id == gi_want.id
+                assert pynvml.nvmlDeviceGetUUID(info.device) == gpu0.uuid
+                cip = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, info.profileId, 0)
+                assert cip.name == f"MIG {gi_want.profile.name}"
+                assert cip.multiprocessorCount == gi_want.profile.multiprocessors
+                cis = (pynvml.c_nvmlComputeInstance_t * 8)()
+                count = ctypes.c_uint()
+                pynvml.nvmlGpuInstanceGetComputeInstances(
+                    gi, info.profileId, cis, ctypes.byref(count)
+                )
+                assert count.value == 1
+        gi2 = pynvml.nvmlDeviceGetGpuInstanceById(handle, 2)  # the 3g.40gb
+        smaller = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi2, 0, 0)
+        assert (smaller.name, smaller.sliceCount, smaller.instanceCount) == ("MIG 1c.3g.40gb", 1, 3)
+        code = _err(lambda: pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi2, 4, 0))
+        assert code == pynvml.NVML_ERROR_NOT_SUPPORTED  # a 7-slice CI in a 3-slice GI
+        code = _err(lambda: pynvml.nvmlGpuInstanceGetComputeInstanceById(gi2, 1))
+        assert code == pynvml.NVML_ERROR_NOT_FOUND
+        assert _err(lambda: pynvml.nvmlDeviceGetGpuInstanceById(handle, 5)) == 6
+        assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(handle, 19) == 0  # full
+        gpu1 = pynvml.nvmlDeviceGetHandleByIndex(1)  # MIG mode, no instances
+        assert _gpu_instances(gpu1, 19) == []
+        assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu1, 19) == 7
+        assert pynvml.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu1, 9) == 2
+        gpu2 = pynvml.nvmlDeviceGetHandleByIndex(2)  # MIG off
+        code = _err(lambda: pynvml.nvmlDeviceGetGpuInstanceById(gpu2, 2))
+        assert code == pynvml.NVML_ERROR_NOT_SUPPORTED
+        code = _err(lambda: pynvml.nvmlDeviceCreateGpuInstance(gpu1, 19))
+        assert code == pynvml.NVML_ERROR_NOT_SUPPORTED  # instances are the profile's, read-only
+
+
+def test_mig_devices_resolve_like_nvidia_ctk_does(lib_dir: Callable[[str], Path]) -> None:
+    """MIG handle → GI and CI ids → instances → profiles: how go-nvml's nvlib names a device."""
+    prof = load_profile("dgx-a100")
+    with open_nvml(lib_dir("dgx-a100")):
+        gpu = pynvml.nvmlDeviceGetHandleByIndex(0)
+        names = []
+        for i in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(gpu)):
+            try:
+                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, i)
+            except pynvml.NVMLError_NotFound:
+                continue
+            parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+            gi = pynvml.nvmlDeviceGetGpuInstanceById(parent, pynvml.nvmlDeviceGetGpuInstanceId(mig))
+            gi_info = pynvml.nvmlGpuInstanceGetInfo(gi)
+            ci = pynvml.nvmlGpuInstanceGetComputeInstanceById(
+                gi, pynvml.nvmlDeviceGetComputeInstanceId(mig)
+            )
+            ci_info = pynvml.nvmlComputeInstanceGetInfo(ci)
+            gip = pynvml.nvmlDeviceGetGpuInstanceProfileInfoById(parent, gi_info.profileId)
+            cip = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_info.profileId, 0)
+            assert cip.sliceCount == gip.sliceCount
+            names.append((pynvml.nvmlDeviceGetIndex(mig), gip.name))
+    assert names == [(m.index, f"MIG {m.profile.name}") for m in prof.gpus[0].mig_devices]
+
+
+# --- topology -----------------------------------------------------------------------------------
+
+
+def _cpus(words: Iterable[int]) -> list[int]:
+    """The bit numbers set in a CPU (or NUMA node) mask of 64-bit words."""
+    return [w * 64 + b for w, word in enumerate(words) for b in range(64) if word >> b & 1]
+
+
+@pytest.mark.parametrize("profile", ["dgx-a100", "l40s-x4", "h100-pcie", "gb200-imex"])
+def test_topology_follows_the_profile(profile: str, lib_dir: Callable[[str], Path]) -> None:
+    prof = load_profile(profile)
+    with open_nvml(lib_dir(profile)):
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(g.index) for g in prof.gpus]
+        for g, h in zip(prof.gpus, handles, strict=True):
+            levels = [pynvml.nvmlDeviceGetTopologyCommonAncestor(h, o) for o in handles]
+            assert levels == [prof.topology_level(g, o) for o in prof.gpus]
+            node = prof.numa_node(g.numa_node)
+            assert node is not None
+            assert _cpus(pynvml.nvmlDeviceGetCpuAffinity(h, 16)) == list(node.cpus)
+            socket = [n for n in prof.numa_nodes if n.socket == node.socket]
+            by_socket = pynvml.nvmlDeviceGetCpuAffinityWithinScope(
+                h, 16, pynvml.NVML_AFFINITY_SCOPE_SOCKET
+            )
+            assert _cpus(by_socket) == sorted(c for n in socket for c in n.cpus)
+            nodes = pynvml.nvmlDeviceGetMemoryAffinity(h, 1, pynvml.NVML_AFFINITY_SCOPE_NODE)
+            assert _cpus(nodes) == [node.id]
+            nearest = pynvml.nvmlDeviceGetTopologyNearestGpus(h, pynvml.NVML_TOPOLOGY_NODE)
+            want = [o.index for o in prof.gpus if o != g and prof.topology_level(g, o) <= 40]
+            assert [pynvml.nvmlDeviceGetIndex(n) for n in nearest] == want
+            on_cpu = pynvml.nvmlSystemGetTopologyGpuSet(node.cpus[-1])
+            assert g.index in [pynvml.nvmlDeviceGetIndex(n) for n in on_cpu]
+
+
+def test_dgx_a100_topology(lib_dir: Callable[[str], Path]) -> None:
+    """nvidia-smi topo -m on a DGX A100: NV12 everywhere, PXB within a pair, SYS across."""
+    with open_nvml(lib_dir("dgx-a100")):
+        gpus = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(8)]
+        ancestor = pynvml.nvmlDeviceGetTopologyCommonAncestor
+        assert ancestor(gpus[0], gpus[1]) == pynvml.NVML_TOPOLOGY_MULTIPLE
+        assert ancestor(gpus[0], gpus[2]) == pynvml.NVML_TOPOLOGY_SYSTEM
+        assert ancestor(gpus[3], gpus[3]) == pynvml.NVML_TOPOLOGY_INTERNAL
+        switches = set()
+        for gpu in gpus:
+            for link in range(12):
+                assert pynvml.nvmlDeviceGetNvLinkState(gpu, link) == pynvml.NVML_FEATURE_ENABLED
+                assert pynvml.nvmlDeviceGetNvLinkVersion(gpu, link) == 4  # NVLink 3.0
+                kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(gpu, link)
+                assert kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+                remote = pynvml.nvmlDeviceGetNvLinkRemotePciInfo(gpu, link)
+                assert remote.pciDeviceId == 0x1AF110DE
+                switches.add(remote.busId)
+            assert _err(lambda: pynvml.nvmlDeviceGetNvLinkState(gpu, 12)) == 2  # noqa: B023
+        assert len(switches) == 6  # two links to each NVSwitch, every GPU on every switch
+        assert _cpus(pynvml.nvmlDeviceGetCpuAffinity(gpus[0], 4)) == [
+            *range(48, 64),
+            *range(176, 192),
+        ]  # NUMA node 3, as on the real machine
+        sockets = pynvml.nvmlDeviceGetMemoryAffinity(gpus[7], 1, pynvml.NVML_AFFINITY_SCOPE_SOCKET)
+        assert _cpus(sockets) == [4, 5, 6, 7]
+        mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpus[0], 0)
+        code = _err(lambda: pynvml.nvmlDeviceGetTopologyCommonAncestor(mig, gpus[1]))
+        assert code == pynvml.NVML_ERROR_NOT_SUPPORTED
+
+
+def test_l40s_topology_is_pcie_pairs(lib_dir: Callable[[str], Path]) -> None:
+    with open_nvml(lib_dir("l40s-x4")):
+        gpus = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(4)]
+        ancestor = pynvml.nvmlDeviceGetTopologyCommonAncestor
+        assert ancestor(gpus[0], gpus[1]) == pynvml.NVML_TOPOLOGY_SINGLE
+        assert ancestor(gpus[2], gpus[3]) == pynvml.NVML_TOPOLOGY_SINGLE
+        assert ancestor(gpus[1], gpus[2]) == pynvml.NVML_TOPOLOGY_SYSTEM
+        pair = pynvml.nvmlDeviceGetTopologyNearestGpus(gpus[3], pynvml.NVML_TOPOLOGY_SINGLE)
+        assert [pynvml.nvmlDeviceGetIndex(g) for g in pair] == [2]
+        code = _err(lambda: pynvml.nvmlDeviceGetNvLinkState(gpus[0], 0))
+        assert code == pynvml.NVML_ERROR_NOT_SUPPORTED
+        node1 = pynvml.nvmlSystemGetTopologyGpuSet(40)
+        assert [pynvml.nvmlDeviceGetIndex(g) for g in node1] == [2, 3]
+
+
+# --- processes, utilization, sensors -------------------------------------------------------------
+
+
+def test_processes_utilization_and_sensors(lib_dir: Callable[[str], Path]) -> None:
+    prof = load_profile("dgx-a100")
+    busy = prof.gpus[2]
+    (job,) = busy.processes
+    with open_nvml(lib_dir("dgx-a100")):
+        gpu = pynvml.nvmlDeviceGetHandleByIndex(2)
+        (proc,) = pynvml.nvmlDeviceGetComputeRunningProcesses(gpu)
+        assert (proc.pid, proc.usedGpuMemory) == (job.pid, job.used_mib << 20)
+        assert pynvml.nvmlSystemGetProcessName(job.pid) == job.name
+        assert pynvml.nvmlDeviceGetGraphicsRunningProcesses(gpu) == []
+        memory = pynvml.nvmlDeviceGetMemoryInfo(gpu, version=pynvml.nvmlMemory_v2)
+        assert memory.used == job.used_mib << 20
+        util = pynvml.nvmlDeviceGetUtilizationRates(gpu)
+        assert (util.gpu, util.memory) == (busy.utilization, busy.memory_utilization)
+        hot = pynvml.nvmlDeviceGetTemperature(gpu, pynvml.NVML_TEMPERATURE_GPU)
+        assert hot == pynvml.nvmlDeviceGetTemperatureV(gpu, pynvml.NVML_TEMPERATURE_GPU)
+        idle = pynvml.nvmlDeviceGetHandleByIndex(3)
+        cool = pynvml.nvmlDeviceGetTemperature(idle, pynvml.NVML_TEMPERATURE_GPU)
+        assert cool == busy.model.idle_temperature_c < hot < 90
+        limit = pynvml.nvmlDeviceGetEnforcedPowerLimit(gpu)
+        assert limit == busy.model.power_limit_w * 1000
+        assert busy.model.idle_power_w * 1000 == pynvml.nvmlDeviceGetPowerUsage(idle)
+        assert pynvml.nvmlDeviceGetPowerUsage(idle) < pynvml.nvmlDeviceGetPowerUsage(gpu) < limit
+        assert pynvml.nvmlDeviceGetComputeRunningProcesses(idle) == []
+        assert pynvml.nvmlDeviceGetUtilizationRates(idle).gpu == 0
+        mig_mode = pynvml.nvmlDeviceGetHandleByIndex(0)
+        code = _err(lambda: pynvml.nvmlDeviceGetUtilizationRates(mig_mode))
+        assert code == pynvml.NVML_ERROR_NOT_SUPPORTED  # as NVML does in MIG mode
+        assert _err(lambda: pynvml.nvmlSystemGetProcessName(1)) == pynvml.NVML_ERROR_NOT_FOUND
+        assert _err(lambda: pynvml.nvmlDeviceGetFanSpeed(gpu)) == pynvml.NVML_ERROR_NOT_SUPPORTED
