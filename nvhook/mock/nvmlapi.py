@@ -93,11 +93,13 @@ def unsupported_source(nvml_c: str, names: tuple[str, ...]) -> bytes:
 
 def main(argv: list[str]) -> int:
     """Rewrite ``csrc/nvml_names.txt`` from the installed ``nvidia-ml-py`` (or ``--check``)."""
-    from importlib import metadata
+    from importlib import metadata, util
 
-    import pynvml  # only here: nvhook never imports pynvml outside nvhook.devices.nvml
-
-    source = Path(pynvml.__file__ or "").read_text(encoding="utf-8")
+    spec = util.find_spec("pynvml")  # its file only: nvhook.devices.nvml is pynvml's one importer
+    if spec is None or spec.origin is None:
+        print("nvidia-ml-py is not installed", file=sys.stderr)
+        return 1
+    source = Path(spec.origin).read_text(encoding="utf-8")
     text = render_names(metadata.version("nvidia-ml-py"), pynvml_names(source))
     target = Path(__file__).with_name("csrc") / NAMES_FILE
     if argv[1:] == ["--check"]:

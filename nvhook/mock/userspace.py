@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from nvhook.errors import MockError
-from nvhook.mock import build, nvmlapi
+from nvhook.mock import build
 from nvhook.mock._tree import Tree
 from nvhook.mock.model import Profile
 from nvhook.mock.nvmldata import nvml_bus_id
@@ -120,6 +120,8 @@ def _stub32(soname: str, output: str, standin: bytes) -> build.Unit:
 
 def nvml_unit(output: str, soname: str) -> build.Unit:
     """The fake NVML: ``nvml.c`` and its generated ``nvml_unsupported.h`` (:mod:`.nvmlapi`)."""
+    from nvhook.mock import nvmlapi  # here: `python -m nvhook.mock.nvmlapi` runs it as __main__
+
     source = build.csource("nvml.c")
     stubs = nvmlapi.unsupported_source(source.decode(), nvmlapi.listed_names().names)
     return build.Unit(
