@@ -34,13 +34,16 @@ def cdi() -> None:
 def list_(spec_dirs: tuple[str, ...]) -> None:
     """Print every resolvable device name with the file that defines it, then any problems.
 
-    Names go to stdout (NAME<TAB>FILE); problems go to stderr, one line each,
-    and make the exit code 4. With no spec at all, stderr says so (exit code 0).
+    Names go to stdout (NAME<TAB>FILE); each file of the directories that is not read
+    (only *.json and *.yaml are) is named once on stderr; problems go to stderr, one
+    line each, and make the exit code 4. With no spec at all, stderr says so (exit code 0).
     """
     dirs = spec_dirs or DEFAULT_SPEC_DIRS
     registry = Registry(dirs)
     for name, definition in registry.devices.items():
         click.echo(f"{name}\t{definition.path}")
+    for path, why in registry.ignored.items():
+        click.echo(f"{path}: {why}", err=True)
     problems = [msg for msgs in registry.errors.values() for msg in msgs]
     for msg in problems:
         click.echo(msg, err=True)

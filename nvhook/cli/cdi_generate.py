@@ -11,7 +11,8 @@ from nvhook.cli.options import host_options
 
 __all__ = ["generate"]
 
-_SUFFIX_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
+#: What CDI registries read (the reference library: ``.json`` and ``.yaml``; not ``.yml``).
+_SUFFIX_FORMATS = {".json": "json", ".yaml": "yaml"}
 
 
 def _output_and_format(output: str | None, fmt: str | None) -> tuple[str, str]:
@@ -24,10 +25,10 @@ def _output_and_format(output: str | None, fmt: str | None) -> tuple[str, str]:
         return f"{base}.{chosen}", chosen
     if output == "-":
         return output, fmt or "json"
-    by_suffix = _SUFFIX_FORMATS.get(os.path.splitext(output)[1].lower())
+    by_suffix = _SUFFIX_FORMATS.get(os.path.splitext(output)[1])
     if by_suffix is None:
         raise click.BadParameter(
-            f"{output!r} must end in .json, .yaml or .yml (CDI consumers read only those)",
+            f"{output!r} must end in .json or .yaml (CDI registries read only those)",
             param_hint="--output",
         )
     if fmt is not None and fmt != by_suffix:

@@ -4,9 +4,12 @@
   a later directory has a higher priority: its definition of a device wins.
 - Two definitions of one qualified name at the same priority (two files of
   one directory) drop the device and record an error against both files.
-- Only ``.json``, ``.yaml`` and ``.yml`` files are read; a broken file is
-  recorded as an error against its path and never hides the others; a missing
-  directory is simply empty; an unreadable one is an error against it.
+- Only regular ``.json`` and ``.yaml`` files (links followed) are read, as the
+  reference library reads them; every other entry (``.yml``, ``.json.bak``,
+  ``README``, a directory, a dangling link) is ignored and listed in
+  :attr:`Registry.ignored` with why. A broken file is recorded as an error
+  against its path and never hides the others; a missing directory is simply
+  empty; an unreadable one is an error against it.
 - :meth:`Registry.resolve` turns requested names into one :class:`Edits`: as
   the reference ``InjectDevices`` does, a spec's own edits are added once,
   before the edits of the first requested device it defines, and devices
@@ -70,7 +73,9 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_SPEC_DIRS", "RACY_NS", "SPEC_SUFFIXES", "Definition", "Registry", "resolve"]
 
 DEFAULT_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
-SPEC_SUFFIXES: tuple[str, ...] = (".json", ".yaml", ".yml")
+#: The names the reference library reads (``filepath.Ext`` of ``.json`` or ``.yaml``, case
+#: sensitive); ``.yml`` is not one of them.
+SPEC_SUFFIXES: tuple[str, ...] = (".json", ".yaml")
 
 
 class Definition(Frozen):
@@ -93,6 +98,7 @@ class Registry:
         self._loader = loader
         self._devices: dict[str, Definition] = {}
         self._errors: dict[str, list[str]] = {}
+        self._ignored: dict[str, str] = {}
         self._specs: list[Spec] = []
         self._scan()
 
@@ -105,6 +111,11 @@ class Registry:
     def errors(self) -> Mapping[str, tuple[str, ...]]:
         """Problems found while scanning, by file (or directory) path."""
         return {path: tuple(msgs) for path, msgs in sorted(self._errors.items())}
+
+    @property
+    def ignored(self) -> Mapping[str, str]:
+        """Entries of the spec directories that are not read, by path, with why (each once)."""
+        return dict(sorted(self._ignored.items()))
 
     @property
     def specs(self) -> tuple[Spec, ...]:
@@ -159,7 +170,10 @@ class Registry:
                 )
 
     def _spec_files(self, directory: str) -> list[str]:
-        files, problem = _list_spec_files(directory)
+        ignored: dict[str, str] = {}
+        files, problem = _list_spec_files(directory, ignored)
+        for path, why in ignored.items():
+            self._ignored.setdefault(path, why)
         if problem is not None:
             self._errors.setdefault(directory, []).append(problem)
         return [path for path, _, _ in files]
@@ -193,11 +207,18 @@ def _unresolved_message(
     return msg
 
 
+_NOT_A_SPEC_NAME = "ignored: not a CDI spec file name (only *.json and *.yaml are read)"
+
+
 def _list_spec_files(
-    directory: str,
+    directory: str, ignored: dict[str, str] | None = None
 ) -> tuple[list[tuple[str, str, os.stat_result]], str | None]:
-    """The regular ``.json/.yaml/.yml`` files of ``directory`` (links followed), by name:
-    path, name and ``stat``; and a problem with the directory (None: missing is empty)."""
+    """The regular ``.json``/``.yaml`` files of ``directory`` (links followed), by name:
+    path, name and ``stat``; and a problem with the directory (None: missing is empty).
+
+    ``ignored``, when given, receives every other entry's path with why it is not read
+    (the indexed resolve on the start path passes none: it stats only spec names).
+    """
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -211,13 +232,19 @@ def _list_spec_files(
     try:
         for name in sorted(os.listdir(fd)):
             if not name.endswith(SPEC_SUFFIXES):
+                if ignored is not None:
+                    ignored[prefix + name] = _NOT_A_SPEC_NAME
                 continue
             try:
                 st = os.stat(name, dir_fd=fd)
             except OSError:  # a dangling link, or gone since listed: not a file
+                if ignored is not None:
+                    ignored[prefix + name] = "ignored: a dangling link (or gone while listed)"
                 continue
             if S_ISREG(st.st_mode):
                 files.append((prefix + name, name, st))
+            elif ignored is not None:
+                ignored[prefix + name] = "ignored: not a regular file"
     except OSError as e:
         return [], f"{directory}: cannot read CDI spec directory: {e.strerror or e}"
     finally:

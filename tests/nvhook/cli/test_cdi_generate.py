@@ -72,12 +72,13 @@ def test_output_and_format() -> None:
     assert _output_and_format(None, "yaml") == ("/var/run/cdi/nvidia.yaml", "yaml")
     assert _output_and_format("-", None) == ("-", "json")
     assert _output_and_format("-", "yaml") == ("-", "yaml")
-    assert _output_and_format("x/spec.yml", None) == ("x/spec.yml", "yaml")
-    assert _output_and_format("x/spec.JSON", "json") == ("x/spec.JSON", "json")
+    assert _output_and_format("x/spec.yaml", "yaml") == ("x/spec.yaml", "yaml")
     with pytest.raises(click.BadParameter, match="does not match the extension"):
         _output_and_format("x/spec.yaml", "json")
-    with pytest.raises(click.BadParameter, match=r"must end in \.json, \.yaml or \.yml"):
-        _output_and_format("x/spec.txt", None)
+    # what a CDI registry would never read (the reference's rule: case-sensitive, no .yml)
+    for name in ("x/spec.txt", "x/spec.yml", "x/spec.JSON"):
+        with pytest.raises(click.BadParameter, match=r"must end in \.json or \.yaml"):
+            _output_and_format(name, None)
 
 
 @pytest.mark.parametrize(

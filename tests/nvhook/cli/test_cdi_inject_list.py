@@ -170,6 +170,25 @@ def test_list_prints_names_and_problems(spec_dir: Path, capsys: pytest.CaptureFi
     assert rc == ExitCode.INVALID_CDI
 
 
+def test_list_names_each_ignored_file_once(
+    spec_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("gpu.yml", "gpu.json.bak", "README"):
+        (spec_dir / name).write_text("not read")
+    (spec_dir / "sub.json").mkdir()
+    rc = main(["cdi", "list", "--spec-dir", str(spec_dir), "--spec-dir", str(spec_dir)])
+    out, err = capsys.readouterr()
+    assert rc == 0  # an ignored file is not a problem
+    assert out == f"example.com/gpu=g0\t{spec_dir / 'gpu.json'}\n"
+    why = "ignored: not a CDI spec file name (only *.json and *.yaml are read)"
+    assert err.splitlines() == [
+        f"{spec_dir / 'README'}: {why}",
+        f"{spec_dir / 'gpu.json.bak'}: {why}",
+        f"{spec_dir / 'gpu.yml'}: {why}",
+        f"{spec_dir / 'sub.json'}: ignored: not a regular file",
+    ]
+
+
 def test_list_clean(spec_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cdi", "list", "--spec-dir", str(spec_dir)]) == 0
     assert capsys.readouterr().err == ""

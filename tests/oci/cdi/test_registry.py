@@ -71,13 +71,14 @@ def test_only_spec_suffixes_are_read(tmp_path: Path) -> None:
     assert reg.errors == {}
 
 
-#: What the registry does with an entry of each name. Today's rule (oci/cdi/registry.py):
-#: a regular file (links followed) whose name ends, case-sensitively, with .json, .yaml or
-#: .yml is read; hidden names are not special; anything else is ignored without an error.
+#: What the registry does with an entry of each name. The reference library's rule
+#: (oci/cdi/registry.py): a regular file (links followed) whose name ends, case-sensitively,
+#: with .json or .yaml is read; hidden names are not special; anything else is ignored
+#: without an error (and listed in Registry.ignored).
 SPEC_FILE_NAMES: dict[str, str] = {
     "a.json": "read",
     "b.yaml": "read",
-    "c.yml": "read",  # read today; a later change is to drop .yml
+    "c.yml": "ignored",  # the reference library reads only .json and .yaml
     ".hidden.json": "read",
     "link.json": "read",  # a symlink to a spec outside the directory
     ".json": "error",  # listed, but its extension is none: an error against it
@@ -141,6 +142,11 @@ def test_which_file_names_are_read(tmp_path: Path) -> None:
         )
         for name in _named("error")
     }
+    assert sorted(Path(path).name for path in reg.ignored) == _named("ignored")
+    assert reg.ignored[str(d / "c.yml")] == (
+        "ignored: not a CDI spec file name (only *.json and *.yaml are read)"
+    )
+    assert reg.ignored[str(d / "dir.json")] == "ignored: not a regular file"
 
 
 def test_which_file_names_the_indexed_resolve_reads(tmp_path: Path) -> None:
