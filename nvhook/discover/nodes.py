@@ -37,6 +37,7 @@ __all__ = [
     "gpu_nodes",
     "imex_nodes",
     "nvswitch_nodes",
+    "with_host_access",
 ]
 
 NVIDIA_MAJOR = 195
@@ -171,6 +172,41 @@ def feature_nodes(features: Iterable[str], *, dev_root: str) -> Edits:
                 path = f"{directory}/{name}"
                 nodes.append(_node(dev_root, path, os.major(st.st_rdev), os.minor(st.st_rdev)))
     return Edits(device_nodes=tuple(nodes))
+
+
+def with_host_access(edits: Edits) -> Edits:
+    """``edits`` with each device node's access as the host has it, for a spec written now
+    and applied later (``nvhook cdi generate``; jit mode writes nodes without a ``stat``).
+
+    Every node gets ``fileMode``, the host node's permission bits (what the reference
+    library fills in for a node it completes from the host). A node whose owner or group
+    may do something that others may not (``nvidia-cap1`` ``0400``, a DRM card ``0660``
+    of group ``video``) also gets the host's ``uid`` and ``gid``: without them the node
+    would be created for the container's user (CDI gives an owner-less node
+    ``process.user``'s uid and gid), which would widen or narrow who may open it. Both
+    fields are CDI 0.3.0, so the spec's version does not rise. A node missing on the host
+    is left as it is.
+    """
+    if not edits.device_nodes:
+        return edits
+    nodes: list[DeviceNode] = []
+    for node in edits.device_nodes:
+        try:
+            st = os.stat(node.host_path or node.path)
+        except OSError:
+            nodes.append(node)
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        other = mode & 0o7
+        restricted = ((mode >> 6) | (mode >> 3)) & 0o7 & ~other
+        nodes.append(
+            node._replace(
+                file_mode=mode if node.file_mode is None else node.file_mode,
+                uid=st.st_uid if restricted and node.uid is None else node.uid,
+                gid=st.st_gid if restricted and node.gid is None else node.gid,
+            )
+        )
+    return edits._replace(device_nodes=tuple(nodes))
 
 
 def dri_nodes(selected: Iterable[Selected], host: HostGpus, *, dev_root: str) -> Edits:

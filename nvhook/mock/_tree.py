@@ -70,7 +70,11 @@ class Tree:
         except OSError as e:
             raise MockError(f"cannot create symlink {self.path(rel)}: {e.strerror}") from e
 
-    def node(self, rel: str, major: int, minor: int, mode: int = 0o666) -> None:
+    def node(
+        self, rel: str, major: int, minor: int, mode: int = 0o666, *, gid: int | None = None
+    ) -> None:
+        """A device node (or its regular-file stand-in) of ``mode``; of group ``gid`` where
+        the caller may give it one (root), else of the caller's group."""
         self.mkdir(os.path.dirname(rel))
         p = self.path(rel)
         try:
@@ -79,6 +83,8 @@ class Tree:
                 os.chmod(p, mode)
             else:
                 self.write(rel, b"", mode)
+            if gid is not None and os.geteuid() == 0:
+                os.chown(p, -1, gid)
         except OSError as e:
             raise MockError(f"cannot create device node {p} ({major}:{minor}): {e.strerror}") from e
 

@@ -21,14 +21,18 @@ from nvhook.mock.model import (
     Profile,
 )
 
-__all__ = ["write_dev", "write_run"]
+__all__ = ["VIDEO_GID", "write_dev", "write_run"]
+
+#: The group of DRM card nodes (``video`` on Debian): ``crw-rw---- root video``, as udev
+#: makes them; given where the mock is laid out as root.
+VIDEO_GID = 44
 
 
 def write_dev(tree: Tree, prof: Profile) -> None:
     """``dev/``: DRM cards of other vendors always, the driver's nodes when it is loaded."""
     tree.mkdir("dev")
     for card in prof.dri_cards:
-        tree.node(f"dev/dri/card{card.card}", DRM_MAJOR, card.card, 0o660)
+        tree.node(f"dev/dri/card{card.card}", DRM_MAJOR, card.card, 0o660, gid=VIDEO_GID)
         tree.symlink(f"dev/dri/by-path/pci-{card.bus_id}-card", f"../card{card.card}")
     if not prof.driver.loaded:
         return
@@ -56,7 +60,7 @@ def write_dev(tree: Tree, prof: Profile) -> None:
             tree.node(f"dev/nvidia-nvswitch{i}", majors["nvidia-nvswitch"], i)
     for g in prof.gpus:
         if g.dri_card is not None:
-            tree.node(f"dev/dri/card{g.dri_card}", DRM_MAJOR, g.dri_card, 0o660)
+            tree.node(f"dev/dri/card{g.dri_card}", DRM_MAJOR, g.dri_card, 0o660, gid=VIDEO_GID)
             tree.symlink(f"dev/dri/by-path/pci-{g.bus_id}-card", f"../card{g.dri_card}")
         if g.dri_render is not None:
             tree.node(f"dev/dri/renderD{g.dri_render}", DRM_MAJOR, g.dri_render, 0o666)

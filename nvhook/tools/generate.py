@@ -16,7 +16,12 @@ returns a :class:`~oci.cdi.spec.Spec` of kind ``<vendor>/<class>``:
 - **spec-level edits** (added once whichever devices are asked for): the control
   nodes, the driver files of the chosen capabilities, and the ``create-symlinks`` and
   ``update-ldcache`` hooks: exactly what jit mode injects for ``NVIDIA_VISIBLE_DEVICES=none``
-  (:func:`nvhook.edits.plan` computes them, so the two modes cannot drift apart).
+  (:func:`nvhook.edits.plan` computes them, so the two modes cannot drift apart);
+- **every device node records the host node's access** (:func:`with_host_access`): its
+  ``fileMode``, and for a node only its owner or group may open (``nvidia-cap1``, a DRM
+  card of group ``video``) its ``uid`` and ``gid``, so the node in the container is
+  opened by whom the host's is, whichever CDI consumer applies the spec. jit mode writes
+  nodes without a ``stat`` of ``/dev``, so it leaves both to the runtime's defaults;
 
 Decisions:
 
@@ -47,7 +52,7 @@ from collections.abc import Collection
 from nvhook.constants import ALL_CAPABILITIES, CDI_CLASS, CDI_OUTPUT, CDI_VENDOR
 from nvhook.devices.gpus import HostGpus, Selected
 from nvhook.devices.procfs import read_driver
-from nvhook.discover.nodes import dri_nodes, gpu_nodes
+from nvhook.discover.nodes import dri_nodes, gpu_nodes, with_host_access
 from nvhook.edits import GRAPHICS_CAPABILITIES, Host, nvml_view, plan
 from nvhook.errors import DriverError, RequestError
 from nvhook.requests.ids import NoGpus, Requests
@@ -124,7 +129,7 @@ def generate_spec(
         out = gpu_nodes(selected, gpus, dev_root=host.dev_root, majors=majors)
         if graphics:
             out += dri_nodes(selected, gpus, dev_root=host.dev_root)
-        return out
+        return with_host_access(out)
 
     devices: list[Device] = []
     for gpu in gpus.gpus:
@@ -132,7 +137,8 @@ def generate_spec(
         for mig in gpu.migs:
             devices += _named(edits((mig,)), mig.name, mig.uuid)
     devices.append(Device("all", edits(gpus.gpus)))
-    spec = Spec.create(kind, devices, edits=shared.edits, source=f"{kind} on {host.root}")
+    spec_edits = with_host_access(shared.edits)
+    spec = Spec.create(kind, devices, edits=spec_edits, source=f"{kind} on {host.root}")
     return Generated(spec, gpus, shared.driver_files, caps)
 
 

@@ -11,7 +11,8 @@ JSON value (a ``dict`` in its original key order, unknown fields kept):
   that ``getenv`` never returns: a deliberate difference);
 - device nodes: ``hostPath`` defaults to ``path``; a node that is not
   "minimally specified" (a type and a non-zero major, or a fifo) takes its
-  type/major/minor from ``lstat(hostPath)``; an existing ``linux.devices``
+  type/major/minor from ``lstat(hostPath)``, and its ``fileMode``, when it has
+  none, from the host node's permission bits; an existing ``linux.devices``
   entry with the same path is replaced; ``b``/``c`` nodes add a
   ``linux.resources.devices`` allow rule (default access ``rwm``); without an
   explicit uid/gid a node takes ``process.user`` uid/gid when > 0;
@@ -118,10 +119,10 @@ def _apply_env(spec: _Json, entries: tuple[str, ...]) -> None:
 
 
 def _apply_device(spec: _Json, node: DeviceNode, lstat: StatFn) -> None:
-    dev_type, major, minor = _fill(node, lstat)
+    dev_type, major, minor, file_mode = _fill(node, lstat)
     device: _Json = {"path": node.path, "type": dev_type, "major": major, "minor": minor}
-    if node.file_mode is not None:
-        device["fileMode"] = node.file_mode
+    if file_mode is not None:
+        device["fileMode"] = file_mode
     uid, gid = node.uid, node.gid
     user = spec.get("process", {}).get("user", {}) if isinstance(spec.get("process"), dict) else {}
     if uid is None and isinstance(user.get("uid"), int) and user["uid"] > 0:
@@ -145,14 +146,16 @@ def _apply_device(spec: _Json, node: DeviceNode, lstat: StatFn) -> None:
             rules.append(rule)
 
 
-def _fill(node: DeviceNode, lstat: StatFn) -> tuple[str, int, int]:
-    """type, major, minor of a node: as given when minimally specified, else from the host."""
+def _fill(node: DeviceNode, lstat: StatFn) -> tuple[str, int, int, int | None]:
+    """type, major, minor and fileMode of a node: as given when minimally specified, else
+    completed from the host (the reference's ``fillMissingInfo``: a missing ``fileMode``
+    becomes the host node's permission bits, ``st_mode &^ S_IFMT``)."""
     host_path = node.host_path or node.path
     given_type = node.type or ""
     major = node.major or 0
     minor = node.minor or 0
     if given_type and (major != 0 or given_type == "p"):
-        return given_type, major, minor
+        return given_type, major, minor, node.file_mode
     try:
         st = lstat(host_path)
     except OSError as e:
@@ -173,9 +176,10 @@ def _fill(node: DeviceNode, lstat: StatFn) -> tuple[str, int, int]:
             f"device {node.path!r}: type {given_type!r} does not match host device "
             f"{host_path!r} of type {host_type!r}"
         )
+    file_mode = node.file_mode if node.file_mode is not None else stat_mod.S_IMODE(mode)
     if major == 0 and host_type != "p":
         major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
-    return host_type, major, minor
+    return host_type, major, minor, file_mode
 
 
 def _copy_json(value: Any) -> Any:

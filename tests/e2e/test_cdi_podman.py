@@ -20,6 +20,10 @@
    - env: it appends every injected entry (``AddMultipleProcessEnv`` on a generator made
      by ``NewFromSpec``), so a name the image already sets appears twice, the image's entry
      first; we replace the image's entry in place (D2, deliberate);
+   - device nodes: a node it completes from the host (no type, or major 0) gets no
+     ``fileMode``; the reference library's ``fillMissingInfo`` (and we) give it the host
+     node's permission bits. Generated specs record every node's ``fileMode``, so the
+     difference shows only with the hand-made spec's stat-ed node;
    - mounts: it sorts the whole list with ``sort.Sort`` and ``Less`` = fewer path
      components first, then the destination in byte order: a total order, so podman's list
      is exactly ours sorted by (depth, destination). We stable-sort by depth only, which
@@ -92,6 +96,10 @@ PROBE = (
 def test_podman_gpu_0_sees_gpu_0_only(podman: Podman, dgx_spec: tuple[str, Any]) -> None:
     vendor, spec = dgx_spec
     assert spec["cdiVersion"] == "0.5.0"
+    # every node records the host node's mode (the mock's are 0666, MIG access nodes 0444)
+    nodes = [n for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"]]
+    nodes += spec["containerEdits"]["deviceNodes"]
+    assert {n["fileMode"] for n in nodes} == {0o666, 0o444}
     hooks = spec["containerEdits"]["hooks"]
     assert {h["path"] for h in hooks} == {str(Path(sys.executable).parent / "nvhook-hook")}
     for hook in hooks:
@@ -228,7 +236,15 @@ def test_podman_and_nvhook_inject_agree(
         (bundle / "config.json").write_text(json.dumps(base))
         ours = inject(str(bundle), names, spec_dirs=["/etc/cdi", "/var/run/cdi"]).spec
 
-    # the same nodes, cgroup rules and hooks, in the same order
+    # the same nodes, cgroup rules and hooks, in the same order; podman 4.3 gives the node it
+    # completes from the host no fileMode, we give it the host node's (the reference's rule)
+    stat_ed = {"path": "/dev/thing0", "type": "c", "major": 509, "minor": 0}
+    if handmade:
+        assert stat_ed in theirs["linux"]["devices"]
+        assert {**stat_ed, "fileMode": 0o666} in ours["linux"]["devices"]
+        theirs["linux"]["devices"] = [
+            {**d, "fileMode": 0o666} if d == stat_ed else d for d in theirs["linux"]["devices"]
+        ]
     assert theirs["linux"]["devices"] == ours["linux"]["devices"]
     assert theirs["linux"]["resources"]["devices"] == ours["linux"]["resources"]["devices"]
     assert theirs["hooks"] == ours["hooks"]
@@ -256,5 +272,4 @@ def test_podman_and_nvhook_inject_agree(
         ours["process"]["env"]
         == [injected[0] if e.startswith("PATH=") else e for e in image_env] + injected[1:]
     )
-    node = {"path": "/dev/thing0", "type": "c", "major": 509, "minor": 0}
-    assert node in ours["linux"]["devices"]
+    assert {**stat_ed, "fileMode": 0o666} in ours["linux"]["devices"]

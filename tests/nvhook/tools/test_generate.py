@@ -13,6 +13,7 @@ import pytest
 
 from nvhook.create import decide_spec
 from nvhook.discover.hooks import validate_injected_hook
+from nvhook.discover.nodes import with_host_access
 from nvhook.edits import Host
 from nvhook.errors import DriverError, RequestError
 from nvhook.mock import list_profiles, load_profile
@@ -218,7 +219,8 @@ def _mode_and_edits(spec: dict[str, Any], settings: Settings) -> tuple[str | Non
 def test_cdi_mode_with_the_generated_spec_equals_jit(
     profile: str, visible: str, mock_machine: Callable[..., Path], tmp_path: Path
 ) -> None:
-    """The same container gets the same config.json through the spec as through discovery."""
+    """The same container gets the same config.json through the spec as through discovery,
+    except that the spec's nodes record the host's access (jit mode stats no node)."""
     root = mock_machine(profile)
     write_spec(tmp_path / "nvidia.json", generate_spec(Host(root=str(root))).spec)
     base = json.loads((SPECS / "runc-spec.json").read_text())
@@ -229,7 +231,8 @@ def test_cdi_mode_with_the_generated_spec_equals_jit(
     jit_mode, jit_edits = _mode_and_edits(base, _settings(root, "jit"))
     cdi_mode, cdi_edits = _mode_and_edits(base, _settings(root, "cdi", tmp_path))
     assert (jit_mode, cdi_mode) == ("jit", "cdi")
-    assert apply(cdi_edits, base) == apply(jit_edits, base)
+    assert apply(cdi_edits, base) == apply(with_host_access(jit_edits), base)
+    assert apply(cdi_edits, base) != apply(jit_edits, base)  # fileMode, at least
 
 
 def test_multi_device_request_same_nodes_as_jit(
@@ -240,7 +243,7 @@ def test_multi_device_request_same_nodes_as_jit(
     write_spec(tmp_path / "nvidia.json", generate_spec(Host(root=str(root))).spec)
     base = json.loads((SPECS / "runc-spec.json").read_text())
     base["process"]["env"] += ["NVIDIA_VISIBLE_DEVICES=2,0", "NVIDIA_DRIVER_CAPABILITIES=all"]
-    jit = apply(_mode_and_edits(base, _settings(root, "jit"))[1], base)
+    jit = apply(with_host_access(_mode_and_edits(base, _settings(root, "jit"))[1]), base)
     cdi = apply(_mode_and_edits(base, _settings(root, "cdi", tmp_path))[1], base)
     key = json.dumps
     for field in ("devices", "resources"):
@@ -249,3 +252,45 @@ def test_multi_device_request_same_nodes_as_jit(
             a, b = a["devices"], b["devices"]
         assert sorted(map(key, a)) == sorted(map(key, b))
     assert jit["mounts"] == cdi["mounts"] and jit["hooks"] == cdi["hooks"]
+
+
+def _all_nodes(spec: Any) -> list[Any]:
+    nodes = list(spec.edits.device_nodes)
+    for device in spec.devices:
+        nodes += device.edits.device_nodes
+    return nodes
+
+
+def test_nodes_record_the_host_access(make_mock_machine: Callable[..., Path]) -> None:
+    """Every node carries the host node's permission bits; a node only its owner or group
+    may open also carries the host's owner and group (without them a CDI consumer would
+    create it for the container's user); the version stays 0.5.0."""
+    root = make_mock_machine("l40s-x4")
+    (root / "dev/nvidia1").chmod(0o640)  # NVreg_DeviceFileMode=0640, say
+    spec = generate_spec(Host(root=str(root)), capabilities=["utility", "graphics"]).spec
+    nodes = _all_nodes(spec)
+    assert {n.path for n in nodes} >= {"/dev/nvidiactl", "/dev/nvidia1", "/dev/dri/card1"}
+    for node in nodes:
+        st = os.stat(node.host_path)
+        assert node.file_mode == stat.S_IMODE(st.st_mode), node.path
+        if node.path in ("/dev/nvidia1",) or node.path.startswith("/dev/dri/card"):
+            assert (node.uid, node.gid) == (st.st_uid, st.st_gid), node.path
+        else:  # world-accessible as far as its owner and group are: no owner recorded
+            assert (node.uid, node.gid) == (None, None), node.path
+    assert json.loads(dump_spec(spec, format="json"))["cdiVersion"] == "0.5.0"
+
+
+@pytest.mark.root
+def test_a_group_restricted_node_keeps_its_group(make_mock_machine: Callable[..., Path]) -> None:
+    """The mock's DRM cards are ``crw-rw---- root video`` (gid 44) when laid out as root:
+    applied, the container's node is of group 44 with mode 0660, not the process's."""
+    from tests.support.containers import require_root
+
+    require_root()
+    root = make_mock_machine("l40s-x4")
+    spec = generate_spec(Host(root=str(root)), capabilities=["graphics"]).spec
+    card = next(n for n in _all_nodes(spec) if n.path.startswith("/dev/dri/card"))
+    assert (card.file_mode, card.uid, card.gid) == (0o660, 0, 44)
+    base = {"process": {"user": {"uid": 1000, "gid": 1000}}}
+    device = apply(Edits(device_nodes=(card,)), base)["linux"]["devices"][0]
+    assert (device["fileMode"], device["uid"], device["gid"]) == (0o660, 0, 44)

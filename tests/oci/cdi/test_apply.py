@@ -105,3 +105,31 @@ def test_clean_path_matches_go() -> None:
     assert clean_path("/a/b/../c/.") == "/a/c"
     assert mount_depth("/") == 1
     assert mount_depth("/dev/pts") == 2
+
+
+def _group_node_lstat(path: str) -> os.stat_result:
+    """Every host path is ``crw-rw----`` 226:<len(path)> (a DRM card: group video)."""
+    rdev = os.makedev(226, len(path))
+    return os.stat_result((0o20660, 0, 0, 1, 0, 44, 0, 0, 0, 0), {"st_rdev": rdev})
+
+
+def _node_of(node: DeviceNode) -> dict[str, Any]:
+    devices: list[dict[str, Any]] = apply(
+        Edits(device_nodes=(node,)), BASE, lstat=_group_node_lstat
+    )["linux"]["devices"]
+    return devices[0]
+
+
+def test_filled_node_takes_the_host_file_mode() -> None:
+    """As the reference's fillMissingInfo: a node completed from the host gets its permission
+    bits when it has no fileMode; a given fileMode, or a minimally specified node, is kept."""
+    assert _node_of(DeviceNode("/dev/card1")) == {
+        "path": "/dev/card1",
+        "type": "c",
+        "major": 226,
+        "minor": len("/dev/card1"),
+        "fileMode": 0o660,
+    }
+    assert _node_of(DeviceNode("/dev/card1", type="c", major=0))["fileMode"] == 0o660
+    assert _node_of(DeviceNode("/dev/card1", file_mode=0o600))["fileMode"] == 0o600
+    assert "fileMode" not in _node_of(DeviceNode("/dev/card1", type="c", major=226, minor=1))
