@@ -180,12 +180,14 @@ def needs_nvml(request: DeviceRequest) -> bool:
 def resolve(request: DeviceRequest, host: HostGpus) -> tuple[Selected, ...]:
     """The GPUs and MIG devices ``request`` names, in request order, without duplicates.
 
-    ``all`` is every GPU (a GPU in MIG mode as a whole); ``none`` and ``void``
-    select no device. An id that does not exist is an
-    :class:`~nvhook.errors.UnknownDeviceError` naming it and listing what exists.
+    ``all`` is every GPU, each followed by its MIG devices (so a GPU in MIG mode comes
+    with the access nodes of every GPU and compute instance, and every MIG device is
+    usable, as with NVIDIA's runtime); ``none`` and ``void`` select no device. An id that
+    does not exist is an :class:`~nvhook.errors.UnknownDeviceError` naming it and listing
+    what exists.
     """
     if isinstance(request, All):
-        return host.gpus
+        return tuple(device for gpu in host.gpus for device in (gpu, *gpu.migs))
     if isinstance(request, (NoGpus, Void)):
         return ()
     selected: list[Selected] = []

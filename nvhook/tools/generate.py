@@ -11,8 +11,8 @@ returns a :class:`~oci.cdi.spec.Spec` of kind ``<vendor>/<class>``:
   (the driver's minor, not the index), for a MIG device also its parent's node and
   the ``nvidia-caps`` nodes of its GPU and compute instance, and, when graphics or
   display is among the capabilities, the GPU's ``/dev/dri`` card and render nodes;
-  ``all`` has the nodes of every whole GPU (a GPU in MIG mode as a whole, as jit's
-  ``all`` gives it);
+  ``all`` has the nodes of every GPU and of every MIG device (the ``nvidia-caps``
+  access nodes of each GPU and compute instance), as jit's ``all`` gives them;
 - **spec-level edits** (added once whichever devices are asked for): the control
   nodes, the driver files of the chosen capabilities, and the ``create-symlinks`` and
   ``update-ldcache`` hooks: exactly what jit mode injects for ``NVIDIA_VISIBLE_DEVICES=none``
@@ -50,12 +50,12 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from nvhook.constants import ALL_CAPABILITIES, CDI_CLASS, CDI_OUTPUT, CDI_VENDOR
-from nvhook.devices.gpus import HostGpus, Selected
+from nvhook.devices.gpus import HostGpus, Selected, resolve
 from nvhook.devices.procfs import read_driver
 from nvhook.discover.nodes import dri_nodes, gpu_nodes, with_host_access
 from nvhook.edits import GRAPHICS_CAPABILITIES, Host, nvml_view, plan
 from nvhook.errors import DriverError, RequestError
-from nvhook.requests.ids import NoGpus, Requests
+from nvhook.requests.ids import All, NoGpus, Requests
 from nvhook.requests.policy import canonical_capabilities
 from oci._frozen import Frozen
 from oci.cdi.edits import Edits
@@ -136,7 +136,7 @@ def generate_spec(
         devices += _named(edits((gpu,)), gpu.name, gpu.uuid)
         for mig in gpu.migs:
             devices += _named(edits((mig,)), mig.name, mig.uuid)
-    devices.append(Device("all", edits(gpus.gpus)))
+    devices.append(Device("all", edits(resolve(All(), gpus))))
     spec_edits = with_host_access(shared.edits)
     spec = Spec.create(kind, devices, edits=spec_edits, source=f"{kind} on {host.root}")
     return Generated(spec, gpus, shared.driver_files, caps)

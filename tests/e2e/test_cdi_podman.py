@@ -7,7 +7,7 @@
    ``podman run --device <vendor>/gpu=0`` start a busybox container in which the mock
    ``nvidia-smi -L`` lists GPU 0 only, ``/dev/nvidia1`` is absent and the driver's
    libraries (with the links the hook makes) are present; ``<vendor>/gpu=all`` lists all
-   eight GPUs.
+   eight GPUs and the MIG devices of the MIG-mode ones.
 2. For a handful of CDI specs (cdiVersion <= 0.5.0: three requests on the generated spec
    and a hand-made one with env, a stat-ed node, typed and nested mounts and a hook),
    podman's own CDI injection (captured through the harness's ``CaptureRuntime``) and
@@ -44,6 +44,7 @@ from typing import Any
 import pytest
 
 from nvhook.discover.hooks import validate_injected_hook
+from nvhook.mock import load_profile
 from oci.cdi.apply import mount_depth
 from oci.cdi.inject import inject
 from tests.support.containers import CaptureRuntime, Podman, cdi_spec, unique_id
@@ -118,10 +119,17 @@ def test_podman_gpu_0_sees_gpu_0_only(podman: Podman, dgx_spec: tuple[str, Any])
     assert "E   L   F" in lib  # libcuda.so.1 (a link the hook made) resolves to the ELF stub
 
 
-def test_podman_gpu_all_sees_eight(podman: Podman, dgx_spec: tuple[str, Any]) -> None:
+def test_podman_gpu_all_sees_every_gpu_and_mig_device(
+    podman: Podman, dgx_spec: tuple[str, Any]
+) -> None:
     vendor, _ = dgx_spec
     done = podman.run(["nvidia-smi", "-L"], devices=[f"{vendor}/gpu=all"], options=OPTIONS)
     assert done.returncode == 0, done.stderr
+    # GPU 0 is in MIG mode: its MIG devices are listed under it (their access nodes came too)
+    lines = done.stdout.splitlines()
+    migs = [m.uuid for g in load_profile("dgx-a100").gpus for m in g.mig_devices]
+    assert len(migs) == 3
+    assert [line.rsplit("(UUID: ", 1)[1].rstrip(")") for line in lines[1:4]] == migs
     assert _smi_gpus(done.stdout) == [
         "GPU-ac376f35-2448-4461-a104-b174eb2df7b3",
         "GPU-91263f39-f322-4b13-abbc-1b055deec8c9",

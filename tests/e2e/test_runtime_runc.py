@@ -62,12 +62,22 @@ def test_create_start_delete(
     assert [r["command"] for r in shim.log_records(cid)] == ["create"]  # the rest passed through
 
 
-def test_all_gives_eight(shim_runc: Runc, gpu_bundle: GpuBundle, profile: Profile) -> None:
+def test_all_gives_every_gpu_and_mig_device(
+    shim_runc: Runc, gpu_bundle: GpuBundle, profile: Profile
+) -> None:
+    """``all``: the eight GPUs and, under the MIG-mode ones, every MIG device (their GPU- and
+    compute-instance access nodes are injected), as the mock nvidia-smi sees them inside."""
     result = shim_runc.run(gpu_bundle("b", ["NVIDIA_VISIBLE_DEVICES=all"]))
     assert result.returncode == 0, result.stderr
     probe = parse_probe(result.stdout)
     assert probe.gpu_uuids == expected_smi_uuids(profile, range(8))
     assert probe.gpu_nodes == {f"/dev/nvidia{n}" for n in range(8)}
+    migs = [m for g in profile.gpus for m in g.mig_devices]
+    assert len(migs) >= 3  # the dgx-a100 mock has MIG devices on GPU 0 at least
+    assert probe.mig_uuids == [m.uuid for m in migs]
+    assert probe.caps_nodes == {
+        f"/dev/nvidia-caps/nvidia-cap{n}" for m in migs for n in (m.gi_caps_minor, m.ci_caps_minor)
+    }
     assert probe.lib_magic == ELF_MAGIC
 
 

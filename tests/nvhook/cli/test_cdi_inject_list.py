@@ -60,9 +60,8 @@ def test_inject_writes_the_device(bundle: Path, spec_dir: Path) -> None:
     )
     assert rc == 0
     spec = json.loads((bundle / "config.json").read_text())
-    assert {"path": "/dev/examplegpu0", "type": "c", "major": 1, "minor": 3} in spec["linux"][
-        "devices"
-    ]
+    node = {"path": "/dev/examplegpu0", "type": "c", "major": 1, "minor": 3}
+    assert {**node, "fileMode": 0o666} in spec["linux"]["devices"]  # /dev/null's, filled
     assert spec["linux"]["resources"]["devices"][-1] == {
         "allow": True,
         "type": "c",

@@ -89,8 +89,9 @@ def test_every_request_form_resolves_alike(
     assert [_key(d) for d in by_proc] == [_key(d) for d in by_nvml]
     if isinstance(request, NoGpus):
         assert by_proc == ()
-    elif isinstance(request, All):
-        assert len(by_proc) == len(load_profile(profile).gpus)
+    elif isinstance(request, All):  # every GPU, each followed by its MIG devices
+        prof = load_profile(profile)
+        assert len(by_proc) == len(prof.gpus) + sum(len(g.mig_devices) for g in prof.gpus)
     else:
         assert isinstance(request, Devices)
         assert len(by_proc) == len(request.ids)

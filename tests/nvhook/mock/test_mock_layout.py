@@ -379,6 +379,18 @@ def test_stub_libcuda_counts_visible_devices(profile: str, mock_machine: Machine
         assert (init, count) == (0, expected)
 
 
+def test_stub_libcuda_counts_a_mig_device_only_with_its_access_nodes(
+    make_mock_machine: Machine,
+) -> None:
+    """The driver's rule: a MIG device needs its GPU's node and both access nodes."""
+    prof = load_profile("dgx-a100")
+    root = make_mock_machine("dgx-a100")
+    full = sum(len(g.mig_devices) if g.mig_enabled else 1 for g in prof.gpus)
+    hidden = prof.gpus[0].mig_devices[1]
+    (root / f"dev/nvidia-caps/nvidia-cap{hidden.gi_caps_minor}").unlink()
+    assert cuda_count(root / LIB_DIR / "libcuda.so.1")[2:] == (0, full - 1)
+
+
 def test_stub_libcuda_skips_gpus_without_nodes(make_mock_machine: Machine) -> None:
     root = make_mock_machine("l40s-x4")
     (root / "dev/nvidia0").unlink()

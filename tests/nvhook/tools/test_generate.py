@@ -106,7 +106,15 @@ def test_device_edits_are_the_device_nodes_by_minor(
                 ]
     everything = spec.device("all")
     assert everything is not None
-    assert _nodes(everything.edits) == [(f"/dev/nvidia{g.minor}", 195, g.minor) for g in prof.gpus]
+    expected_all = []  # every GPU, then the access nodes of each of its MIG devices
+    for gpu in prof.gpus:
+        expected_all.append((f"/dev/nvidia{gpu.minor}", 195, gpu.minor))
+        for mig in gpu.mig_devices:
+            expected_all += [
+                (f"/dev/nvidia-caps/nvidia-cap{m}", caps_major, m)
+                for m in (mig.gi_caps_minor, mig.ci_caps_minor)
+            ]
+    assert _nodes(everything.edits) == list(dict.fromkeys(expected_all))
 
 
 def test_l40s_index_is_not_the_minor(host: Callable[[str], Host]) -> None:
