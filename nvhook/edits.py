@@ -9,7 +9,11 @@ The steps, each a module of its own (docs/architecture.md, sections 1-2):
    requirements; the CUDA version, brand and architecture come from NVML);
 4. edits: device nodes (:mod:`nvhook.discover.nodes`), the driver files of the
    requested capabilities (:mod:`nvhook.discover`), and the createContainer
-   hooks that make the libraries usable (ld cache, symlinks).
+   hooks that make the libraries usable (ld cache, symlinks);
+5. ``NVIDIA_VISIBLE_DEVICES=void`` (:data:`INJECTED_ENV`) in the container's env: the
+   request is served, so a second injector (a legacy ``nvidia-container-runtime-hook``, a
+   nested runtime, this shim meeting the bundle again) adds nothing, as NVIDIA's runtime
+   does after a CDI injection. ``nvhook cdi generate`` takes it with the spec-level edits.
 
 :func:`plan` returns everything it found (for ``nvhook explain``) besides the edits.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import os
 
+from nvhook.constants import DEVICE_VOID, ENV_VISIBLE_DEVICES
 from nvhook.devices.gpus import Gpu, HostGpus, Selected, from_nvml, from_procfs, needs_nvml, resolve
 from nvhook.devices.procfs import read_driver, read_mig_minors
 from nvhook.discover import discover_driver_files
@@ -42,9 +47,11 @@ if TYPE_CHECKING:
     from nvhook.requests.requirements import HostFacts
     from nvhook.settings import Settings
 
-__all__ = ["Host", "Plan", "plan"]
+__all__ = ["INJECTED_ENV", "Host", "Plan", "plan"]
 
 GRAPHICS_CAPABILITIES = frozenset({"graphics", "display"})
+#: What the container's env says once its request is served (and what a generated spec sets).
+INJECTED_ENV = f"{ENV_VISIBLE_DEVICES}={DEVICE_VOID}"
 
 
 class Host(Frozen, kw_only=True):
@@ -135,6 +142,7 @@ def plan(requests: Requests, host: Host) -> Plan:
     mounts = files.to_edits()
     edits += mounts
     edits += _hooks(files, mounts, host)
+    edits += Edits(env=(INJECTED_ENV,))
     return Plan(
         requests=requests,
         gpus=gpus,

@@ -69,8 +69,13 @@ def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
     why_not = _cannot_run()
     echo(f"== 2. a busybox bundle at {bundle} asking for NVIDIA_VISIBLE_DEVICES={REQUEST}")
     spec = _base_spec(bundle, why_not is None)
-    with open(os.path.join(bundle, "config.json"), "w") as f:
-        json.dump(spec, f, indent="\t")
+    # the bundle as written, for explain: the run leaves NVIDIA_VISIBLE_DEVICES=void in it
+    as_written = os.path.join(workdir, "bundle-as-written")
+    shutil.rmtree(as_written, ignore_errors=True)
+    os.makedirs(as_written)
+    for directory in (bundle, as_written):
+        with open(os.path.join(directory, "config.json"), "w") as f:
+            json.dump(spec, f, indent="\t")
 
     if why_not is None:
         _rootfs(os.path.join(bundle, "rootfs"))
@@ -87,8 +92,8 @@ def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
     else:
         echo(f"== 3. not starting a container: {why_not}; showing the edits instead")
 
-    echo("== 4. why: nvhook explain --bundle " + bundle)
-    return _explain(bundle, config, f"{workdir}/cache", echo)
+    echo(f"== 4. why: nvhook explain --bundle {as_written}   (the bundle before it was edited)")
+    return _explain(as_written, config, f"{workdir}/cache", echo)
 
 
 def _cannot_run() -> str | None:

@@ -14,7 +14,8 @@ it returns, stage by stage:
 5. in jit mode the devices the request resolves to and the driver files not found; in
    cdi mode the CDI names resolved;
 6. the edits, grouped by kind (device nodes, mounts, hooks, env, additional GIDs,
-   network devices), and whether config.json would change.
+   network devices), whether they leave ``NVIDIA_VISIBLE_DEVICES=void`` behind (so a
+   second injector adds nothing), and whether config.json would change.
 
 A stage that fails ends the decision: its error becomes ``outcome.error`` with its
 exit code, exactly as the shim would fail. :func:`explain` returns plain data (what
@@ -115,13 +116,19 @@ def describe(
             out["missing_files"] = {k: list(v) for k, v in files.missing.items()}
     if decision.edits is not None:
         out["edits"] = _edits(decision.edits)
+        from nvhook.edits import INJECTED_ENV
+
+        if INJECTED_ENV in decision.edits.env:
+            out["after_injection"] = (
+                f"the container's env says {INJECTED_ENV}: a second injector (a legacy "
+                "nvidia-container-runtime-hook, a nested runtime) adds nothing"
+            )
     if decision.error is not None:
         out["outcome"] = _failure(decision.error)
     elif decision.mode is None:
         out["outcome"] = {
             "result": "unchanged",
-            "reason": "nothing asks for a GPU or an IMEX channel: the shim execs the runtime "
-            "and leaves config.json untouched",
+            "reason": _nothing_asked(decision.requests),
         }
     elif not decision.changes_config:
         out["outcome"] = {
@@ -131,6 +138,21 @@ def describe(
     else:
         out["outcome"] = {"result": "edit", "reason": "config.json would be edited"}
     return out
+
+
+def _nothing_asked(requests: Requests | None) -> str:
+    from nvhook.requests.ids import Void
+
+    if requests is not None and isinstance(requests.devices, Void) and requests.sources:
+        return (
+            "NVIDIA_VISIBLE_DEVICES=void: no device, or the devices were already injected "
+            "(nvhook's jit mode and generated CDI specs leave void behind); the shim execs "
+            "the runtime and leaves config.json untouched"
+        )
+    return (
+        "nothing asks for a GPU or an IMEX channel: the shim execs the runtime "
+        "and leaves config.json untouched"
+    )
 
 
 def _empty(bundle: str) -> dict[str, Any]:
@@ -147,6 +169,7 @@ def _empty(bundle: str) -> dict[str, Any]:
         "requirements": [],
         "missing_files": {},
         "edits": None,
+        "after_injection": None,
         "outcome": None,
     }
 
@@ -291,6 +314,8 @@ def render_text(data: dict[str, Any]) -> str:
             lines.append(f"  additional GIDs: {', '.join(map(str, edits['additional_gids']))}")
         for d in edits["net_devices"]:
             lines.append(f"  network device {d['hostInterfaceName']} -> {d['name']}")
+    if data["after_injection"]:
+        lines.append(f"After injection: {data['after_injection']}")
     outcome = data["outcome"]
     if outcome["result"] == "fail":
         lines.append(f"Result: would fail: {outcome['error']} (exit code {outcome['exit_code']})")

@@ -61,8 +61,9 @@ def test_decide_writes_nothing_and_prepare_writes_what_it_decided(
     assert outcome.written and outcome.decision.result == decision.result
     assert Bundle(b).load() == decision.result
     assert outcome.fields() == {"mode": "jit", "devices": "1", "written": True}
-    again = decide(Bundle(b), settings)
-    assert again.edits == decision.edits and not again.changes_config
+    assert "NVIDIA_VISIBLE_DEVICES=void" in decision.result["process"]["env"]
+    again = decide(Bundle(b), settings)  # served: void asks for nothing more
+    assert again.mode is None and again.edits is None and not again.changes_config
 
 
 def test_nothing_asked_decides_nothing(bundle: Callable[..., Path], settings: Settings) -> None:

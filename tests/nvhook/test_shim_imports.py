@@ -113,11 +113,15 @@ def test_create_with_gpus_imports_no_heavy_library(
 ) -> None:
     """jit mode with the procfs resolver: no NVML, pydantic, click, yaml or pyroute2."""
     shim = Shim(tmp_path, host_root=str(mock_machine("dgx-a100")))
-    bundle = shim.bundle("b", CONFIG_JSON.replace(b'"PATH', b'"NVIDIA_VISIBLE_DEVICES=0,3", "PATH'))
+    config = CONFIG_JSON.replace(b'"PATH', b'"NVIDIA_VISIBLE_DEVICES=0,3", "PATH')
+    bundle = shim.bundle("b", config)
     before = (bundle / "config.json").read_bytes()
-    shim.modules_at_exec("create", "--bundle", str(bundle), "c1")
+    shim.modules_at_exec("create", "--bundle", str(bundle), "c1")  # warms the caches
     assert (bundle / "config.json").read_bytes() != before  # the request was served
-    modules = shim.modules_at_exec("create", "--bundle", str(bundle), "c2")
+    # a second bundle (the first now says NVIDIA_VISIBLE_DEVICES=void), with warm caches
+    second = shim.bundle("b2", config)
+    modules = shim.modules_at_exec("create", "--bundle", str(second), "c2")
+    assert (second / "config.json").read_bytes() != config
     for name in HEAVY:
         assert not loaded(name, modules), f"create with GPUs imported {loaded(name, modules)}"
     assert "nvhook.edits" in modules

@@ -112,7 +112,11 @@ def test_jit_request_explained_and_bundle_untouched(
     assert f"    /usr/bin/nvidia-smi  <- {dgx}/usr/bin/nvidia-smi  [ro,nosuid,nodev,bind]" in lines
     assert "  hooks (2):" in lines
     assert f"    createContainer: {HOOK} update-ldcache --folder /usr/lib/x86_64-linux-gnu" in lines
-    assert "  env (0):" in lines
+    assert lines[lines.index("  env (1):") + 1] == "    NVIDIA_VISIBLE_DEVICES=void"
+    assert lines[-2] == (
+        "After injection: the container's env says NVIDIA_VISIBLE_DEVICES=void: a second "
+        "injector (a legacy nvidia-container-runtime-hook, a nested runtime) adds nothing"
+    )
     assert lines[-1] == "Result: config.json would be edited"
 
 
@@ -341,6 +345,8 @@ def test_bundle_the_shim_already_edited_stays_unchanged(
     data = explain(str(b), settings=settings)
     assert data["outcome"] == {
         "result": "unchanged",
-        "reason": "config.json already has these edits: the shim would leave it as it is",
+        "reason": "NVIDIA_VISIBLE_DEVICES=void: no device, or the devices were already "
+        "injected (nvhook's jit mode and generated CDI specs leave void behind); the shim "
+        "execs the runtime and leaves config.json untouched",
     }
-    assert data["edits"]["device_nodes"][-1]["path"] == "/dev/nvidia1"
+    assert data["edits"] is None and data["after_injection"] is None
