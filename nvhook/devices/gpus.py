@@ -187,7 +187,11 @@ def resolve(request: DeviceRequest, host: HostGpus) -> tuple[Selected, ...]:
     what exists.
     """
     if isinstance(request, All):
-        return tuple(device for gpu in host.gpus for device in (gpu, *gpu.migs))
+        every: list[Selected] = []
+        for gpu in host.gpus:
+            every.append(gpu)
+            every.extend(gpu.migs)
+        return tuple(every)
     if isinstance(request, (NoGpus, Void)):
         return ()
     selected: list[Selected] = []
