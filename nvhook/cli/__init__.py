@@ -1,4 +1,5 @@
-"""The ``nvhook`` command line: one click group; each command lives in its own module.
+"""The ``nvhook`` command line: one click group; each command lives in its own module,
+imported only when it runs (:class:`nvhook.cli.lazy.LazyGroup`).
 
 Commands parse flags, call one library function and render its result. Expected
 failures (:class:`oci.errors.Error`, the root of the ``oci`` and ``nvhook`` errors) are
@@ -10,51 +11,43 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 
 import click
 
+from nvhook.cli.lazy import LazyGroup
 from oci.errors import Error, ExitCode
 
-__all__ = ["cli", "main"]
+__all__ = ["COMMANDS", "cli", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: Every command, imported only when it runs (``nvhook --help`` imports them all).
+COMMANDS: dict[str, str] = {
+    "cdi": "nvhook.cli.cdi:cdi",
+    "config": "nvhook.cli.config:config",
+    "demo": "nvhook.cli.demo:demo",
+    "device-plugin": "nvhook.cli.deviceplugin:device_plugin",
+    "doctor": "nvhook.cli.doctor:doctor",
+    "explain": "nvhook.cli.explain:explain",
+    "info": "nvhook.cli.info:info",
+    "install-entrypoints": "nvhook.cli.entrypoints:install_entrypoints_command",
+    "mock": "nvhook.cli.mock:mock",
+    "runtime": "nvhook.cli.engines:runtime",
+}
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="nvhook", prog_name="nvhook")
 def cli() -> None:
     """Give containers NVIDIA GPUs: CDI specs, a runtime shim, hooks and a mock GPU machine."""
 
 
-def _register() -> None:
-    from nvhook.cli import (
-        cdi,
-        config,
-        demo,
-        deviceplugin,
-        doctor,
-        engines,
-        entrypoints,
-        explain,
-        info,
-        mock,
-    )
-
-    cli.add_command(cdi.cdi)
-    cli.add_command(config.config)
-    cli.add_command(demo.demo)
-    cli.add_command(deviceplugin.device_plugin)
-    cli.add_command(doctor.doctor)
-    cli.add_command(entrypoints.install_entrypoints_command)
-    cli.add_command(explain.explain)
-    cli.add_command(info.info)
-    cli.add_command(mock.mock)
-    cli.add_command(engines.runtime)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nvhook`` console script."""
-    _register()
     try:
         rv = cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
     except Error as e:
@@ -81,6 +74,8 @@ def report_bug() -> None:
     exc = sys.exc_info()[1]
     if exc is None:
         return
+    import traceback  # ~6 ms: only a bug pays it
+
     if os.environ.get("NVHOOK_DEBUG") == "1":
         te = traceback.TracebackException.from_exception(exc, capture_locals=True)
         sys.stderr.write("".join(te.format()))

@@ -6,9 +6,7 @@ import json
 
 import click
 
-from nvhook.cli.cdi_check import check
-from nvhook.cli.cdi_generate import generate
-from nvhook.cli.cdi_validate import validate
+from nvhook.cli.lazy import LazyGroup
 from oci.cdi.registry import DEFAULT_SPEC_DIRS, Registry
 from oci.errors import ExitCode
 
@@ -24,7 +22,14 @@ _spec_dir_option = click.option(
 )
 
 
-@click.group()
+@click.group(
+    cls=LazyGroup,
+    lazy_commands={
+        "check": "nvhook.cli.cdi_check:check",
+        "generate": "nvhook.cli.cdi_generate:generate",
+        "validate": "nvhook.cli.cdi_validate:validate",
+    },
+)
 def cdi() -> None:
     """Work with CDI (Container Device Interface) specs."""
 
@@ -86,8 +91,3 @@ def inject(bundle: str, spec_dirs: tuple[str, ...], dry_run: bool, names: tuple[
         click.echo(json.dumps(result.spec, indent=2, ensure_ascii=False))
     elif not result.written:
         click.echo(f"{bundle}/config.json already has these devices: unchanged", err=True)
-
-
-cdi.add_command(validate)
-cdi.add_command(generate)
-cdi.add_command(check)
