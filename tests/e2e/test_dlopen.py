@@ -105,7 +105,7 @@ def loader_search(debug: str, soname: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("visible", "count", "readonly"),
-    [("0,3", 1, False), ("2,3", 2, True), ("all", 6, False)],
+    [("0,3", 1, False), ("2,3", 2, True), ("all", 9, False)],
     ids=["0,3", "2,3-readonly-root", "all"],
 )
 def test_dlopen_finds_libcuda_through_the_hooks_ld_cache(
@@ -120,8 +120,10 @@ def test_dlopen_finds_libcuda_through_the_hooks_ld_cache(
 ) -> None:
     """``count``: GPUs 0 and 1 of the dgx-a100 are in MIG mode, and CUDA (so the stub) counts
     such a GPU through its MIG devices, which a whole-GPU request gives no access to (no
-    ``/dev/nvidia-caps`` nodes): 0,3 counts 1, all counts 6. A read-only root still gets its
-    cache: runc remounts the root read-only after the createContainer hooks."""
+    ``/dev/nvidia-caps`` nodes): 0,3 counts 1. ``all`` gives every MIG device with its access
+    nodes too, so it counts the 6 whole GPUs and GPU 0's 3 MIG devices (GPU 1 is in MIG mode
+    without instances): 9. A read-only root still gets its cache: runc remounts the root
+    read-only after the createContainer hooks."""
     assert [g.minor for g in profile.gpus if g.mig_enabled] == [0, 1]
     bundle = hostile_bundle(
         tmp_path / "b",
