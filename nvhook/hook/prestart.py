@@ -24,8 +24,11 @@ the live container instead:
    run in the same namespace over the rootfs, with the same safeguards as when runc runs
    them.
 
-Environment edits cannot reach a process that already has its environment; a CDI spec
-asking for some gets a note on stderr. A hook of a CDI spec other than nvhook's own is
+Environment edits cannot reach a process that already has its environment: the
+container keeps the ``NVIDIA_VISIBLE_DEVICES`` it asked with (the shim would have
+written ``void``), and a CDI spec asking for other variables gets a note on stderr. A
+bundle that ``nvhook-runtime`` served says ``NVIDIA_VISIBLE_DEVICES=void``, so step 1
+finds nothing asked and the hook does nothing. A hook of a CDI spec other than nvhook's own is
 refused (hook mode cannot run it at the right stage): use ``nvhook-runtime``.
 """
 
@@ -88,7 +91,10 @@ def prestart(state: State, *, log: Callable[[str], None]) -> bool:
         log(f"{state.bundle}/config.json already carries the edits (nvhook-runtime): nothing to do")
         return False
     steps = [_hook_step(hook, settings.hook_ldconfig) for hook in edits.hooks]
-    if added_entries(spec.get("process", {}).get("env"), result.get("process", {}).get("env")):
+    from nvhook.edits import INJECTED_ENV  # "served": a process's env cannot change now
+
+    env = added_entries(spec.get("process", {}).get("env"), result.get("process", {}).get("env"))
+    if [e for e in env if e != INJECTED_ENV]:
         log("the environment of the devices' edits is not applied in hook mode")
     devices = added_entries(_linux(spec, "devices"), _linux(result, "devices"))
     rules = added_entries(
