@@ -137,14 +137,20 @@ class Outcome(Frozen):
 def prepare(args: RuntimeArgs, settings: Settings) -> Outcome:
     """Edit ``args.bundle``/config.json for the devices its container asks for.
 
-    Raises the decision's error; then nothing has been written.
+    Raises the decision's error; then nothing has been written. A prestart hook that
+    would inject the same devices again (Docker's ``--gpus`` hook, ``nvhook-hook
+    prestart``) is dropped from the spec written (:mod:`nvhook.legacyhook`).
     """
     assert args.bundle is not None
     bundle = Bundle(args.bundle)
     decision = decide(bundle, settings)
     if decision.error is not None:
         raise decision.error
-    written = decision.result is not None and bundle.save(decision.result)
+    written = False
+    if decision.result is not None:
+        from nvhook.legacyhook import without_prestart_hooks  # Docker's --gpus hook: done here
+
+        written = bundle.save(without_prestart_hooks(decision.result))
     return Outcome(decision, written)
 
 

@@ -23,6 +23,9 @@ __all__ = ["install_entrypoints_command"]
     help="Absolute path of the interpreter the launchers run (default: this one).",
 )
 def install_entrypoints_command(bin_dir: str | None, interpreter: str | None) -> None:
-    """Write nvhook-runtime and nvhook-hook with an absolute, isolated (-I) interpreter."""
-    for path in install_entrypoints(bin_dir, interpreter):
+    """Write nvhook-runtime, nvhook-hook and nvidia-container-runtime-hook (-I launchers)."""
+    notes: list[str] = []
+    for path in install_entrypoints(bin_dir, interpreter, notes=notes):
         click.echo(str(path))
+    for note in notes:
+        click.echo(f"note: {note}", err=True)

@@ -49,6 +49,7 @@ LIFECYCLES: dict[str, str] = {
     "update-ldcache": "createContainer",
     "create-symlinks": "createContainer",
     "netdev": "createRuntime",
+    "prestart": "prestart",  # hook mode: Docker's --gpus hook and oci-hooks.d, never injected
 }
 
 

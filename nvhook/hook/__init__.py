@@ -13,6 +13,9 @@ create-symlinks    createContainer  creates links such as ``libcuda.so -> libcud
                                     idempotently (see :mod:`.symlinks`)
 netdev             createRuntime    moves host network interfaces into the container's
                                     network namespace and renames them (see :mod:`.netdev`)
+prestart           prestart         hook mode: devices, device cgroup, driver mounts, ld
+                                    cache and links for a created container, as the shim
+                                    would have put them in its spec (see :mod:`.prestart`)
 =================  ===============  ===============================================
 
 Hooks run as root on the host over a rootfs the image controls, so every path in
@@ -60,6 +63,7 @@ COMMANDS: dict[str, dict[str, bool]] = {
     "update-ldcache": {"--folder": True, "--ldconfig": False},
     "create-symlinks": {"--link": True},
     "netdev": {"--device": True},
+    "prestart": {},
 }
 _REQUIRED = {"update-ldcache": "--folder", "create-symlinks": "--link", "netdev": "--device"}
 
@@ -79,6 +83,11 @@ commands:
   netdev --device HOST=NAME [--device HOST=NAME]...
       (createRuntime) move each host network interface HOST into the container's network
       namespace and rename it NAME
+  prestart
+      (prestart, createRuntime) hook mode: give the created container the GPUs its
+      config.json asks for (nodes, device cgroup, driver mounts, ld cache, links), as
+      nvhook-runtime would; also installed as nvidia-container-runtime-hook for Docker's
+      --gpus
 """
 
 
@@ -109,8 +118,8 @@ def parse_args(argv: Sequence[str]) -> tuple[str, dict[str, list[str]]]:
         if values[opt] and not known[opt]:
             raise UsageError(f"{command}: {opt} given more than once")
         values[opt].append(value)
-    required = _REQUIRED[command]
-    if not values[required]:
+    required = _REQUIRED.get(command)
+    if required is not None and not values[required]:
         raise UsageError(f"{command}: at least one {required} is required")
     return command, values
 
@@ -150,6 +159,10 @@ def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
 
         links = [parse_link(spec) for spec in options["--link"]]
         create_symlinks(rootfs_of(state), links)
+    elif command == "prestart":
+        from nvhook.hook.prestart import prestart
+
+        prestart(state, log=log)
     else:
         from nvhook.hook.netdev import move_devices, parse_device
 

@@ -23,7 +23,13 @@ from pathlib import Path
 
 from oci._frozen import Frozen
 
-__all__ = ["ENTRYPOINTS", "Entrypoint", "install_entrypoints", "launcher_text"]
+__all__ = [
+    "ENTRYPOINTS",
+    "LEGACY_HOOK_ENTRYPOINT",
+    "Entrypoint",
+    "install_entrypoints",
+    "launcher_text",
+]
 
 
 class Entrypoint(Frozen):
@@ -36,6 +42,12 @@ ENTRYPOINTS: tuple[Entrypoint, ...] = (
     Entrypoint("nvhook-runtime", "nvhook.shim", "main"),
     Entrypoint("nvhook-hook", "nvhook.hook", "main"),
 )
+
+#: ``nvhook-hook`` under the name Docker's ``--gpus`` looks for on dockerd's PATH (it runs
+#: it with argv ``[nvidia-container-runtime-hook, prestart]``: hook mode). Installed
+#: beside the others unless a file of another origin (NVIDIA's toolkit) holds the name.
+LEGACY_HOOK_ENTRYPOINT = Entrypoint("nvidia-container-runtime-hook", "nvhook.hook", "main")
+_MARK = "written by `nvhook install-entrypoints`"
 
 
 def launcher_text(entry: Entrypoint, interpreter: str, paths: list[str]) -> str:
@@ -87,15 +99,28 @@ def import_paths(interpreter: str) -> list[str]:
     return paths
 
 
-def install_entrypoints(bin_dir: str | None = None, interpreter: str | None = None) -> list[Path]:
-    """Write every launcher into ``bin_dir`` (default: the interpreter's directory), atomically."""
+def install_entrypoints(
+    bin_dir: str | None = None,
+    interpreter: str | None = None,
+    *,
+    notes: list[str] | None = None,
+) -> list[Path]:
+    """Write every launcher into ``bin_dir`` (default: the interpreter's directory), atomically.
+
+    ``nvidia-container-runtime-hook`` is not written over a file that is not one of these
+    launchers (NVIDIA's toolkit's binary); a line saying so is appended to ``notes``.
+    """
     python = interpreter or sys.executable
     target = Path(bin_dir) if bin_dir else Path(python).parent
     target.mkdir(parents=True, exist_ok=True)
     paths = import_paths(python)
     written = []
-    for entry in ENTRYPOINTS:
+    for entry in (*ENTRYPOINTS, LEGACY_HOOK_ENTRYPOINT):
         path = target / entry.name
+        if entry is LEGACY_HOOK_ENTRYPOINT and foreign_file(path):
+            if notes is not None:
+                notes.append(legacy_hook_note(path))
+            continue
         fd, tmp = tempfile.mkstemp(prefix=f".{entry.name}.", dir=target)
         try:
             with os.fdopen(fd, "w") as f:
@@ -107,3 +132,25 @@ def install_entrypoints(bin_dir: str | None = None, interpreter: str | None = No
             raise
         written.append(path)
     return written
+
+
+def foreign_file(path: Path) -> bool:
+    """Whether ``path`` exists (a link included) and is not a launcher written here."""
+    if not path.is_symlink() and not path.exists():
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return True
+    return _MARK.encode() not in head
+
+
+def legacy_hook_note(path: Path) -> str:
+    """Why ``path`` was left alone, and what to do (one line)."""
+    return (
+        f"{path} left alone: it is another program (the NVIDIA Container Toolkit's hook?); "
+        "Docker's --gpus runs that one. Remove the toolkit (or that file) and run "
+        "`nvhook install-entrypoints` again to use nvhook's hook mode, or use "
+        "`docker run --runtime nvidia` after `nvhook runtime configure --runtime docker`"
+    )

@@ -54,7 +54,8 @@ def test_main_usage_error_and_help(
     assert main(["bogus"]) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert err.splitlines() == [
-        "nvhook-hook: unknown command 'bogus' (one of: update-ldcache, create-symlinks, netdev)",
+        "nvhook-hook: unknown command 'bogus' "
+        "(one of: update-ldcache, create-symlinks, netdev, prestart)",
         "run `nvhook-hook --help` for usage",
     ]
     assert main(["--help"]) == 0

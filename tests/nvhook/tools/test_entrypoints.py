@@ -36,7 +36,11 @@ def test_import_paths_are_those_of_site() -> None:
 
 def test_installed_launchers_run_from_another_directory(tmp_path: Path) -> None:
     written = install_entrypoints(str(tmp_path / "bin"), sys.executable)
-    assert sorted(p.name for p in written) == ["nvhook-hook", "nvhook-runtime"]
+    assert sorted(p.name for p in written) == [
+        "nvhook-hook",
+        "nvhook-runtime",
+        "nvidia-container-runtime-hook",
+    ]
     for path in written:
         assert os.access(path, os.X_OK)
         assert path.read_text().startswith(f"#!{sys.executable} -IS\n")
@@ -82,3 +86,19 @@ def test_runtime_ignores_the_callers_python_environment(tmp_path: Path) -> None:
     # the control: the same environment does run the payload in a plain interpreter
     subprocess.run([sys.executable, "-c", "import nvhook"], env={**env, "PYTHONHOME": ""})
     assert marker.exists()
+
+
+def test_legacy_hook_name_never_overwrites_a_foreign_file(tmp_path: Path) -> None:
+    """NVIDIA's toolkit's nvidia-container-runtime-hook stays; the note says what to do."""
+    foreign = tmp_path / "nvidia-container-runtime-hook"
+    foreign.write_bytes(b"\x7fELF not ours")
+    notes: list[str] = []
+    written = install_entrypoints(str(tmp_path), notes=notes)
+    assert foreign.read_bytes() == b"\x7fELF not ours"
+    assert sorted(p.name for p in written) == ["nvhook-hook", "nvhook-runtime"]
+    (note,) = notes
+    assert str(foreign) in note and "--runtime nvidia" in note
+    # our own launcher under that name is rewritten (an upgrade)
+    foreign.unlink()
+    install_entrypoints(str(tmp_path))
+    assert [p.name for p in install_entrypoints(str(tmp_path))][-1] == foreign.name

@@ -1,0 +1,131 @@
+"""Grant a created container the devices the prestart hook gives it: the device cgroup.
+
+In hook mode the device nodes are not in config.json, so runc's device cgroup denies
+them; the hook adds allow rules for exactly those nodes (docs/architecture.md D3 names
+the cost: an engine or systemd that re-applies the cgroup from the spec drops them).
+
+- **cgroup v1** (also the "hybrid" layout, where the devices controller stays on v1):
+  the container's ``devices`` cgroup is read from ``/proc/<pid>/cgroup`` (the hook runs
+  in the host's cgroup namespace, so the path is absolute), the controller's mount from
+  ``/proc/self/mountinfo``, and each rule written to its ``devices.allow``
+  (``c 195:0 rwm``), one write per rule, as the kernel parses them.
+- **cgroup v2** (unified only) controls devices with an eBPF program that runc attaches
+  to the container's cgroup; replacing it is not implemented. The hook refuses with
+  an error saying to use ``nvhook-runtime``, which puts the rules in the spec.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nvhook.errors import HookError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+__all__ = ["allow_devices", "devices_cgroup", "rule_line"]
+
+
+def rule_line(rule: dict[str, Any]) -> str:
+    """A ``linux.resources.devices`` allow rule as ``devices.allow`` reads it: ``c 195:0 rwm``."""
+    kind = rule.get("type") or "a"
+    if kind not in ("a", "c", "b"):
+        raise HookError(f"device cgroup rule {rule!r}: unknown type {kind!r}")
+    access = rule.get("access") or "rwm"
+    if not access or any(c not in "rwm" for c in access):
+        raise HookError(f"device cgroup rule {rule!r}: access must be letters of rwm")
+    if kind == "a":
+        return f"a *:* {access}"
+    major, minor = rule.get("major"), rule.get("minor")
+    majors = "*" if major is None or major < 0 else str(int(major))
+    minors = "*" if minor is None or minor < 0 else str(int(minor))
+    return f"{kind} {majors}:{minors} {access}"
+
+
+def devices_cgroup(pid: int, *, proc: str = "/proc") -> str:
+    """The directory of ``pid``'s v1 ``devices`` cgroup on this host."""
+    try:
+        with open(f"{proc}/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise HookError(f"cannot read {proc}/{pid}/cgroup: {e.strerror}") from None
+    relative = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "devices" in controllers.split(","):
+            relative = path
+            break
+    if relative is None:
+        raise HookError(
+            "the container's device cgroup is cgroup v2 (eBPF), which hook mode cannot "
+            "extend: use nvhook-runtime as the runtime (nvhook runtime configure)"
+        )
+    mount_root, mount_point = _devices_mount(proc)
+    if mount_root != "/":
+        if relative != mount_root and not relative.startswith(mount_root.rstrip("/") + "/"):
+            raise HookError(
+                f"the devices cgroup {relative} of pid {pid} is outside the devices "
+                f"hierarchy mounted at {mount_point} (root {mount_root})"
+            )
+        relative = relative[len(mount_root) :]
+    parts = [p for p in relative.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise HookError(f"unexpected devices cgroup path {relative!r} of pid {pid}")
+    return os.path.join(mount_point, *parts)
+
+
+def _devices_mount(proc: str) -> tuple[str, str]:
+    """(root, mount point) of the cgroup v1 hierarchy with the devices controller."""
+    try:
+        with open(f"{proc}/self/mountinfo") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise HookError(f"cannot read {proc}/self/mountinfo: {e.strerror}") from None
+    for line in lines:
+        fields = line.split(" ")
+        try:
+            sep = fields.index("-")
+        except ValueError:
+            continue
+        if fields[sep + 1] == "cgroup" and "devices" in fields[sep + 3].split(","):
+            return _unescape(fields[3]), _unescape(fields[4])
+    raise HookError(
+        "no cgroup v1 devices hierarchy is mounted on this host: cannot grant the GPUs "
+        "in hook mode; use nvhook-runtime as the runtime"
+    )
+
+
+def _unescape(field: str) -> str:
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def allow_devices(pid: int, rules: Sequence[dict[str, Any]], *, proc: str = "/proc") -> str:
+    """Write each allow rule into ``pid``'s ``devices.allow``; return the cgroup directory."""
+    directory = devices_cgroup(pid, proc=proc)
+    lines = [rule_line(r) for r in rules if r.get("allow")]
+    if not lines:
+        return directory
+    path = os.path.join(directory, "devices.allow")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as e:
+        raise HookError(f"cannot open {path}: {e.strerror}") from None
+    try:
+        for line in lines:
+            try:
+                os.write(fd, line.encode())
+            except OSError as e:
+                raise HookError(f"{path}: cannot allow {line}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    return directory

@@ -1,0 +1,76 @@
+"""The device cgroup rules of hook mode, on fake /proc trees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nvhook.errors import HookError
+from nvhook.hook.cgroups import allow_devices, devices_cgroup, rule_line
+
+MOUNTINFO_V1 = (
+    "30 25 0:26 / /sys/fs/cgroup/devices rw,nosuid - cgroup cgroup rw,devices\n"
+    "31 25 0:27 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+)
+
+
+def _proc(tmp_path: Path, cgroup: str, mountinfo: str = MOUNTINFO_V1) -> Path:
+    proc = tmp_path / "proc"
+    (proc / "42").mkdir(parents=True)
+    (proc / "self").mkdir()
+    (proc / "42/cgroup").write_text(cgroup)
+    (proc / "self/mountinfo").write_text(mountinfo)
+    return proc
+
+
+@pytest.mark.parametrize(
+    ("rule", "line"),
+    [
+        ({"allow": True, "type": "c", "major": 195, "minor": 3, "access": "rwm"}, "c 195:3 rwm"),
+        ({"allow": True, "type": "c", "major": 195, "access": "rw"}, "c 195:* rw"),
+        ({"allow": True, "type": "b", "major": 8, "minor": -1}, "b 8:* rwm"),
+        ({"allow": True}, "a *:* rwm"),
+    ],
+)
+def test_rule_line(rule: dict[str, object], line: str) -> None:
+    assert rule_line(rule) == line
+
+
+def test_rule_line_refuses_odd_access() -> None:
+    with pytest.raises(HookError, match="access"):
+        rule_line({"allow": True, "type": "c", "major": 1, "minor": 1, "access": "rwx"})
+
+
+def test_v1_cgroup_dir(tmp_path: Path) -> None:
+    proc = _proc(tmp_path, "12:devices:/docker/abc\n0::/docker/abc\n")
+    assert devices_cgroup(42, proc=str(proc)) == "/sys/fs/cgroup/devices/docker/abc"
+
+
+def test_mount_root_is_stripped(tmp_path: Path) -> None:
+    info = "30 25 0:26 /outer /cg rw - cgroup cgroup rw,devices,freezer\n"
+    proc = _proc(tmp_path, "5:freezer,devices:/outer/c1\n", info)
+    assert devices_cgroup(42, proc=str(proc)) == "/cg/c1"
+
+
+def test_v2_only_is_refused_with_the_fix(tmp_path: Path) -> None:
+    proc = _proc(tmp_path, "0::/system.slice/c1\n")
+    with pytest.raises(HookError, match=r"cgroup v2.*nvhook-runtime"):
+        devices_cgroup(42, proc=str(proc))
+
+
+def test_allow_writes_one_rule_per_write(tmp_path: Path) -> None:
+    cg = tmp_path / "cg/c1"
+    cg.mkdir(parents=True)
+    (cg / "devices.allow").write_text("")
+    info = f"30 25 0:26 / {tmp_path}/cg rw - cgroup cgroup rw,devices\n"
+    proc = _proc(tmp_path, "3:devices:/c1\n", info)
+    rules = [
+        {"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rwm"},
+        {"allow": False, "type": "a"},  # not ours to write: runc's deny-all
+        {"allow": True, "type": "c", "major": 195, "minor": 255, "access": "rw"},
+    ]
+    assert allow_devices(42, rules, proc=str(proc)) == str(cg)
+    # a plain file here: the two allow rules, in order, with no separator (the kernel file
+    # takes one rule per write(2)); the deny rule is not written
+    assert (cg / "devices.allow").read_text() == "c 195:0 rwmc 195:255 rw"
