@@ -68,9 +68,9 @@ from nvhook.engines.changes import FileChange, Plan, read_file
 from nvhook.errors import EngineConfigError
 
 __all__ = [
+    "CDI_ANNOTATIONS",
     "CRI_PLUGIN",
     "DEFAULT_CONFIG",
-    "CDI_ANNOTATIONS",
     "RUNC_RUNTIME_TYPE",
     "installed_containerd_major",
     "plan_configure",
