@@ -4,7 +4,7 @@
 On the ``dgx-a100`` mock (real char nodes), ``nvhook device-plugin``'s server
 (:class:`~nvhook.deviceplugin.plugin.DevicePlugin`, in a thread, ``migStrategy: mixed``,
 ``deviceListStrategy: cdi-annotations``: containerd 1.6 has no CDI support of its own)
-registers with the kubelet stand-in of ``tests/nvhook/deviceplugin/kubelet.py``. The stand-in
+registers with the kubelet stand-in of :mod:`nvhook.deviceplugin.server`. The stand-in
 reads the device list, asks ``GetPreferredAllocation`` for 2 GPUs and allocates them, then
 builds the CRI ``CreateContainer`` request from the ``AllocateResponse`` as kubelet does (envs,
 mounts, devices, annotations, CDI devices). containerd runs it with runtime handler
@@ -29,11 +29,11 @@ import pytest
 from nvhook.cli import main
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
+from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_config
 from nvhook.edits import Host
 from nvhook.mock import Profile
 from tests.e2e.conftest import PROBE, Shim, parse_probe
 from tests.e2e.test_cri import K8S, PATH, PAUSE_IMAGE, Cri, _cri_log, cri, pause_image_tar
-from tests.nvhook.deviceplugin.kubelet import Kubelet, PluginClient, create_container_config
 from tests.support.containers import BUSYBOX_IMAGE, Containerd, require, unique_id
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime, pytest.mark.slow]
