@@ -1,6 +1,7 @@
 """The plugin against a kubelet stand-in (:class:`nvhook.deviceplugin.server.Kubelet`), on a
-dgx-a100 mock of its own: registration, the device list, Allocate for every strategy, preferred allocation, health
-transitions (the fake NVML's fault knob, a GPU gone from /proc), kubelet restarts, stop."""
+dgx-a100 mock of its own: registration, the device list, Allocate for every strategy,
+preferred allocation, health transitions (the fake NVML's fault knob, a GPU gone from /proc),
+kubelet restarts, stop."""
 
 from __future__ import annotations
 
