@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "explain": "nvhook.cli.explain:explain",
     "info": "nvhook.cli.info:info",
     "install-entrypoints": "nvhook.cli.entrypoints:install_entrypoints_command",
+    "labels": "nvhook.cli.labels:labels",
     "mock": "nvhook.cli.mock:mock",
     "runtime": "nvhook.cli.engines:runtime",
 }

@@ -16,10 +16,22 @@ __all__ = ["demo"]
     type=click.Path(file_okay=False),
     help="Where the mock host, the bundle and the logs go (reused on each run).",
 )
-def demo(workdir: str) -> None:
-    """Start a busybox container with GPUs 0 and 3 of a mock DGX A100 and show what it sees."""
-    from nvhook.tools.demo import run_demo
+@click.option(
+    "--kubernetes",
+    is_flag=True,
+    help="The device plugin's chain instead: register, list, allocate, CRI, runtime, "
+    "nvidia-smi -L, with a kubelet stand-in.",
+)
+def demo(workdir: str, kubernetes: bool) -> None:
+    """Start a busybox container with GPUs 0 and 3 of a mock DGX A100 and show what it sees
+    (with --kubernetes: the 2 GPUs nvhook's device plugin allocated)."""
+    if kubernetes:
+        from nvhook.tools.demo_k8s import run_kubernetes_demo
 
-    code = run_demo(workdir, click.echo)
+        code = run_kubernetes_demo(workdir, click.echo)
+    else:
+        from nvhook.tools.demo import run_demo
+
+        code = run_demo(workdir, click.echo)
     if code:
         raise click.exceptions.Exit(code)

@@ -18,6 +18,13 @@ a runc one), so it keeps ``SystemdCgroup``, ``Root``, annotations…; an existin
 name keeps its settings, gains the ones it lacks from that table, and gets the runtime type
 and BinaryName set. ``--set-as-default`` sets ``containerd.default_runtime_name``.
 
+The runtime's ``container_annotations`` gains ``"cdi.k8s.io/*"`` (kept with any patterns it
+had): containerd's CRI copies a container's annotations into config.json only when a pattern
+of its runtime lists them, and ``cdi.k8s.io/`` annotations are how a device plugin with
+``deviceListStrategy: cdi-annotations`` names a container's GPUs to nvhook-runtime. This is
+container annotations only (set by kubelet from the device plugin); ``pod_annotations`` is
+never touched, since any pod's author sets those.
+
 containerd 1.x (checked with 1.6.20) decodes a plugin's table *onto* its defaults but
 replaces maps: a config whose ``runtimes`` table is absent has the default ``runc`` runtime,
 one that lists only ``nvidia`` has no ``runc`` any more, and CRI then fails with its
@@ -61,6 +68,7 @@ from nvhook.engines.changes import FileChange, Plan, read_file
 from nvhook.errors import EngineConfigError
 
 __all__ = [
+    "CDI_ANNOTATIONS",
     "CRI_PLUGIN",
     "DEFAULT_CONFIG",
     "RUNC_RUNTIME_TYPE",
@@ -70,6 +78,8 @@ __all__ = [
 
 DEFAULT_CONFIG = "/etc/containerd/config.toml"
 RUNC_RUNTIME_TYPE = "io.containerd.runc.v2"
+#: the ``container_annotations`` pattern nvhook's runtime gets (see the module docstring)
+CDI_ANNOTATIONS = "cdi.k8s.io/*"
 #: config version -> the plugin whose table holds ``containerd.runtimes``
 CRI_PLUGIN: dict[int, str] = {
     1: "cri",
@@ -174,6 +184,10 @@ def _runtime_edits(
     if existing is not None and not isinstance(existing.get("options", {}), Mapping):
         options = _toml.dotted((*base, "runtimes", name, "options"))
         raise EngineConfigError(f"{where}: {options} is not a table")
+    annotations = (existing or {}).get("container_annotations", [])
+    if not isinstance(annotations, list) or not all(isinstance(a, str) for a in annotations):
+        key = _toml.dotted((*base, "runtimes", name, "container_annotations"))
+        raise EngineConfigError(f"{where}: {key} is not an array of strings")
     edits: list[_toml.Edit] = []
     if not runtimes:  # containerd's own runc would be gone once `runtimes` lists ours
         edits.append(((*base, "runtimes", "runc"), {"runtime_type": RUNC_RUNTIME_TYPE}))
@@ -204,6 +218,9 @@ def _runtime_table(existing: Mapping[str, Any] | None, template: Json, binary: s
     for key, value in (template.get("options") or {}).items():
         options.setdefault(key, value)
     options["BinaryName"] = binary
+    annotations = list(table.get("container_annotations") or [])
+    if CDI_ANNOTATIONS not in annotations:
+        table["container_annotations"] = [*annotations, CDI_ANNOTATIONS]
     return table
 
 

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-__all__ = ["run_demo"]
+__all__ = ["base_spec", "cannot_run", "explain_bundle", "mock_host", "rootfs", "run_demo"]
 
 PROFILE = "dgx-a100"
 REQUEST = "0,3"
@@ -32,7 +32,8 @@ INSIDE = (
 )
 
 
-def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
+def mock_host(workdir: str, profile: str, echo: Callable[[str], None], *, step: str) -> str:
+    """Lay out the mock ``profile`` afresh under ``workdir/host`` (made writable first)."""
     from nvhook.errors import MockError, WorkdirError
     from nvhook.mock import create
     from nvhook.mock.layout import DATA_DIR
@@ -46,19 +47,23 @@ def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
     if not os.access(workdir, os.W_OK | os.X_OK):
         raise WorkdirError(f"--dir {workdir} is not writable; choose a directory you can write")
     root = os.path.join(workdir, "host")
-    echo(f"== 1. a mock {PROFILE} host at {root}")
+    echo(f"== {step} a mock {profile} host at {root}")
     if os.path.lexists(root):
         if not os.path.isfile(os.path.join(root, DATA_DIR, "profile.json")):
             raise MockError(f"{root} exists and is not a mock machine: choose another --dir")
         shutil.rmtree(root)  # the previous run's mock host: lay it out afresh
-    machine = create(PROFILE, root)
+    machine = create(profile, root)
     echo(f"   {len(os.listdir(os.path.join(root, 'proc/driver/nvidia/gpus')))} GPUs in /proc")
+    return str(machine.root)
 
+
+def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
+    root = mock_host(workdir, PROFILE, echo, step="1.")
     config = os.path.join(workdir, "config.toml")
     with open(config, "w") as f:
         f.write(
             f'[runtime]\nlog_file = "{workdir}/nvhook-runtime.log"\n'
-            f'[host]\nroot = "{machine.root}"\n'
+            f'[host]\nroot = "{root}"\n'
             f'[cdi]\nspec_dirs = ["{workdir}/cdi"]\n'
         )
     env = {**os.environ, "NVHOOK_CONFIG": config, "NVHOOK_CACHE_DIR": f"{workdir}/cache"}
@@ -66,9 +71,12 @@ def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
     bundle = os.path.join(workdir, "bundle")
     shutil.rmtree(bundle, ignore_errors=True)
     os.makedirs(bundle)
-    why_not = _cannot_run()
+    why_not = cannot_run()
     echo(f"== 2. a busybox bundle at {bundle} asking for NVIDIA_VISIBLE_DEVICES={REQUEST}")
-    spec = _base_spec(bundle, why_not is None)
+    spec = base_spec(bundle, why_not is None, INSIDE)
+    process = spec["process"]
+    assert isinstance(process, dict)
+    process["env"] = [*process["env"], f"NVIDIA_VISIBLE_DEVICES={REQUEST}"]
     # the bundle as written, for explain: the run leaves NVIDIA_VISIBLE_DEVICES=void in it
     as_written = os.path.join(workdir, "bundle-as-written")
     shutil.rmtree(as_written, ignore_errors=True)
@@ -78,7 +86,7 @@ def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
             json.dump(spec, f, indent="\t")
 
     if why_not is None:
-        _rootfs(os.path.join(bundle, "rootfs"))
+        rootfs(os.path.join(bundle, "rootfs"))
         runtime = os.path.join(os.path.dirname(sys.executable), "nvhook-runtime")
         cid = f"nvhook-demo-{os.getpid()}"
         argv = [runtime, "--root", os.path.join(workdir, "runc"), "run", "--bundle", bundle, cid]
@@ -93,10 +101,11 @@ def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
         echo(f"== 3. not starting a container: {why_not}; showing the edits instead")
 
     echo(f"== 4. why: nvhook explain --bundle {as_written}   (the bundle before it was edited)")
-    return _explain(as_written, config, f"{workdir}/cache", echo)
+    return explain_bundle(as_written, config, f"{workdir}/cache", echo)
 
 
-def _cannot_run() -> str | None:
+def cannot_run() -> str | None:
+    """Why this machine cannot start the demo's container (None: it can)."""
     if os.geteuid() != 0:
         return "not root (runc needs root here)"
     for tool in ("runc", "busybox"):
@@ -105,7 +114,8 @@ def _cannot_run() -> str | None:
     return None
 
 
-def _base_spec(bundle: str, have_runc: bool) -> dict[str, object]:
+def base_spec(bundle: str, have_runc: bool, inside: str) -> dict[str, object]:
+    """``runc spec``'s config.json (or a stored copy without runc) running ``sh -c inside``."""
     if have_runc:
         subprocess.run(["runc", "spec", "--bundle", bundle], check=True, capture_output=True)
         with open(os.path.join(bundle, "config.json")) as f:
@@ -117,15 +127,15 @@ def _base_spec(bundle: str, have_runc: bool) -> dict[str, object]:
     process = spec["process"]
     assert isinstance(process, dict)
     process["terminal"] = False
-    process["args"] = ["sh", "-c", INSIDE]
-    process["env"] = [*process["env"], f"NVIDIA_VISIBLE_DEVICES={REQUEST}"]
+    process["args"] = ["sh", "-c", inside]
     root = spec["root"]
     assert isinstance(root, dict)
     root["readonly"] = False
     return spec
 
 
-def _rootfs(path: str) -> None:
+def rootfs(path: str) -> None:
+    """A busybox root filesystem at ``path``."""
     busybox = shutil.which("busybox")
     assert busybox is not None
     os.makedirs(os.path.join(path, "bin"))
@@ -138,7 +148,8 @@ def _rootfs(path: str) -> None:
         f.write("root:x:0:0:root:/root:/bin/sh\n")
 
 
-def _explain(bundle: str, config: str, cache_dir: str, echo: Callable[[str], None]) -> int:
+def explain_bundle(bundle: str, config: str, cache_dir: str, echo: Callable[[str], None]) -> int:
+    """Print ``nvhook explain --bundle`` for ``bundle`` under the settings ``config``."""
     from nvhook.settings import load_settings
     from nvhook.tools.explain import explain, render_text
 

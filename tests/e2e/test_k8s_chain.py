@@ -4,12 +4,12 @@
 On the ``dgx-a100`` mock (real char nodes), ``nvhook device-plugin``'s server
 (:class:`~nvhook.deviceplugin.plugin.DevicePlugin`, in a thread, ``migStrategy: mixed``,
 ``deviceListStrategy: cdi-annotations``: containerd 1.6 has no CDI support of its own)
-registers with the kubelet stand-in of ``tests/nvhook/deviceplugin/kubelet.py``. The stand-in
+registers with the kubelet stand-in of :mod:`nvhook.deviceplugin.server`. The stand-in
 reads the device list, asks ``GetPreferredAllocation`` for 2 GPUs and allocates them, then
 builds the CRI ``CreateContainer`` request from the ``AllocateResponse`` as kubelet does (envs,
 mounts, devices, annotations, CDI devices). containerd runs it with runtime handler
-``nvidia`` (added by ``nvhook runtime configure``, with ``container_annotations =
-["cdi.k8s.io/*"]`` so the annotation reaches config.json), so nvhook-runtime resolves the
+``nvidia`` (added by ``nvhook runtime configure``, whose ``container_annotations =
+["cdi.k8s.io/*"]`` lets the annotation reach config.json), so nvhook-runtime resolves the
 annotation's CDI names through the spec ``nvhook cdi generate`` wrote for the mock. The
 container's ``nvidia-smi -L`` lists exactly the two allocated GPUs; a second container
 allocated the other four sees only those.
@@ -25,16 +25,15 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-import tomlkit
 
 from nvhook.cli import main
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
+from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_config
 from nvhook.edits import Host
 from nvhook.mock import Profile
 from tests.e2e.conftest import PROBE, Shim, parse_probe
 from tests.e2e.test_cri import K8S, PATH, PAUSE_IMAGE, Cri, _cri_log, cri, pause_image_tar
-from tests.nvhook.deviceplugin.kubelet import Kubelet, PluginClient, create_container_config
 from tests.support.containers import BUSYBOX_IMAGE, Containerd, require, unique_id
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime, pytest.mark.slow]
@@ -65,10 +64,6 @@ def k8s_containerd(
     args = ["--runtime", "containerd", "--config", str(helper.config), "--name", "nvidia"]
     args += ["--runtime-path", k8s_shim.binary, "--backup-dir", str(workdir / "backups")]
     assert main(["runtime", "configure", *args]) == 0
-    doc = tomlkit.parse(helper.config.read_text())
-    runtime: Any = doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]  # type: ignore[index]
-    runtime["nvidia"]["container_annotations"] = ["cdi.k8s.io/*"]
-    helper.config.write_text(tomlkit.dumps(doc))
     with helper:
         helper.import_image(busybox_image, namespace=K8S)
         helper.import_image(pause, namespace=K8S)

@@ -2,24 +2,35 @@
 
 The RuntimeClass handler is the runtime name ``nvhook runtime configure`` gives containerd by
 default; the example pod and the installer DaemonSet use the same name; the DaemonSet runs the
-installer from where its image (the Dockerfile) puts it.
+installer from where its image (the Dockerfile) puts it. The device plugin's DaemonSet runs the
+nvhook the installer put on the node, with the configuration of its ConfigMap (valid for
+``nvhook device-plugin``), on nodes labelled as ``nvhook labels`` labels them.
+
+Every object is checked against ``kubernetes-schema.json`` (jsonschema, offline): a JSON Schema
+written for these objects after the Kubernetes API reference, refusing unknown keys, so a
+misspelt or misplaced field fails here rather than at ``kubectl apply``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
+from nvhook.deviceplugin.config import parse_config
+from nvhook.deviceplugin.plugin import DEFAULT_DIRECTORY
 from nvhook.engines import DEFAULT_NAME
 from tests.packaging.conftest import PACKAGING
 from tests.support.containers import require
 
 KUBE = PACKAGING / "kubernetes"
+SCHEMA = Path(__file__).parent / "kubernetes-schema.json"
 
 Doc = dict[str, Any]
 
@@ -36,12 +47,59 @@ def load(name: str) -> Doc:
     return doc
 
 
+def load_all(name: str) -> list[Doc]:
+    docs = list(yaml.safe_load_all((KUBE / name).read_text()))
+    assert docs and all(isinstance(d, dict) for d in docs), name
+    return docs
+
+
+MANIFESTS = [
+    "device-plugin.yaml",
+    "example-pod.yaml",
+    "installer-daemonset.yaml",
+    "runtimeclass.yaml",
+]
+
+
 def test_every_manifest_is_checked_here() -> None:
-    assert sorted(p.name for p in KUBE.glob("*.yaml")) == [
-        "example-pod.yaml",
-        "installer-daemonset.yaml",
-        "runtimeclass.yaml",
-    ]
+    assert sorted(p.name for p in KUBE.glob("*.yaml")) == MANIFESTS
+
+
+def _validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize("name", MANIFESTS)
+def test_every_object_matches_the_api_schema(name: str) -> None:
+    validator = _validator()
+    for doc in load_all(name):
+        errors = [
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator.iter_errors(doc)
+        ]
+        assert errors == [], f"{name}: {doc.get('kind')}: " + "; ".join(errors)
+
+
+@pytest.mark.parametrize(
+    ("path", "key", "value"),
+    [
+        (("spec", "template", "spec"), "nodeSelecter", {"a": "b"}),  # misspelt
+        (("spec", "template", "spec", "containers", 0), "hostPID", True),  # misplaced
+        (("spec", "template", "spec", "tolerations", 0), "operator", "Exist"),  # bad value
+        (("spec", "template", "spec", "volumes", 0, "hostPath"), "path", "relative"),
+    ],
+)
+def test_the_schema_refuses_a_wrong_field(
+    path: tuple[str | int, ...], key: str, value: Any
+) -> None:
+    (_, ds) = load_all("device-plugin.yaml")
+    node: Any = ds
+    for step in path:
+        node = node[step]
+    node[key] = value
+    assert not _validator().is_valid(ds)
 
 
 def test_runtimeclass_handler_is_the_configure_default() -> None:
@@ -150,3 +208,61 @@ def test_installer_default_runtime_name_is_the_configure_default() -> None:
 @pytest.mark.parametrize("name", ["runtimeclass.yaml", "example-pod.yaml"])
 def test_manifest_names_are_dns_labels(name: str) -> None:
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", load(name)["metadata"]["name"])
+
+
+def _device_plugin() -> tuple[Doc, Doc, Doc, Doc]:
+    """The device plugin's ConfigMap and DaemonSet, its pod spec and its one container."""
+    cm, ds = load_all("device-plugin.yaml")
+    assert (cm["apiVersion"], cm["kind"]) == ("v1", "ConfigMap")
+    assert (ds["apiVersion"], ds["kind"]) == ("apps/v1", "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return cm, ds, pod, container
+
+
+def test_device_plugin_config_is_valid_for_nvhook_device_plugin() -> None:
+    cm, _, _, _ = _device_plugin()
+    config = parse_config(yaml.safe_load(cm["data"]["config.yaml"]), source="ConfigMap")
+    # the strategy nvhook-runtime reads without trusting image env (README, Kubernetes)
+    assert config.device_list_strategies == ("cdi-annotations",)
+
+
+def test_device_plugin_runs_on_gpu_nodes_only_and_tolerates_their_taint() -> None:
+    _, ds, pod, _ = _device_plugin()
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}  # as `nvhook labels` says
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    assert ds["spec"]["selector"]["matchLabels"].items() <= (
+        ds["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+def test_device_plugin_mounts_its_config_and_the_host() -> None:
+    cm, _, pod, container = _device_plugin()
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert volumes[mounts["/host"]]["hostPath"]["path"] == "/"
+    assert volumes[mounts["/config"]]["configMap"]["name"] == cm["metadata"]["name"]
+    assert container["securityContext"]["privileged"] is True  # NVML opens /dev/nvidia*
+    assert cm["metadata"]["namespace"] == load_all("device-plugin.yaml")[1]["metadata"]["namespace"]
+
+
+def test_device_plugin_runs_the_installed_nvhook_on_kubelet_s_directory() -> None:
+    _, _, _, container = _device_plugin()
+    (installer,) = _daemonset()[1]["containers"]
+    assert container["image"] == installer["image"]
+    prefix = {e["name"]: e["value"] for e in installer["env"]}["PREFIX"]
+    (script,) = container["args"]
+    assert f"exec chroot /host {prefix}/bin/nvhook device-plugin" in script
+    assert "cp /config/config.yaml " in script
+    assert f"--device-plugin-path {DEFAULT_DIRECTORY}" in script
+    assert '--config "$stage/config.yaml"' in script
+    assert "$(" not in script  # Kubernetes would expand it
+    proc = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    shellcheck = require("shellcheck")
+    proc = subprocess.run(
+        [shellcheck, "--shell=sh", "-"], input=script, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout

@@ -1,6 +1,7 @@
-"""The plugin against a kubelet stand-in (kubelet.py), on a dgx-a100 mock of its own:
-registration, the device list, Allocate for every strategy, preferred allocation, health
-transitions (the fake NVML's fault knob, a GPU gone from /proc), kubelet restarts, stop."""
+"""The plugin against a kubelet stand-in (:class:`nvhook.deviceplugin.server.Kubelet`), on a
+dgx-a100 mock of its own: registration, the device list, Allocate for every strategy,
+preferred allocation, health transitions (the fake NVML's fault knob, a GPU gone from /proc),
+kubelet restarts, stop."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import pytest
 
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
+from nvhook.deviceplugin.server import Kubelet, PluginClient
 from nvhook.edits import Host
 from nvhook.mock import load_profile
-from tests.nvhook.deviceplugin.kubelet import Kubelet, PluginClient
 
 DGX = load_profile("dgx-a100")
 UUIDS = [g.uuid for g in DGX.gpus]

@@ -129,6 +129,7 @@ def _check_with_containerd(config: Path, case: dict[str, Any], workdir: Path) ->
     runtime = containerd["runtimes"][case["name"]]
     assert runtime["runtime_type"] == "io.containerd.runc.v2"
     assert runtime["options"]["BinaryName"] == SHIM
+    assert "cdi.k8s.io/*" in runtime["container_annotations"]  # CRI passes those on
     runc = containerd["runtimes"]["runc"]
     for key, value in runc["options"].items():
         if key != "BinaryName":
@@ -208,6 +209,11 @@ def _plan(path: Path, **kwargs: Any) -> Any:
             "options = 1\n",
             'config.toml: plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options',
         ),
+        (
+            'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+            'container_annotations = "cdi.k8s.io/*"\n',
+            "runtimes.nvidia.container_annotations is not an array of strings",
+        ),
         ('version = 2\nimports = ["missing.toml"]\n', "missing.toml (imported by"),
         ("version = 2\nimports = [1]\n", "imports must be an array of strings"),
     ],
@@ -219,6 +225,21 @@ def test_invalid_configs_are_refused(tmp_path: Path, text: str, message: str) ->
     assert message in str(err.value)
     assert "\n" not in str(err.value)
     assert path.read_text() == text
+
+
+def test_container_annotations_keep_their_patterns_and_gain_cdi_once(tmp_path: Path) -> None:
+    """A runtime listing annotation patterns keeps them; ``cdi.k8s.io/*`` is added once."""
+    runtimes = 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes'
+    path = _config(
+        tmp_path,
+        f'version = 2\n[{runtimes}.runc]\nruntime_type = "io.containerd.runc.v2"\n'
+        f'[{runtimes}.nvidia]\ncontainer_annotations = ["io.katacontainers.*"]\n',
+    )
+    assert apply_plan(_plan(path), str(tmp_path / "backups"))
+    nvidia = tomllib.loads(path.read_text())["plugins"][CRI_PLUGIN[2]]["containerd"]["runtimes"]
+    assert nvidia["nvidia"]["container_annotations"] == ["io.katacontainers.*", "cdi.k8s.io/*"]
+    assert "container_annotations" not in nvidia["runc"]
+    assert apply_plan(_plan(path), str(tmp_path / "backups")) == []  # already there: no change
 
 
 def test_non_utf8_config_is_refused(tmp_path: Path) -> None:
@@ -520,6 +541,7 @@ def test_inline_tables_are_extended(tmp_path: Path) -> None:
     new = tomllib.loads(_plan(path).changed[0].new.decode())
     assert new["plugins"][CRI_PLUGIN[2]]["containerd"]["runtimes"]["nvidia"] == {
         "runtime_type": "io.containerd.runc.v2",
+        "container_annotations": ["cdi.k8s.io/*"],
         "options": {"SystemdCgroup": True, "BinaryName": SHIM},
     }
 
@@ -620,7 +642,7 @@ def test_an_existing_runtime_keeps_its_own_keys(
         "privileged_without_host_devices": True,  # kept, though runc's is false
         "pod_annotations": ["nvidia.com/*"],  # kept
         "base_runtime_spec": "/etc/containerd/nvidia-spec.json",  # kept
-        "container_annotations": ["io.runc.*"],  # lacked: from runc
+        "container_annotations": ["io.runc.*", "cdi.k8s.io/*"],  # lacked: runc's, plus CDI's
         "options": {
             "BinaryName": SHIM,  # set
             "SystemdCgroup": False,  # kept, though runc's is true

@@ -36,7 +36,7 @@ def test_demo_shows_two_gpus_from_inside(
 def test_demo_without_containers_shows_the_edits(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(nvhook.tools.demo, "_cannot_run", lambda: "not root (runc needs root here)")
+    monkeypatch.setattr(nvhook.tools.demo, "cannot_run", lambda: "not root (runc needs root here)")
     assert main(["demo", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "not starting a container: not root" in out
@@ -48,7 +48,7 @@ def test_demo_without_containers_shows_the_edits(
 def test_demo_runs_again_in_the_same_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(nvhook.tools.demo, "_cannot_run", lambda: "not root (runc needs root here)")
+    monkeypatch.setattr(nvhook.tools.demo, "cannot_run", lambda: "not root (runc needs root here)")
     assert main(["demo", "--dir", str(tmp_path)]) == 0
     assert main(["demo", "--dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out.count("/dev/nvidia3  c 195:3") == 2
