@@ -181,9 +181,9 @@ def test_the_internals_tests_pass_on_python_3_13(
                   "/tmp/venv/bin/python $(ls /tmp/wheels/pip-*.whl)/pip install --quiet --no-index "
                   "--find-links /tmp/wheels nvhook pytest hypothesis packaging pytest-subprocess",
                   timeout=600))  # fmt: skip
+        env = {"PYTHONDONTWRITEBYTECODE": "1", "HYPOTHESIS_STORAGE_DIRECTORY": "/tmp/hypothesis"}
         proc = chroot(root, "cd /checkout && /tmp/venv/bin/python -m pytest -q -p no:cacheprovider "
-                      f"-o addopts= {' '.join(INTERNALS)}", {"PYTHONDONTWRITEBYTECODE": "1", "HYPOTHESIS_STORAGE_DIRECTORY": "/tmp/hypothesis"},
-                      timeout=600)  # fmt: skip
+                      f"-o addopts= {' '.join(INTERNALS)}", env, timeout=600)  # fmt: skip
     finally:
         subprocess.run(["umount", "--lazy", str(root / "checkout")], check=False)
     out = ok(proc)
