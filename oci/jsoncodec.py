@@ -163,6 +163,8 @@ _MESSAGES = {
 }
 
 
+_KEY_EXPECTED = "Expecting property name enclosed in double quotes"
+
 _pairs_scanners: dict[object, Callable[[str, int], tuple[Any, int]]] = {}
 
 
@@ -232,6 +234,12 @@ def loads(
             msg = "unexpected end of the text"
         elif "Exceeds the limit" in msg:
             msg = "an integer longer than Python's limit of 4300 digits"
+        elif msg.startswith("Illegal trailing comma") and where is not None:
+            # CPython 3.13+ names a trailing comma, at the comma; 3.11 and 3.12 say what was
+            # expected, at the closing bracket: the same error reads the same on each
+            msg = "expecting a value" if msg.endswith("array") else _MESSAGES[_KEY_EXPECTED]
+            after = text[where + 1 :]
+            where += 1 + len(after) - len(after.lstrip(_WHITESPACE))
         else:
             msg = _MESSAGES.get(msg, msg)
         raise _syntax_error(msg, text, where) from None

@@ -33,7 +33,7 @@
 #                         one; installs offline), a project directory or a wheel or sdist file
 #                         (pip fetches the dependencies); default: wheels/ next to this script
 #                         when it exists, else the project this script is part of
-#   PYTHON=/usr/bin/python3           absolute path of a Python >= 3.11
+#   PYTHON=/usr/bin/python3           absolute path of a Python 3.11, 3.12 or 3.13
 #   HOST_ROOT=/                       where the driver's /proc and files are (cdi step)
 #   DRIVER_ROOT=…                     where the driver's libraries and binaries are, for the
 #                                     units (/run/nvidia/driver under the GPU Operator);
@@ -107,8 +107,8 @@ ours() {
 # ------------------------------------------------------------------------------ install steps
 
 step_venv() {
-    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null ||
-        die "PYTHON=$PYTHON is not a Python >= 3.11"
+    "$PYTHON" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' \
+        2>/dev/null || die "PYTHON=$PYTHON is not a supported Python (3.11, 3.12 or 3.13)"
     if [[ -e "$PREFIX" ]] && ! ours && [[ -n "$(ls -A "$PREFIX")" ]]; then
         die "$PREFIX exists and was not made by this installer (no $MARKER in it): not touching it"
     fi

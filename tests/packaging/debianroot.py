@@ -1,0 +1,109 @@
+"""A Debian root made with mmdebstrap from the Debian archive, cached on this machine, and
+throw-away copies of it (overlayfs) to chroot into.
+
+The root is made once per recipe (suite, variant, packages) under ``$NVHOOK_TEST_CACHE``
+(default ``/var/cache/nvhook-tests``), which a CI machine that is kept between runs keeps: a
+first run fetches ~40 MB from deb.debian.org (about a minute), later ones reuse it. It is
+made under a temporary name and renamed when complete, with a lock held, so an interrupted
+or concurrent run never sees half a root. A test never writes it: :func:`scratch_copy` mounts
+an overlay over it, with the host's ``/dev`` and a fresh ``/proc``, and takes it all down after.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.support.containers import require
+
+MIRROR = "http://deb.debian.org/debian"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("NVHOOK_TEST_CACHE", "/var/cache/nvhook-tests"))
+
+
+def debian_root(suite: str, packages: tuple[str, ...], variant: str = "minbase") -> Path:
+    """The cached root of ``suite`` with ``packages``, made first if missing."""
+    recipe = f"{suite} {variant} {' '.join(sorted(packages))} {MIRROR}"
+    digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
+    cache = cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    root = cache / f"debian-{suite}-{digest}"
+    with open(cache / f".debian-{suite}-{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / "etc/debian_version").is_file():
+            return root
+        tmp = cache / f"{root.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        proc = subprocess.run(
+            [require("mmdebstrap"), f"--variant={variant}", f"--include={','.join(packages)}",
+             "--mode=root", suite, str(tmp), MIRROR],
+            capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            pytest.fail(f"mmdebstrap {recipe} failed:\n{proc.stderr[-3000:]}", pytrace=False)
+        (tmp / "etc/nvhook-test-recipe").write_text(recipe + "\n")
+        tmp.rename(root)
+    return root
+
+
+def _mount(*argv: str) -> None:
+    subprocess.run([require("mount"), *argv], capture_output=True, text=True, check=True)
+
+
+@contextmanager
+def scratch_copy(lower: Path, work: Path) -> Iterator[Path]:
+    """``lower`` as a writable overlay under ``work``, with ``/dev`` and ``/proc`` mounted."""
+    upper, scratch, merged = work / "upper", work / "work", work / "merged"
+    for d in (upper, scratch, merged):
+        d.mkdir(parents=True)
+    mounted: list[Path] = []
+    try:
+        _mount("-t", "overlay", "overlay", "-o",
+               f"lowerdir={lower},upperdir={upper},workdir={scratch}", str(merged))  # fmt: skip
+        mounted.append(merged)
+        _mount("--rbind", "/dev", str(merged / "dev"))  # with /dev/pts, for apt's log
+        mounted.append(merged / "dev")
+        _mount("--make-rslave", str(merged / "dev"))  # its unmount stays here
+        _mount("-t", "proc", "proc", str(merged / "proc"))
+        mounted.append(merged / "proc")
+        yield merged
+    finally:
+        for path in reversed(mounted):
+            subprocess.run([require("umount"), "--lazy", str(path)], check=False)
+
+
+def chroot(
+    root: Path, script: str, env: Mapping[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``sh -c script`` in ``root``, from its ``/``, with a clean environment."""
+    return subprocess.run(
+        [require("chroot"), str(root), "/bin/sh", "-c", f"cd / && {script}"],
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
+            "DEBIAN_FRONTEND": "noninteractive",
+            **(env or {}),
+        },
+        timeout=timeout,
+        check=False,
+    )
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    """The stdout of a chroot call that must succeed."""
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
