@@ -37,6 +37,7 @@ def test_import_paths_are_those_of_site() -> None:
 def test_installed_launchers_run_from_another_directory(tmp_path: Path) -> None:
     written = install_entrypoints(str(tmp_path / "bin"), sys.executable)
     assert sorted(p.name for p in written) == [
+        "nvhook",
         "nvhook-hook",
         "nvhook-runtime",
         "nvidia-container-runtime-hook",
@@ -48,6 +49,13 @@ def test_installed_launchers_run_from_another_directory(tmp_path: Path) -> None:
         [str(tmp_path / "bin" / "nvhook-hook")], capture_output=True, text=True, env={}
     )
     assert hook.returncode == 2 and "usage" in hook.stderr.lower()
+    cli = subprocess.run(
+        [str(tmp_path / "bin" / "nvhook"), "cdi", "generate", "--kind", "fpga"],
+        capture_output=True,
+        text=True,
+        env={},
+    )
+    assert cli.returncode == 2 and "Usage: nvhook cdi generate" in cli.stderr
 
 
 def test_runtime_ignores_the_callers_python_environment(tmp_path: Path) -> None:
