@@ -24,6 +24,12 @@ Kinds:
   generate`` wrote for the mock (``generate_capabilities``, default all).
   Paths of the mock, the hook launcher, the bundle and that spec directory are
   written as ``<mock>``, ``<hook>``, ``<bundle>`` and ``<cdi>`` in expectations.
+- ``generate``: the spec :func:`nvhook.tools.generate.generate_spec` makes for a mock
+  machine (``profile``), with the keyword arguments of the ``[generate]`` table (``kind``,
+  ``capabilities``, ``name_strategies``, ``all_device``, ``vendor``, ``class_name``);
+  ``expected.json`` is the spec as ``nvhook cdi generate`` writes it (JSON), no input
+  spec, a node's ``uid``/``gid`` of the user running the tests (who laid out the mock)
+  written as ``<uid>``/``<gid>``. Running it again must give the same spec.
 """
 
 from __future__ import annotations
@@ -173,7 +179,32 @@ def _run_jit(
         return Bundle(bundle).load()
 
 
-RUNNERS: dict[str, Runner] = {"cdi": _run_cdi, "jit": _run_jit}
+def _run_generate(
+    case_dir: Path, case: dict[str, Any], base: None, golden: Golden
+) -> dict[str, Any]:
+    from nvhook.edits import Host
+    from nvhook.tools.generate import generate_spec
+    from oci.cdi.write import dump_spec
+
+    host = Host(root=str(golden.mock(case["profile"])), hook_path=golden.hook_path)
+    options: dict[str, Any] = {
+        key: tuple(value) if isinstance(value, list) else value
+        for key, value in case.get("generate", {}).items()
+    }
+    spec = generate_spec(host, **options).spec
+    value = json.loads(dump_spec(spec, format="json"))
+    assert isinstance(value, dict)
+    # the owner of a restricted node is whoever laid out the mock (root, or the runner)
+    ids = {"uid": (os.getuid(), "<uid>"), "gid": (os.getgid(), "<gid>")}
+    edits = [value.get("containerEdits", {})] + [d["containerEdits"] for d in value["devices"]]
+    for node in (n for e in edits for n in e.get("deviceNodes", [])):
+        for key, (mine, placeholder) in ids.items():
+            if node.get(key) == mine:
+                node[key] = placeholder
+    return value
+
+
+RUNNERS: dict[str, Runner] = {"cdi": _run_cdi, "jit": _run_jit, "generate": _run_generate}
 
 
 def _cases() -> list[Path]:
@@ -196,7 +227,7 @@ def _load_bytes(case_dir: Path, case: dict[str, Any]) -> bytes:
 
 Loader = Callable[[Path, dict[str, Any]], Any]
 #: How each kind reads its input spec (default: JSON as a dict).
-LOADERS: dict[str, Loader] = {"jit": _load_bytes}
+LOADERS: dict[str, Loader] = {"jit": _load_bytes, "generate": lambda case_dir, case: None}
 
 
 @pytest.fixture(scope="session")

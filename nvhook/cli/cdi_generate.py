@@ -8,6 +8,7 @@ import sys
 import click
 
 from nvhook.cli.options import host_options
+from nvhook.tools.generate import KINDS, NAME_STRATEGIES, default_output
 
 __all__ = ["generate"]
 
@@ -15,14 +16,11 @@ __all__ = ["generate"]
 _SUFFIX_FORMATS = {".json": "json", ".yaml": "yaml"}
 
 
-def _output_and_format(output: str | None, fmt: str | None) -> tuple[str, str]:
+def _output_and_format(output: str | None, fmt: str | None, kind: str = "gpu") -> tuple[str, str]:
     """The file to write (``-``: stdout) and its format, from the flags given."""
-    from nvhook.tools.generate import DEFAULT_OUTPUT
-
     if output is None:
         chosen = fmt or "json"
-        base, _ = os.path.splitext(DEFAULT_OUTPUT)
-        return f"{base}.{chosen}", chosen
+        return default_output(kind, chosen), chosen
     if output == "-":
         return output, fmt or "json"
     by_suffix = _SUFFIX_FORMATS.get(os.path.splitext(output)[1])
@@ -38,14 +36,35 @@ def _output_and_format(output: str | None, fmt: str | None) -> tuple[str, str]:
     return output, by_suffix
 
 
-def _kind_part(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def _kind_part(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """``--vendor`` and ``--class`` as the CDI spec requires them (a bad one is a usage error)."""
     from oci.cdi.names import class_name_problem, vendor_name_problem
 
+    if value is None:
+        return None
     problem = (vendor_name_problem if param.name == "vendor" else class_name_problem)(value)
     if problem is not None:
         raise click.BadParameter(problem)
     return value
+
+
+def _kind_choices(
+    kind: str, strategies: tuple[str, ...], no_all_device: bool, capabilities: str | None
+) -> None:
+    """The flags that apply to ``kind`` only (a usage error before any discovery)."""
+    if strategies and kind != "gpu":
+        raise click.BadParameter(
+            f"applies to --kind gpu only, not {kind}", param_hint="--device-name-strategy"
+        )
+    if no_all_device and kind not in ("gpu", "imex-channel"):
+        raise click.BadParameter(
+            f"--kind {kind} has the one device all", param_hint="--no-all-device"
+        )
+    if capabilities is not None and kind not in ("gpu", "management"):
+        raise click.BadParameter(
+            f"applies to --kind gpu and management only, not {kind}",
+            param_hint="--capabilities",
+        )
 
 
 def _capabilities(value: str | None) -> tuple[str, ...] | None:
@@ -65,11 +84,22 @@ def _capabilities(value: str | None) -> tuple[str, ...] | None:
 @click.command("generate")
 @host_options
 @click.option(
+    "--kind",
+    type=click.Choice(KINDS),
+    default="gpu",
+    show_default=True,
+    help="What the spec describes: GPUs and MIG devices; IMEX channels (<vendor>/imex-channel, "
+    "a device per channel); management (management.<vendor>/gpu=all: every node, for "
+    "monitoring containers); the NVSwitch, GPUDirect Storage, MOFED or GDRCopy nodes "
+    "(<vendor>/<kind>=all).",
+)
+@click.option(
     "--output",
     "-o",
     metavar="PATH|-",
     help="Spec file to write atomically (mode 0644), or - for stdout "
-    "[default: /var/run/cdi/nvidia.json, .yaml with --format yaml].",
+    "[default: /var/run/cdi/nvidia.json for --kind gpu, else nvidia-<kind>.json; "
+    ".yaml with --format yaml].",
 )
 @click.option(
     "--format",
@@ -88,10 +118,22 @@ def _capabilities(value: str | None) -> tuple[str, ...] | None:
 @click.option(
     "--class",
     "class_name",
-    default="gpu",
-    show_default=True,
     callback=_kind_part,
-    help="Class of the kind.",
+    help="Class of the kind [default: gpu for --kind gpu and management, else the kind].",
+)
+@click.option(
+    "--device-name-strategy",
+    "strategies",
+    type=click.Choice(NAME_STRATEGIES),
+    multiple=True,
+    help="How GPUs and MIG devices are named (repeatable): index (0, 0:1), uuid (GPU-..., "
+    "MIG-...), type-index (gpu0, mig0:1) [default: index and uuid, which the shim's cdi "
+    "mode asks for].",
+)
+@click.option(
+    "--no-all-device",
+    is_flag=True,
+    help="Leave out the device all (--kind gpu and imex-channel).",
 )
 @click.option(
     "--capabilities",
@@ -109,15 +151,19 @@ def generate(
     root: str,
     driver_root: str | None,
     dev_root: str | None,
+    kind: str,
     output: str | None,
     fmt: str | None,
     vendor: str,
-    class_name: str,
+    class_name: str | None,
+    strategies: tuple[str, ...],
+    no_all_device: bool,
     capabilities: str | None,
     hook_path: str | None,
 ) -> None:
     """Write one CDI spec naming every GPU of this host by index and UUID, every MIG
-    device by GPU:MIG index and MIG UUID, and `all`.
+    device by GPU:MIG index and MIG UUID, and `all`; or, with --kind, the IMEX channels,
+    a management spec or the NVSwitch, GDS, MOFED or GDRCopy nodes.
 
     The spec's own edits hold the control nodes, the driver files of the capabilities
     and the ldcache and symlink hooks; each device holds its device nodes. Bytes are
@@ -129,7 +175,8 @@ def generate(
     from oci.cdi.version import minimum_version
     from oci.cdi.write import Format, dump_spec, write_spec
 
-    path, chosen = _output_and_format(output, fmt)
+    _kind_choices(kind, strategies, no_all_device, capabilities)
+    path, chosen = _output_and_format(output, fmt, kind)
     if hook_path is not None and not os.path.isabs(hook_path):
         raise click.BadParameter(f"{hook_path!r} is not absolute", param_hint="--hook-path")
     host = Host(
@@ -139,7 +186,13 @@ def generate(
         hook_path=hook_path or "",
     )
     generated = generate_spec(
-        host, vendor=vendor, class_name=class_name, capabilities=_capabilities(capabilities)
+        host,
+        vendor=vendor,
+        class_name=class_name,
+        capabilities=_capabilities(capabilities),
+        kind=kind,
+        name_strategies=strategies or None,
+        all_device=not no_all_device,
     )
     fmt_: Format = "json" if chosen == "json" else "yaml"
     if path == "-":

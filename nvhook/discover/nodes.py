@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DRM_MAJOR",
     "NVIDIA_MAJOR",
+    "caps_nodes",
     "control_nodes",
     "dri_nodes",
     "feature_nodes",
@@ -91,6 +92,23 @@ def _caps_nodes(mig: Mig, major: int, dev_root: str) -> list[DeviceNode]:
         _node(dev_root, f"/dev/nvidia-caps/nvidia-cap{minor}", major, minor)
         for minor in (mig.gi_caps_minor, mig.ci_caps_minor)
     ]
+
+
+def caps_nodes(*, dev_root: str, majors: Mapping[str, int]) -> Edits:
+    """Every ``/dev/nvidia-caps/nvidia-cap<N>`` the host has (its minor is N): MIG
+    configuration and monitoring, and every GPU and compute instance's access node."""
+    major = majors.get("nvidia-caps")
+    if major is None:
+        return Edits()
+    directory, prefix = "/dev/nvidia-caps", "nvidia-cap"
+    minors = sorted(
+        int(name[len(prefix) :])
+        for name in listdir(_host(dev_root, directory))
+        if name.startswith(prefix) and name[len(prefix) :].isdigit()
+    )
+    return Edits(
+        device_nodes=tuple(_node(dev_root, f"{directory}/{prefix}{n}", major, n) for n in minors)
+    )
 
 
 def control_nodes(*, dev_root: str, majors: Mapping[str, int]) -> Edits:

@@ -24,6 +24,7 @@ from pathlib import Path
 from oci._frozen import Frozen
 
 __all__ = [
+    "CLI_ENTRYPOINT",
     "ENTRYPOINTS",
     "LEGACY_HOOK_ENTRYPOINT",
     "Entrypoint",
@@ -42,6 +43,9 @@ ENTRYPOINTS: tuple[Entrypoint, ...] = (
     Entrypoint("nvhook-runtime", "nvhook.shim", "main"),
     Entrypoint("nvhook-hook", "nvhook.hook", "main"),
 )
+#: The CLI, over pip's console script: without ``site`` and ``.pth`` files it starts sooner.
+#: Not in :data:`ENTRYPOINTS`, the container-start path (tests/test_layers.py rule B).
+CLI_ENTRYPOINT = Entrypoint("nvhook", "nvhook.cli", "main")
 
 #: ``nvhook-hook`` under the name Docker's ``--gpus`` looks for on dockerd's PATH (it runs
 #: it with argv ``[nvidia-container-runtime-hook, prestart]``: hook mode). Installed
@@ -115,7 +119,7 @@ def install_entrypoints(
     target.mkdir(parents=True, exist_ok=True)
     paths = import_paths(python)
     written = []
-    for entry in (*ENTRYPOINTS, LEGACY_HOOK_ENTRYPOINT):
+    for entry in (*ENTRYPOINTS, LEGACY_HOOK_ENTRYPOINT, CLI_ENTRYPOINT):
         path = target / entry.name
         if entry is LEGACY_HOOK_ENTRYPOINT and foreign_file(path):
             if notes is not None:

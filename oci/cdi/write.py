@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -230,6 +229,8 @@ def write_spec(
         raise CdiWriteError(f"{directory}: cannot create directory: {e.strerror or e}") from e
     name = os.path.basename(target)
     try:
+        import tempfile  # ~3 ms (shutil, random): only a writer pays it
+
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     except OSError as e:
         raise CdiWriteError(f"{target}: cannot create a temporary file: {e.strerror or e}") from e

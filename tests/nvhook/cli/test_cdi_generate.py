@@ -73,6 +73,14 @@ def test_output_and_format() -> None:
     assert _output_and_format("-", None) == ("-", "json")
     assert _output_and_format("-", "yaml") == ("-", "yaml")
     assert _output_and_format("x/spec.yaml", "yaml") == ("x/spec.yaml", "yaml")
+    assert _output_and_format(None, None, "imex-channel") == (
+        "/var/run/cdi/nvidia-imex-channel.json",
+        "json",
+    )
+    assert _output_and_format(None, "yaml", "management") == (
+        "/var/run/cdi/nvidia-management.yaml",
+        "yaml",
+    )
     with pytest.raises(click.BadParameter, match="does not match the extension"):
         _output_and_format("x/spec.yaml", "json")
     # what a CDI registry would never read (the reference's rule: case-sensitive, no .yml)
@@ -90,6 +98,12 @@ def test_output_and_format() -> None:
         (["--vendor", "9x"], 2, "Invalid value for '--vendor': invalid vendor"),
         (["--class", "g/pu"], 2, "Invalid value for '--class': invalid class"),
         (["--hook-path", "nvhook-hook"], 2, "is not absolute"),
+        (["--kind", "fpga"], 2, "Invalid value for '--kind': 'fpga' is not one of"),
+        (["--device-name-strategy", "serial"], 2, "'serial' is not one of 'index', 'uuid'"),
+        (["--kind", "nvswitch", "--device-name-strategy", "uuid"], 2, "--kind gpu only"),
+        (["--kind", "management", "--no-all-device"], 2, "has the one device all"),
+        (["--kind", "nvswitch", "--capabilities", "utility"], 2, "gpu and management only"),
+        (["--kind", "imex-channel"], 6, "the host has no IMEX channel"),
     ],
 )
 def test_bad_flags(
@@ -120,3 +134,37 @@ def test_no_driver_is_one_line_exit_6(
         "does not exist\n"
     )
     assert not out.exists()
+
+
+def test_kinds_and_name_strategies(
+    mock_machine: Callable[..., Path], capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    gb200 = str(mock_machine("gb200-imex"))
+    argv = ["cdi", "generate", "--root", gb200, "-o", "-"]
+    assert main([*argv, "--kind", "imex-channel", "--no-all-device"]) == 0
+    spec = json.loads(capfdbinary.readouterr().out)
+    assert (spec["kind"], [d["name"] for d in spec["devices"]]) == (
+        "nvidia.com/imex-channel",
+        ["0", "1"],
+    )
+    assert main([*argv, "--kind", "management", "--vendor", "example.com"]) == 0
+    spec = json.loads(capfdbinary.readouterr().out)
+    assert (spec["kind"], [d["name"] for d in spec["devices"]]) == (
+        "management.example.com/gpu",
+        ["all"],
+    )
+    argv += ["--device-name-strategy", "type-index", "--device-name-strategy", "index"]
+    assert main(argv) == 0
+    names = [d["name"] for d in json.loads(capfdbinary.readouterr().out)["devices"]]
+    assert names[:2] == ["0", "gpu0"] and names[-1] == "all"
+
+
+def test_summary_of_a_kind(
+    mock_machine: Callable[..., Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "nvidia-imex-channel.json"
+    root = str(mock_machine("gb200-imex"))
+    assert main(["cdi", "generate", "--root", root, "--kind", "imex-channel", "-o", str(out)]) == 0
+    assert capfd.readouterr().err == (
+        f"{out}: 3 devices of nvidia.com/imex-channel, cdiVersion 0.5.0\n"
+    )

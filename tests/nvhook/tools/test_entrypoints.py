@@ -37,6 +37,7 @@ def test_import_paths_are_those_of_site() -> None:
 def test_installed_launchers_run_from_another_directory(tmp_path: Path) -> None:
     written = install_entrypoints(str(tmp_path / "bin"), sys.executable)
     assert sorted(p.name for p in written) == [
+        "nvhook",
         "nvhook-hook",
         "nvhook-runtime",
         "nvidia-container-runtime-hook",
@@ -48,6 +49,13 @@ def test_installed_launchers_run_from_another_directory(tmp_path: Path) -> None:
         [str(tmp_path / "bin" / "nvhook-hook")], capture_output=True, text=True, env={}
     )
     assert hook.returncode == 2 and "usage" in hook.stderr.lower()
+    cli = subprocess.run(
+        [str(tmp_path / "bin" / "nvhook"), "cdi", "generate", "--kind", "fpga"],
+        capture_output=True,
+        text=True,
+        env={},
+    )
+    assert cli.returncode == 2 and "Usage: nvhook cdi generate" in cli.stderr
 
 
 def test_runtime_ignores_the_callers_python_environment(tmp_path: Path) -> None:
@@ -95,10 +103,10 @@ def test_legacy_hook_name_never_overwrites_a_foreign_file(tmp_path: Path) -> Non
     notes: list[str] = []
     written = install_entrypoints(str(tmp_path), notes=notes)
     assert foreign.read_bytes() == b"\x7fELF not ours"
-    assert sorted(p.name for p in written) == ["nvhook-hook", "nvhook-runtime"]
+    assert sorted(p.name for p in written) == ["nvhook", "nvhook-hook", "nvhook-runtime"]
     (note,) = notes
     assert str(foreign) in note and "--runtime nvidia" in note
     # our own launcher under that name is rewritten (an upgrade)
     foreign.unlink()
     install_entrypoints(str(tmp_path))
-    assert [p.name for p in install_entrypoints(str(tmp_path))][-1] == foreign.name
+    assert foreign.name in [p.name for p in install_entrypoints(str(tmp_path))]

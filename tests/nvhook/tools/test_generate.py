@@ -302,3 +302,110 @@ def test_a_group_restricted_node_keeps_its_group(make_mock_machine: Callable[...
     base = {"process": {"user": {"uid": 1000, "gid": 1000}}}
     device = apply(Edits(device_nodes=(card,)), base)["linux"]["devices"][0]
     assert (device["fileMode"], device["uid"], device["gid"]) == (0o660, 0, 44)
+
+
+def _kinds_nodes(spec: Any) -> dict[str, list[tuple[str, int, int]]]:
+    return {d.name: _nodes(d.edits) for d in spec.devices}
+
+
+@pytest.mark.root
+def test_gds_mofed_gdrcopy_kinds_are_the_nodes_jit_injects(
+    make_mock_machine: Callable[..., Path],
+) -> None:
+    """Each feature kind is ``<vendor>/<kind>=all`` with the host's nodes as they are
+    (``lstat``: their majors are dynamic), no spec-level edits, version 0.5.0."""
+    root = make_mock_machine("h100-pcie")
+    for path, major, minor in (
+        ("dev/nvidia-fs0", 240, 0),
+        ("dev/nvidia-fs1", 240, 1),
+        ("dev/gdrdrv", 241, 0),
+        ("dev/infiniband/uverbs0", 231, 192),
+        ("dev/infiniband/rdma_cm", 10, 58),
+    ):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(root / path, 0o20666, os.makedev(major, minor))
+    (root / "dev/infiniband/not-a-node").write_text("")
+    host = Host(root=str(root))
+    expected = {
+        "gds": [("/dev/nvidia-fs0", 240, 0), ("/dev/nvidia-fs1", 240, 1)],
+        "gdrcopy": [("/dev/gdrdrv", 241, 0)],
+        "mofed": [("/dev/infiniband/rdma_cm", 10, 58), ("/dev/infiniband/uverbs0", 231, 192)],
+    }
+    for kind, nodes in expected.items():
+        spec = generate_spec(host, kind=kind).spec
+        assert spec.kind == f"nvidia.com/{kind}"
+        assert _kinds_nodes(spec) == {"all": nodes}
+        assert spec.edits == Edits()
+        assert json.loads(dump_spec(spec, format="json"))["cdiVersion"] == "0.5.0"
+
+
+def test_a_kind_the_host_lacks_is_an_error(host: Callable[[str], Host]) -> None:
+    for kind, what in (
+        ("imex-channel", "IMEX channel"),
+        ("nvswitch", "NVSwitch node"),
+        ("gds", "GPUDirect Storage node"),
+        ("mofed", "MOFED/InfiniBand node"),
+        ("gdrcopy", "GDRCopy node"),
+    ):
+        with pytest.raises(DriverError, match=f"the host has no {what}.*nothing to generate"):
+            generate_spec(host("h100-pcie"), kind=kind)
+
+
+def test_choices_that_do_not_apply_to_the_kind(host: Callable[[str], Host]) -> None:
+    h = host("gb200-imex")
+    with pytest.raises(RequestError, match="unknown kind 'fpga'"):
+        generate_spec(h, kind="fpga")
+    with pytest.raises(RequestError, match="name strategies apply to kind gpu only"):
+        generate_spec(h, kind="imex-channel", name_strategies=["index"])
+    with pytest.raises(RequestError, match="its only device is all"):
+        generate_spec(h, kind="management", all_device=False)
+    with pytest.raises(RequestError, match="capabilities apply to kinds gpu and management"):
+        generate_spec(h, kind="imex-channel", capabilities=["utility"])
+    with pytest.raises(RequestError, match="unknown device name strategy 'serial'"):
+        generate_spec(h, name_strategies=["serial"])
+    with pytest.raises(RequestError, match="no device name strategy"):
+        generate_spec(h, name_strategies=[])
+
+
+@pytest.mark.parametrize("profile", LOADED)
+def test_name_strategies_follow_one_order_and_device_names_agree(
+    profile: str, host: Callable[[str], Host]
+) -> None:
+    every = ("type-index", "uuid", "index")  # given in any order, written in NAME_STRATEGIES'
+    generated = generate_spec(host(profile), name_strategies=every, capabilities=["utility"])
+    names = [d.name for d in generated.spec.devices]
+    assert names == device_names(generated.gpus, every)
+    prof = load_profile(profile)
+    first = prof.gpus[0]
+    assert names[:3] == [str(first.index), first.uuid, f"gpu{first.index}"]
+    assert set(names) >= {f"mig{g.index}:{m.index}" for g in prof.gpus for m in g.mig_devices}
+    without_all = generate_spec(host(profile), name_strategies=every, all_device=False)
+    assert [d.name for d in without_all.spec.devices] == names[:-1]
+
+
+@pytest.mark.parametrize("profile", LOADED)
+def test_procfs_view_gives_the_nvml_spec(profile: str, mock_machine: Callable[..., Path]) -> None:
+    """Without MIG UUIDs to name, generate reads /proc instead of loading NVML: the spec is
+    the same bytes as through NVML (a profile with MIG devices goes through NVML anyway)."""
+    root = str(mock_machine(profile))
+    for strategies in (None, ("index", "type-index")):
+        by_default = generate_spec(Host(root=root), name_strategies=strategies)
+        by_nvml = generate_spec(Host(root=root, resolver="nvml"), name_strategies=strategies)
+        assert by_nvml.gpus.source == "nvml"
+        assert dump_spec(by_default.spec, format="json") == dump_spec(by_nvml.spec, format="json")
+    has_migs = any(g.mig_devices for g in load_profile(profile).gpus)
+    assert generate_spec(Host(root=root)).gpus.source == ("nvml" if has_migs else "procfs")
+    assert generate_spec(Host(root=root), name_strategies=["index"]).gpus.source == "procfs"
+
+
+def test_management_has_every_node_in_one_device(host: Callable[[str], Host]) -> None:
+    gb200 = generate_spec(host("gb200-imex"), kind="management", capabilities=["utility"])
+    spec = gb200.spec
+    assert spec.kind == "management.nvidia.com/gpu"
+    assert [d.name for d in spec.devices] == ["all"]
+    paths = [p for p, _, _ in _nodes(spec.devices[0].edits)]
+    assert "/dev/nvidia-caps-imex-channels/channel0" in paths
+    assert "/dev/nvidia-caps/nvidia-cap1" in paths  # MIG configuration, for nvidia-smi mig
+    assert all(f"/dev/nvidia{g.minor}" in paths for g in load_profile("gb200-imex").gpus)
+    gpu = generate_spec(host("gb200-imex"), capabilities=["utility"]).spec
+    assert spec.edits == gpu.edits  # the same control nodes, driver files and hooks
