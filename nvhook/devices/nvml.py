@@ -16,6 +16,11 @@ imported only when NVML is opened, never when ``nvhook`` is imported.
 
 Bus ids are given in the ``/proc`` form (``0000:07:00.0``, see
 :func:`nvhook.devices.procfs.normalize_bus_id`) so the two views compare directly.
+
+:meth:`Nvml.topology` is where each GPU sits (:class:`GpuTopology`): NVML's common PCIe
+ancestor to every other GPU, its NUMA node (memory affinity, node scope) and its active
+NVLinks with what is at their far end. Where NVML answers ``NOT_SUPPORTED`` (no NVLink, a
+host without NUMA information) the value says "unknown" instead of failing.
 """
 
 from __future__ import annotations
@@ -32,7 +37,16 @@ from nvhook.devices.procfs import normalize_bus_id
 from nvhook.errors import DriverError
 from oci._frozen import Frozen
 
-__all__ = ["LIBRARY", "DriverInfo", "GpuInfo", "MigInfo", "Nvml", "open_nvml"]
+__all__ = [
+    "LIBRARY",
+    "DriverInfo",
+    "GpuInfo",
+    "GpuTopology",
+    "MigInfo",
+    "NvLink",
+    "Nvml",
+    "open_nvml",
+]
 
 LIBRARY = "libnvidia-ml.so.1"
 
@@ -58,6 +72,8 @@ _BRANDS = {
     13: "nvidia_rtx",
     14: "nvidia",
 }
+_NVLINK_REMOTES = {0: "gpu", 1: "ibmnpu", 2: "switch"}  # nvmlNvLinkDeviceType_t
+_NODE_WORDS = 16  # NUMA node masks of 16 x 64 bits: up to 1,024 nodes
 
 
 class DriverInfo(Frozen):
@@ -91,12 +107,31 @@ class GpuInfo(Frozen):
     migs: tuple[MigInfo, ...]
 
 
+class NvLink(Frozen):
+    """An active NVLink of a GPU and the device at its far end."""
+
+    link: int  # the link number on the GPU
+    remote: str  # "gpu", "switch" (an NVSwitch), "ibmnpu" or "unknown"
+    remote_bus_id: str  # "0000:c4:00.0": the far device's PCI bus id
+
+
+class GpuTopology(Frozen):
+    """Where one GPU sits, as NVML says (GPUs by NVML index)."""
+
+    index: int
+    ancestors: tuple[int | None, ...]  # nvmlGpuTopologyLevel_t to each GPU; None: not supported
+    numa_node: int | None  # the one node of its memory affinity; None: unknown
+    nvlinks: tuple[NvLink, ...]  # its active NVLinks (() without NVLink)
+
+
 class Nvml(Protocol):
     """What nvhook asks NVML."""
 
     def driver(self) -> DriverInfo: ...
 
     def gpus(self) -> tuple[GpuInfo, ...]: ...
+
+    def topology(self) -> tuple[GpuTopology, ...]: ...
 
 
 _T = TypeVar("_T")
@@ -172,6 +207,104 @@ class _PynvmlNvml:
             migs=self._migs(h, index, uuid) if mig_enabled else (),
         )
 
+    def _optional(self, function: str, where: str, f: Callable[..., _T], *args: Any) -> _T | None:
+        """:meth:`_call`, but None where NVML answers ``NOT_SUPPORTED``."""
+        try:
+            return f(*args)
+        except self._nv.NVMLError_NotSupported:
+            return None
+        except self._nv.NVMLError as e:
+            raise DriverError(
+                f"NVML {function} failed{where}: {e} "
+                f"(NVML error {e.value}, library {self._library})"
+            ) from e
+
+    def topology(self) -> tuple[GpuTopology, ...]:
+        nv = self._nv
+        count = self._call("nvmlDeviceGetCount_v2", "", nv.nvmlDeviceGetCount)
+        handles = [
+            self._call(
+                "nvmlDeviceGetHandleByIndex_v2", f" for GPU {i}", nv.nvmlDeviceGetHandleByIndex, i
+            )
+            for i in range(count)
+        ]
+        out = []
+        for i, h in enumerate(handles):
+            at = f" for GPU {i}"
+            ancestors = tuple(
+                nv.NVML_TOPOLOGY_INTERNAL
+                if j == i
+                else self._optional(
+                    "nvmlDeviceGetTopologyCommonAncestor",
+                    f" for GPUs {i} and {j}",
+                    nv.nvmlDeviceGetTopologyCommonAncestor,
+                    h,
+                    other,
+                )
+                for j, other in enumerate(handles)
+            )
+            mask = self._optional(
+                "nvmlDeviceGetMemoryAffinity",
+                at,
+                nv.nvmlDeviceGetMemoryAffinity,
+                h,
+                _NODE_WORDS,
+                nv.NVML_AFFINITY_SCOPE_NODE,
+            )
+            nodes = [] if mask is None else _bits(mask)
+            out.append(
+                GpuTopology(
+                    index=i,
+                    ancestors=ancestors,
+                    numa_node=nodes[0] if len(nodes) == 1 else None,
+                    nvlinks=self._nvlinks(h, at),
+                )
+            )
+        return tuple(out)
+
+    def _nvlinks(self, h: Any, at: str) -> tuple[NvLink, ...]:
+        """The GPU's active links: NVML answers ``INVALID_ARGUMENT`` past its last link and
+        ``NOT_SUPPORTED`` for a link (or a GPU) without NVLink."""
+        nv = self._nv
+        out = []
+        for link in range(nv.NVML_NVLINK_MAX_LINKS):
+            where = f"{at} NVLink {link}"
+            try:
+                state = nv.nvmlDeviceGetNvLinkState(h, link)
+            except nv.NVMLError_InvalidArgument:
+                break
+            except nv.NVMLError_NotSupported:
+                continue
+            except nv.NVMLError as e:
+                raise DriverError(
+                    f"NVML nvmlDeviceGetNvLinkState failed{where}: {e} "
+                    f"(NVML error {e.value}, library {self._library})"
+                ) from e
+            if state != nv.NVML_FEATURE_ENABLED:
+                continue
+            pci = self._call(
+                "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+                where,
+                nv.nvmlDeviceGetNvLinkRemotePciInfo,
+                h,
+                link,
+            )
+            kind = self._optional(
+                "nvmlDeviceGetNvLinkRemoteDeviceType",
+                where,
+                nv.nvmlDeviceGetNvLinkRemoteDeviceType,
+                h,
+                link,
+            )
+            out.append(
+                NvLink(
+                    link=link,
+                    remote=_NVLINK_REMOTES.get(kind, "unknown") if kind is not None else "unknown",
+                    remote_bus_id=normalize_bus_id(_text(pci.busId)),
+                )
+            )
+        return tuple(out)
+
     def _migs(self, h: Any, index: int, parent_uuid: str) -> tuple[MigInfo, ...]:
         nv = self._nv
         at = f" for GPU {index} ({parent_uuid})"
@@ -220,6 +353,11 @@ class _PynvmlNvml:
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _bits(words: Any) -> list[int]:
+    """The bit numbers set in a mask of 64-bit words (a CPU or NUMA node set)."""
+    return [w * 64 + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
 
 
 def _mig_profile(name: str, attributes: Any) -> str:

@@ -542,6 +542,57 @@ def test_l40s_topology_is_pcie_pairs(lib_dir: Callable[[str], Path]) -> None:
         assert [pynvml.nvmlDeviceGetIndex(g) for g in node1] == [2, 3]
 
 
+@pytest.mark.parametrize("profile", LOADED)
+def test_topology_values_follow_the_profile(profile: str, lib_dir: Callable[[str], Path]) -> None:
+    """Nvml.topology(): ancestors, NUMA node and NVLinks as the profile declares them."""
+    prof = load_profile(profile)
+    with open_nvml(lib_dir(profile)) as nvml:
+        topology = nvml.topology()
+    assert [t.index for t in topology] == [g.index for g in prof.gpus]
+    for g, t in zip(prof.gpus, topology, strict=True):
+        assert t.ancestors == tuple(prof.topology_level(g, o) for o in prof.gpus)
+        assert t.numa_node == g.numa_node
+        if prof.nvlink is None:
+            assert t.nvlinks == ()
+            continue
+        n, switches = prof.nvlink.links, prof.nvlink.switch_bus_ids
+        assert [(x.link, x.remote) for x in t.nvlinks] == [(i, "switch") for i in range(n)]
+        want = [switches[i * len(switches) // n] for i in range(n)]
+        assert [x.remote_bus_id for x in t.nvlinks] == want
+
+
+def test_dgx_a100_topology_values(lib_dir: Callable[[str], Path]) -> None:
+    with open_nvml(lib_dir("dgx-a100")) as nvml:
+        t0, *_, t7 = nvml.topology()
+    assert t0.ancestors == (0, 20, 50, 50, 50, 50, 50, 50)  # INTERNAL, PXB to GPU 1, SYS
+    assert (t0.numa_node, t7.numa_node) == (3, 5)
+    assert len(t0.nvlinks) == 12
+    assert {x.remote_bus_id for x in t0.nvlinks} == {f"0000:c{i}:00.0" for i in range(4, 10)}
+
+
+def test_topology_not_supported_is_unknown_and_other_errors_fail(
+    lib_dir: Callable[[str], Path], fail: Callable[[str], None]
+) -> None:
+    fail("nvmlDeviceGetTopologyCommonAncestor:3,nvmlDeviceGetMemoryAffinity:3")
+    with open_nvml(lib_dir("l40s-x4")) as nvml:
+        t = nvml.topology()
+    assert [x.ancestors for x in t][1] == (None, 0, None, None)
+    assert [x.numa_node for x in t] == [None] * 4
+    fail("nvmlDeviceGetNvLinkRemoteDeviceType:3")  # an older driver: the far end unknown
+    with open_nvml(lib_dir("dgx-a100")) as nvml:
+        t = nvml.topology()
+    assert {x.remote for x in t[0].nvlinks} == {"unknown"} and len(t[0].nvlinks) == 12
+    fail("nvmlDeviceGetNvLinkState:999")
+    with open_nvml(lib_dir("dgx-a100")) as nvml, pytest.raises(DriverError) as e:
+        nvml.topology()
+    assert "nvmlDeviceGetNvLinkState failed for GPU 0 NVLink 0" in str(e.value)
+    fail("nvmlDeviceGetTopologyCommonAncestor:15")
+    with open_nvml(lib_dir("l40s-x4")) as nvml, pytest.raises(DriverError) as e:
+        nvml.topology()
+    assert "nvmlDeviceGetTopologyCommonAncestor failed for GPUs 0 and 1" in str(e.value)
+    assert "GPU is lost" in str(e.value)
+
+
 # --- processes, utilization, sensors -------------------------------------------------------------
 
 
