@@ -1,20 +1,23 @@
 """``GetPreferredAllocation``: the best set of available device IDs for a container.
 
 The topology is a small value (:class:`Topology`): per pair of GPUs (NVML indices) how
-they are linked, as a :data:`LEVELS` number where lower is closer, and each GPU's NUMA node.
-:func:`nvhook.deviceplugin.topology.read_topology` fills it from the host;
-:func:`preferred` only reads it, so it is tested on hand-built topologies.
+they are linked, as a :data:`LEVELS` number where lower is closer (``links``: NVLink where
+there is one, else the PCIe path), how their PCIe path runs whatever NVLink adds (``paths``),
+and each GPU's NUMA node. :func:`nvhook.deviceplugin.topology.read_topology` fills it from
+NVML; :func:`preferred` only reads it, so it is tested on hand-built topologies.
 
 Whole devices (no time-slicing): the must-include IDs, plus the other available IDs that
-make the set closest: the lowest worst-pair level first (every pair on one NVLink/NVSwitch
-island beats a set that crosses PCIe, one PCIe switch beats one NUMA node, which beats the
-whole system), then the lowest sum of pair levels, then the lowest GPU indices. MIG devices
-of one GPU are level 0 to each other. Every combination is scored when there are at most
+make the set closest: the lowest worst-pair link level first (every pair on one
+NVLink/NVSwitch island beats a set that crosses PCIe, one PCIe switch beats one NUMA node,
+which beats the whole system), then the lowest sum of link levels, then the same two over
+the PCIe paths (on an all-NVSwitch machine every set is one island: the path picks GPUs
+behind one PCIe switch, on one NUMA node), then the lowest GPU indices. MIG devices of one
+GPU are level 0 to each other. Every combination is scored when there are at most
 :data:`EXHAUSTIVE` of them, else devices are added greedily, closest first.
 
 Replicas (time-slicing): spread across GPUs: each next ID is a replica of the GPU with the
 fewest replicas chosen so far, then with the most replicas still available, then the
-lowest index.
+closest to the GPUs chosen so far (scored as above), then the lowest index.
 """
 
 from __future__ import annotations
@@ -44,16 +47,28 @@ class Topology(Frozen):
     """Pairwise link levels and NUMA nodes of a host's GPUs, by NVML index."""
 
     numa: tuple[int | None, ...]
-    links: tuple[tuple[int, ...], ...] = ()  # links[i][j]: LEVELS value; () = NUMA only
+    links: tuple[tuple[int, ...], ...] = ()  # links[i][j]: LEVELS value; () = by paths
+    paths: tuple[tuple[int, ...], ...] = ()  # paths[i][j]: LEVELS value, no NVLink; () = NUMA
 
     def level(self, a: int, b: int) -> int:
+        """How ``a`` and ``b`` are linked: NVLink if they are, else their PCIe path."""
+        if a != b and _has(self.links, a, b):
+            return self.links[a][b]
+        return self.path(a, b)
+
+    def path(self, a: int, b: int) -> int:
+        """How the PCIe path between ``a`` and ``b`` runs (never ``nvlink``)."""
         if a == b:
             return LEVELS["same"]
-        if self.links and a < len(self.links) and b < len(self.links[a]):
-            return self.links[a][b]
+        if _has(self.paths, a, b):
+            return self.paths[a][b]
         na = self.numa[a] if a < len(self.numa) else None
         nb = self.numa[b] if b < len(self.numa) else None
         return LEVELS["numa"] if na is not None and na == nb else LEVELS["system"]
+
+
+def _has(matrix: tuple[tuple[int, ...], ...], a: int, b: int) -> bool:
+    return a < len(matrix) and b < len(matrix[a])
 
 
 def preferred(
@@ -73,17 +88,22 @@ def preferred(
     ]
     need = max(0, size - len(must))
     if resource.replicas > 1:
-        chosen = must + _spread(must, pool, need)
+        chosen = must + _spread(must, pool, need, topology)
     else:
         chosen = must + _closest(must, pool, need, topology)
     return [d.id for d in chosen[:size] if size > 0]
 
 
-def _score(devices: Sequence[Device], topology: Topology) -> tuple[int, int, list[int]]:
-    levels = [
-        topology.level(a.gpu_index, b.gpu_index) for a, b in itertools.combinations(devices, 2)
-    ]
-    return max(levels, default=0), sum(levels), sorted(d.gpu_index for d in devices)
+def _closeness(devices: Sequence[Device], topology: Topology) -> tuple[int, int, int, int]:
+    """Worst and summed link levels over the pairs of ``devices``, then the same for paths."""
+    pairs = [(a.gpu_index, b.gpu_index) for a, b in itertools.combinations(devices, 2)]
+    links = [topology.level(a, b) for a, b in pairs]
+    paths = [topology.path(a, b) for a, b in pairs]
+    return max(links, default=0), sum(links), max(paths, default=0), sum(paths)
+
+
+def _score(devices: Sequence[Device], topology: Topology) -> tuple[int, int, int, int, list[int]]:
+    return *_closeness(devices, topology), sorted(d.gpu_index for d in devices)
 
 
 def _closest(must: list[Device], pool: list[Device], need: int, topology: Topology) -> list[Device]:
@@ -106,7 +126,7 @@ def _closest(must: list[Device], pool: list[Device], need: int, topology: Topolo
     return sorted(chosen, key=lambda d: (d.gpu_index, d.id))
 
 
-def _spread(must: list[Device], pool: list[Device], need: int) -> list[Device]:
+def _spread(must: list[Device], pool: list[Device], need: int, topology: Topology) -> list[Device]:
     taken: dict[str, int] = {}
     for d in must:
         taken[d.gpu_uuid] = taken.get(d.gpu_uuid, 0) + 1
@@ -121,6 +141,7 @@ def _spread(must: list[Device], pool: list[Device], need: int) -> list[Device]:
             key=lambda d: (
                 taken.get(d.gpu_uuid, 0),
                 -left[d.gpu_uuid],
+                _closeness([*must, *chosen, d], topology),
                 d.gpu_index,
                 d.replica or 0,
                 d.id,

@@ -77,3 +77,25 @@ def test_replicas_spread_across_gpus() -> None:
     assert preferred(r, every, [], 4, topo) == ["G0::0", "G1::0", "G2::0", "G0::1"]
     fewer_left = [i for i in every if i not in ("G0::0", "G0::1", "G0::2")]
     assert preferred(r, fewer_left, ["G1::2"], 3, topo) == ["G1::2", "G2::0", "G0::3"]
+
+
+def test_the_path_breaks_ties_within_one_nvlink_island() -> None:
+    # 4 GPUs all NVLinked; by PCIe G0-G1 and G2-G3 share a switch, one NUMA node in all
+    paths = links({SW: [[0, 1], [2, 3]], NODE: [[0, 1, 2, 3]]}, 4)
+    topo = Topology(numa=(0, 0, 0, 0), links=links({NV: [[0, 1, 2, 3]]}, 4), paths=paths)
+    assert topo.level(0, 2) == NV and topo.path(0, 2) == NODE and topo.path(1, 1) == 0
+    assert preferred(gpus(4), ids(4), ["G3"], 2, topo) == ["G3", "G2"]
+    assert preferred(gpus(4), ["G0", "G2", "G3"], [], 2, topo) == ["G2", "G3"]
+    # without paths, the NUMA nodes stand in for them
+    assert Topology(numa=(0, 1), links=links({NV: [[0, 1]]}, 2)).path(0, 1) == SYS
+
+
+def test_replicas_of_equally_used_gpus_go_to_the_closest() -> None:
+    topo = Topology(numa=(0, 0, 1, 1), paths=links({SW: [[0, 1], [2, 3]]}, 4))
+    r = gpus(4, replicas=2)
+    every = [d.id for d in r.devices]
+    assert preferred(r, every, ["G2::0"], 2, topo) == ["G2::0", "G3::0"]
+    # fewest chosen first: a second replica of any GPU only once every GPU has one (then
+    # all are equally close and equally used: the lowest index)
+    want = ["G2::0", "G3::0", "G0::0", "G1::0", "G0::1"]
+    assert preferred(r, every, ["G2::0"], 5, topo) == want
