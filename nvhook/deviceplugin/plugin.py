@@ -4,7 +4,9 @@
 SIGINT):
 
 1. the GPUs from NVML (loaded from the driver root of nvhook's settings, so it runs on a
-   mock machine), their NUMA nodes, the resources of the configuration
+   mock machine), their topology (:func:`~nvhook.deviceplugin.topology.read_topology`:
+   NVLinks, PCIe paths, NUMA nodes; sysfs's NUMA nodes only, with a warning, if NVML
+   fails there), the resources of the configuration
    (:func:`~nvhook.deviceplugin.resources.build_resources`);
 2. one :class:`~nvhook.deviceplugin.server.ResourceServer` per resource on a socket in the
    device-plugin directory, each registered on ``kubelet.sock`` there;
@@ -29,7 +31,8 @@ from nvhook.deviceplugin.model import PluginConfig, Resource
 from nvhook.deviceplugin.preferred import Topology
 from nvhook.deviceplugin.resources import build_resources
 from nvhook.deviceplugin.server import PluginState, ResourceServer, register
-from nvhook.deviceplugin.topology import read_topology
+from nvhook.deviceplugin.topology import read_numa_node, read_topology
+from nvhook.errors import DriverError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,9 +88,13 @@ class DevicePlugin:
     def discover(self) -> tuple[tuple[Resource, ...], tuple[GpuInfo, ...], Topology]:
         """The resources to advertise, the GPUs and their topology."""
         gpus = read_gpus(self.host)
-        topology = read_topology(self.host, gpus)
-        numa = {g.uuid: topology.numa[i] for i, g in enumerate(gpus)}
         warnings: list[str] = []
+        try:
+            topology = read_topology(self.host, gpus)
+        except DriverError as e:  # a preferred allocation is a hint: serve without links
+            warnings.append(f"GPU topology unknown, preferred allocations by NUMA node: {e}")
+            topology = Topology(numa=tuple(read_numa_node(self.host.root, g.bus_id) for g in gpus))
+        numa = {g.uuid: topology.numa[i] for i, g in enumerate(gpus)}
         resources = build_resources(gpus, self.config, numa=numa, warnings=warnings)
         for w in warnings:
             self.log(f"warning: {w}")

@@ -1,9 +1,32 @@
-"""GetPreferredAllocation on hand-built topologies: NVLink island, PCIe switch, NUMA, index."""
+"""GetPreferredAllocation on hand-built topologies (NVLink island, PCIe switch, NUMA, index),
+and golden on the mock machines, with the topology the plugin reads from the fake NVML.
+
+Each golden case under ``tests/data/preferred/<case>/`` is data: ``case.toml`` (the mock
+``profile``, ``replicas`` when ``nvidia.com/gpu`` is time-sliced, and ``[[request]]`` tables
+of ``size``, ``available`` (``"all"`` or device names) and ``must_include``, each with a
+``why`` that derives the choice from the profile) and ``expected``: the topology as read
+(levels: X same GPU, NV NVLink, SW one PCIe switch, HB host bridge, NODE one NUMA node, SYS
+across), then one line per request. A device is named by its GPU's NVML index (``2``), a
+replica as ``2::1``. Review ``expected`` by eye; ``pytest --update-golden`` rewrites it.
+"""
 
 from __future__ import annotations
 
-from nvhook.deviceplugin.model import Device, Resource
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvhook.deviceplugin.model import Device, PluginConfig, Resource, TimeSlicedResource
+from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.preferred import LEVELS, Topology, preferred
+from nvhook.edits import Host
+
+DATA = Path(__file__).parents[2] / "data" / "preferred"
+CASES = sorted(p.name for p in DATA.iterdir() if (p / "case.toml").is_file())
+CODES = {0: "X", 1: "NV", 2: "SW", 3: "HB", 4: "NODE", 5: "SYS"}
 
 NV, SW, HB, NODE, SYS = (
     LEVELS[k] for k in ("nvlink", "pcie-switch", "host-bridge", "numa", "system")
@@ -99,3 +122,63 @@ def test_replicas_of_equally_used_gpus_go_to_the_closest() -> None:
     # all are equally close and equally used: the lowest index)
     want = ["G2::0", "G3::0", "G0::0", "G1::0", "G0::1"]
     assert preferred(r, every, ["G2::0"], 5, topo) == want
+
+
+# --- golden, on the mock machines -------------------------------------------------------------
+
+
+def test_the_cases_cover_nvswitch_pcie_switches_numa_and_replicas() -> None:
+    assert CASES == ["dgx-a100", "gb200-imex", "l40s-x4", "l40s-x4-replicas"]
+
+
+def _name(d: Device) -> str:
+    return str(d.gpu_index) if d.replica is None else f"{d.gpu_index}::{d.replica}"
+
+
+def _matrix(title: str, level: Callable[[int, int], int], n: int) -> list[str]:
+    rows = [f"{title:<6}" + "".join(f"{j:>6}" for j in range(n))]
+    rows += [f"{i:<6}" + "".join(f"{CODES[level(i, j)]:>6}" for j in range(n)) for i in range(n)]
+    return rows
+
+
+def _request_line(request: dict[str, Any], got: list[str]) -> str:
+    available = request["available"]
+    of = "all" if available == "all" else "[" + " ".join(str(a) for a in available) + "]"
+    must = " ".join(str(m) for m in request.get("must_include", []))
+    line = f"size {request['size']} of {of}" + (f" must [{must}]" if must else "")
+    return f"{line} -> {' '.join(got)}"
+
+
+@pytest.mark.parametrize("case_name", CASES)
+def test_golden(
+    case_name: str, mock_machine: Callable[..., Path], request: pytest.FixtureRequest
+) -> None:
+    case_dir = DATA / case_name
+    case = tomllib.loads((case_dir / "case.toml").read_text())
+    replicas = case.get("replicas", 1)
+    config = PluginConfig(
+        time_slicing=(TimeSlicedResource("nvidia.com/gpu", replicas),) if replicas > 1 else ()
+    )
+    lines: list[str] = []
+    plugin = DevicePlugin(Host(root=str(mock_machine(case["profile"]))), config, log=lines.append)
+    resources, gpus, topology = plugin.discover()
+    assert lines == []  # the topology came from NVML: no warning
+    [resource] = [r for r in resources if r.name == "nvidia.com/gpu"]
+    by_name = {_name(d): d.id for d in resource.devices}
+    name_of = {d.id: _name(d) for d in resource.devices}
+    n = len(gpus)
+    out = [*_matrix("links", topology.level, n), *_matrix("paths", topology.path, n)]
+    out.append("numa  " + "".join(f"{'?' if x is None else x:>6}" for x in topology.numa))
+    for r in case["request"]:
+        available = (
+            [d.id for d in resource.devices]
+            if r["available"] == "all"
+            else [by_name[str(a)] for a in r["available"]]
+        )
+        must = [by_name[str(m)] for m in r.get("must_include", [])]
+        got = preferred(resource, available, must, r["size"], topology)
+        out.append(_request_line(r, [name_of[i] for i in got]))
+    text = "\n".join(out) + "\n"
+    if request.config.getoption("--update-golden"):
+        (case_dir / "expected").write_text(text)
+    assert text == (case_dir / "expected").read_text()

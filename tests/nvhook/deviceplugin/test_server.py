@@ -151,9 +151,10 @@ def test_preferred_allocation_and_replicas(run_plugin: Callable[[PluginConfig], 
     client.watch()
     ids = [d.ID for d in client.wait_for(lambda d: len(d) == 16)]
     assert ids[:4] == [f"{UUIDS[0]}::0", f"{UUIDS[0]}::1", f"{UUIDS[1]}::0", f"{UUIDS[1]}::1"]
-    # replicas spread over GPUs; the must-include one first
+    # replicas spread over GPUs, the must-include one first; then GPU 5, behind GPU 4's PCIe
+    # switches (the topology the plugin read from the fake NVML), then the lowest index
     got = client.preferred(ids, [f"{UUIDS[4]}::1"], 3)
-    assert got == [f"{UUIDS[4]}::1", f"{UUIDS[0]}::0", f"{UUIDS[1]}::0"]
+    assert got == [f"{UUIDS[4]}::1", f"{UUIDS[5]}::0", f"{UUIDS[0]}::0"]
     response = client.allocate([f"{UUIDS[4]}::1", f"{UUIDS[4]}::0"])
     assert dict(response.container_responses[0].envs) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[4]}
 

@@ -11,7 +11,7 @@ import nvhook.tools.demo
 from nvhook.cli import main
 
 #: the dgx-a100 profile's GPUs 2 and 3: the first two not in MIG mode, which mixed advertises
-#: as nvidia.com/gpu and the preferred allocation picks (NUMA unknown: by index)
+#: as nvidia.com/gpu and the preferred allocation picks (behind one PCIe switch pair, NUMA 1)
 FIRST_WHOLE = [
     "GPU-086c745f-81ed-45b1-b563-f27bba6d7561",
     "GPU-17297365-d66b-40f2-85f4-de7bd1bd8cd3",
