@@ -159,6 +159,38 @@ def test_pass_through_is_runc(shim: Shim, runc: Runc, tmp_path: Path) -> None:
     assert runc.call("state", "no-such-container").returncode != 0  # the comparison means something
 
 
+def test_a_typo_in_the_settings_stops_no_container_without_gpus(
+    shim: Shim, gpu_bundle: GpuBundle, tmp_path: Path
+) -> None:
+    """create, start, state, delete through the shim under real runc, with an invalid config.
+
+    Only the create that asks for a GPU fails (exit 8, nothing started); the shim's log
+    has one warning per call passed through.
+    """
+    typo = shim.with_config(unique_id("typo"), runtime={"mode": "turbo"})
+    helper = typo.runc_for(tmp_path / "state")
+    try:
+        cid = helper.create(gpu_bundle("plain", args=["true"]))
+        assert helper.state(cid)["status"] == "created"
+        helper.start(cid)
+        helper.wait_stopped(cid)
+        assert helper.delete(cid).returncode == 0
+        assert helper.call("list", "-q", check=True).stdout == ""
+        gpu = gpu_bundle("gpu", ["NVIDIA_VISIBLE_DEVICES=0"])
+        before = (gpu / "config.json").read_bytes()
+        failed = helper.call("create", "--bundle", str(gpu), unique_id("typo-gpu"))
+    finally:
+        helper.cleanup()
+    assert failed.returncode == 8
+    assert failed.stderr.startswith(f"nvhook-runtime: {typo.config}: runtime.mode: 'turbo'")
+    assert (gpu / "config.json").read_bytes() == before
+    records = typo.log_records(cid)
+    assert [r["command"] for r in records][:3] == ["create", "state", "start"]
+    assert records[-1]["command"] == "delete"
+    assert {r["level"] for r in records} == {"warning"}
+    assert all("runtime.mode: 'turbo' is not one of" in r["msg"] for r in records)
+
+
 def test_cdi_annotation(
     shim: Shim, shim_runc: Runc, gpu_bundle: GpuBundle, profile: Profile
 ) -> None:
