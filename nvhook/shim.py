@@ -17,7 +17,8 @@ to the user), a non-zero exit, the bundle untouched, and no runtime started.
 Settings that cannot be loaded (a typo in the config file, a FIFO in its place…)
 fail only a ``create`` that asks for GPUs; every other call is passed through with
 one warning line (:func:`_without_settings`; README, "When the settings cannot be
-loaded"), so one typo cannot stop every container on a node.
+loaded"), so one typo cannot stop every container on a node. ``--version`` prints
+nvhook's version, then the runtime's.
 """
 
 from __future__ import annotations
@@ -34,9 +35,12 @@ if TYPE_CHECKING:
     from nvhook.settings import Settings
     from oci.argv import RuntimeArgs
 
-__all__ = ["FALLBACK_RUNTIMES", "find_runtime", "main"]
+__all__ = ["FALLBACK_RUNTIMES", "VERSION", "find_runtime", "main"]
 
 PROG = "nvhook-runtime"
+#: nvhook's version, as in pyproject.toml (a test keeps them equal): printed by
+#: ``--version`` without importing importlib.metadata on every call.
+VERSION = "0.1.0"
 #: Where runc lives on Debian/Ubuntu and most distributions, tried after the configured ones.
 FALLBACK_RUNTIMES = ("/usr/sbin/runc", "/usr/bin/runc")
 #: PATH when the caller gave none (podman's cleanup call).
@@ -165,7 +169,13 @@ def exec_runtime(
     settings: Settings | None,
     started: float,
 ) -> int:
-    """Replace this process with ``runtime`` and the original ``argv``."""
+    """Replace this process with ``runtime`` and the original ``argv``.
+
+    ``--version`` first prints nvhook's version: the runtime's own lines follow (Docker,
+    which reads the default runtime's ``--version``, takes the last line naming a version).
+    """
+    if args is not None and args.version:
+        sys.stdout.write(f"{PROG} version {VERSION}\n")
     sys.stdout.flush()
     sys.stderr.flush()
     try:

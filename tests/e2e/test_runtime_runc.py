@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.mock import Profile
+from nvhook.shim import VERSION
 from tests.e2e.conftest import (
     CTL_MINOR,
     ELF_MAGIC,
@@ -158,6 +159,12 @@ def test_pass_through_is_runc(shim: Shim, runc: Runc, tmp_path: Path) -> None:
         ("state", "no-such-container"),
     ):
         direct, shimmed = runc.call(*args), through.call(*args)
+        if args == ("--version",):  # nvhook's version first, then runc's own lines
+            assert shimmed.stdout.startswith(f"nvhook-runtime version {VERSION}\nrunc version ")
+            assert shimmed.stdout.removeprefix(f"nvhook-runtime version {VERSION}\n") == (
+                direct.stdout
+            )
+            continue
         assert (shimmed.returncode, shimmed.stdout) == (direct.returncode, direct.stdout), args
     assert runc.call("state", "no-such-container").returncode != 0  # the comparison means something
 

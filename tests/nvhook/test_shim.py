@@ -338,6 +338,26 @@ def test_invalid_configuration_fails_only_a_gpu_create(shim: Shim) -> None:
     assert shim.runtime_argv() is None
 
 
+def test_version_prints_nvhooks_then_the_runtimes(shim: Shim) -> None:
+    from nvhook.shim import VERSION
+
+    for flag in ("--version", "-v"):
+        result = shim.run(flag)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"nvhook-runtime version {VERSION}\nfake runc ran: {flag}\n"
+        assert shim.runtime_argv() == [str(shim.tmp), flag]
+
+
+def test_the_version_is_pyprojects() -> None:
+    import tomllib
+    from importlib.metadata import version
+
+    from nvhook.shim import VERSION
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert VERSION == pyproject["project"]["version"] == version("nvhook")
+
+
 def test_cdi_mode_with_annotation(shim: Shim) -> None:
     (shim.spec_dir / "gpu.json").write_text(
         json.dumps(
