@@ -172,7 +172,7 @@ def asks_for_anything(bundle: str, settings: Settings) -> bool:
     try:
         spec = Bundle(bundle).load()
         return parse_requests(spec, Policy.from_settings(settings)).wants_anything
-    except (NvhookError, OciError):
+    except Error:
         return True
 
 

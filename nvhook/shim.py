@@ -109,10 +109,9 @@ def _without_settings(
         runtime = find_runtime(settings.runtime_runtimes)
     except Exception as e:
         return _fail(e, args, settings, started)
-    from nvhook.errors import NvhookError
-    from oci.errors import OciError
+    from oci.errors import Error
 
-    if isinstance(error, (NvhookError, OciError)):
+    if isinstance(error, Error):
         problem = str(error)
     else:
         from nvhook.settings import config_path
