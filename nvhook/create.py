@@ -48,7 +48,15 @@ if TYPE_CHECKING:
     from oci.argv import RuntimeArgs
     from oci.cdi.edits import Edits
 
-__all__ = ["DEFAULT_KIND", "Decision", "Outcome", "decide", "decide_spec", "prepare"]
+__all__ = [
+    "DEFAULT_KIND",
+    "Decision",
+    "Outcome",
+    "asks_for_anything",
+    "decide",
+    "decide_spec",
+    "prepare",
+]
 
 DEFAULT_KIND = "nvidia.com/gpu"
 
@@ -152,6 +160,20 @@ def prepare(args: RuntimeArgs, settings: Settings) -> Outcome:
 
         written = bundle.save(without_prestart_hooks(decision.result))
     return Outcome(decision, written)
+
+
+def asks_for_anything(bundle: str, settings: Settings) -> bool:
+    """Whether the container of ``bundle`` asks for anything under ``settings``' policy.
+
+    Also True when that cannot be told: config.json unreadable or invalid, a request that
+    cannot be parsed. Reads config.json; writes nothing. The shim asks this only when the
+    settings cannot be loaded, to fail a create that asks for GPUs and pass the rest through.
+    """
+    try:
+        spec = Bundle(bundle).load()
+        return parse_requests(spec, Policy.from_settings(settings)).wants_anything
+    except Error:
+        return True
 
 
 def decide(bundle: Bundle, settings: Settings) -> Decision:

@@ -17,14 +17,22 @@ A stale, foreign or unreadable copy is simply re-made, and one that cannot be
 written is not an error; a refused cache directory is reported in ``warnings``.
 
 A missing ``/etc/nvhook/config.toml`` means the defaults; a file named by
-``$NVHOOK_CONFIG`` must exist. An unknown section or key, a wrong type or an
-invalid value is a :class:`~nvhook.errors.ConfigError` naming the file and the key.
+``$NVHOOK_CONFIG`` must exist. The file is read as carefully as a bundle's config.json
+(:func:`oci.bundle.read_regular_file`): opened without blocking, refused unless it is a
+regular file, and at most :data:`MAX_CONFIG_BYTES`. A file that is not a regular file, too
+big, unreadable, not UTF-8 (the error gives the byte offset) or not TOML, an unknown
+section or key, a wrong type or an invalid value is a :class:`~nvhook.errors.ConfigError`
+naming the file (and the key).
+
+When that happens, the runtime shim still passes calls through (README, "When the
+settings cannot be loaded"); :func:`fallback_settings` is what it does so with.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from stat import S_ISREG
 
 from oci import _cache
 from oci._frozen import Frozen
@@ -39,10 +47,13 @@ __all__ = [
     "DEFAULT_CACHE_DIR",
     "DEFAULT_CONFIG_PATH",
     "KEYS",
+    "MAX_CONFIG_BYTES",
+    "PASS_THROUGH_KEYS",
     "Settings",
     "cache_directory",
     "config_path",
     "defaults",
+    "fallback_settings",
     "field_name",
     "load_settings",
     "render_reference",
@@ -53,6 +64,10 @@ CONFIG_ENV = "NVHOOK_CONFIG"
 CACHE_ENV = "NVHOOK_CACHE_DIR"
 DEFAULT_CACHE_DIR = "/run/nvhook"
 _CACHE_FORMAT = 2
+#: The largest settings file read: a real one is a few hundred bytes.
+MAX_CONFIG_BYTES = 256 * 1024
+#: The settings a call passed through uses (the runtime to exec, the log), all in [runtime].
+PASS_THROUGH_KEYS = ("runtime.runtimes", "runtime.log_file", "runtime.log_level")
 
 _LIST = "list of strings"
 _STR = "string"
@@ -247,6 +262,8 @@ def load_settings(
         return defaults()
     except OSError as e:
         _fail(f"{path}: cannot read configuration file: {e.strerror}")
+    if not S_ISREG(st.st_mode):  # a FIFO, /dev/zero, a directory: never opened
+        _fail(f"{path}: not a regular file ({_kind(st.st_mode)}){_NOT_REGULAR_FIX}")
     abspath = os.path.abspath(path)
     key = (_CACHE_FORMAT, abspath, st.st_ino, st.st_size, st.st_mtime_ns)
     directory = cache_dir or cache_directory()
@@ -266,17 +283,88 @@ def defaults() -> Settings:
     return Settings(*_DEFAULTS)
 
 
-def _parse(path: str) -> tuple[Any, ...]:
-    """The values of the file at ``path`` in :data:`KEYS` order (lists as tuples)."""
+#: What to do about a settings file that is not a regular file.
+_NOT_REGULAR_FIX = ": replace it with the TOML settings file"
+
+
+def fallback_settings(path: str | None = None) -> Settings:
+    """What the runtime shim passes calls through with when :func:`load_settings` failed.
+
+    The defaults, except each key of :data:`PASS_THROUGH_KEYS` that the file at ``path``
+    (default: :func:`config_path`) sets to a valid value, when the file can be read
+    safely (a regular file, not too big, UTF-8) and parses as TOML: a typo elsewhere
+    does not lose the configured runtime or log. Never raises; nothing is cached.
+    """
+    settings = defaults()
+    try:
+        data = _load_toml(path if path is not None else config_path()[0])
+    except Exception:  # unreadable or not TOML: the defaults, as documented
+        return settings
+    table = data.get("runtime")
+    if not isinstance(table, dict):
+        return settings
+    changes: dict[str, Any] = {}
+    for key in PASS_THROUGH_KEYS:
+        name = key.partition(".")[2]
+        if name in table and _problem(key, table[name]) is None:
+            value = table[name]
+            changes[field_name(key)] = tuple(value) if isinstance(value, list) else value
+    return settings._replace(**changes)
+
+
+def _load_toml(path: str) -> dict[str, Any]:
+    """The TOML document of the file at ``path``, read like a bundle's config.json."""
     import tomllib
 
+    from oci.bundle import read_regular_file
+
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        raw, _st = read_regular_file(path, limit=MAX_CONFIG_BYTES)
+    except FileNotFoundError:
+        _fail(f"{path}: configuration file not found")
+    except OSError as e:
+        import errno
+
+        if e.errno == errno.EINVAL:
+            _fail(f"{path}: not a regular file{_NOT_REGULAR_FIX}")
+        if e.errno == errno.EFBIG:
+            _fail(
+                f"{path}: {e.strerror}, too big for a settings file (a real one is a few "
+                "lines of TOML): check that this is the right file"
+            )
+        _fail(f"{path}: cannot read configuration file: {e.strerror}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        _fail(
+            f"{path}: not UTF-8: invalid byte 0x{raw[e.start]:02x} at byte offset {e.start}: "
+            "save the file as UTF-8"
+        )
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         _fail(f"{path}: invalid TOML: {e}")
-    except OSError as e:
-        _fail(f"{path}: cannot read configuration file: {e.strerror}")
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, for an error."""
+    import stat
+
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return f"mode {mode:o}"
+
+
+def _parse(path: str) -> tuple[Any, ...]:
+    """The values of the file at ``path`` in :data:`KEYS` order (lists as tuples)."""
+    data = _load_toml(path)
     settings = dict(zip(KEYS, _DEFAULTS, strict=True))
     for section, table in data.items():
         if not isinstance(table, dict):

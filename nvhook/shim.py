@@ -13,6 +13,12 @@ pyroute2, and no ``json``/``dataclasses`` (docs/architecture.md D5; a test check
 A failure is one line on stderr (``nvhook-runtime: …``), the same message in
 runc's log format in the ``--log`` file the caller passed (containerd shows it
 to the user), a non-zero exit, the bundle untouched, and no runtime started.
+
+Settings that cannot be loaded (a typo in the config file, a FIFO in its place…)
+fail only a ``create`` that asks for GPUs; every other call is passed through with
+one warning line (:func:`_without_settings`; README, "When the settings cannot be
+loaded"), so one typo cannot stop every container on a node. ``--version`` prints
+nvhook's version, then the runtime's.
 """
 
 from __future__ import annotations
@@ -29,9 +35,12 @@ if TYPE_CHECKING:
     from nvhook.settings import Settings
     from oci.argv import RuntimeArgs
 
-__all__ = ["FALLBACK_RUNTIMES", "find_runtime", "main"]
+__all__ = ["FALLBACK_RUNTIMES", "VERSION", "find_runtime", "main"]
 
 PROG = "nvhook-runtime"
+#: nvhook's version, as in pyproject.toml (a test keeps them equal): printed by
+#: ``--version`` without importing importlib.metadata on every call.
+VERSION = "0.1.0"
 #: Where runc lives on Debian/Ubuntu and most distributions, tried after the configured ones.
 FALLBACK_RUNTIMES = ("/usr/sbin/runc", "/usr/bin/runc")
 #: PATH when the caller gave none (podman's cleanup call).
@@ -55,6 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from nvhook.settings import load_settings
 
         settings = load_settings(warnings=warnings)
+    except Exception as e:  # ConfigError, or a bug: either way only a GPU create needs them
+        return _without_settings(e, argv, args, started)
+    try:
         _warn(settings, args, started, warnings)
         runtime = find_runtime(settings.runtime_runtimes)
         if args is not None and args.creates and not args.help and args.bundle is not None:
@@ -68,6 +80,58 @@ def main(argv: Sequence[str] | None = None) -> int:
             _log(settings, args, started, {"msg": "pass-through"})
     except Exception as e:
         return _fail(e, args, settings, started)
+    return exec_runtime(runtime, argv, args, settings, started)
+
+
+def _without_settings(
+    error: Exception, argv: Sequence[str], args: RuntimeArgs | None, started: float
+) -> int:
+    """The settings cannot be loaded (``error``): fail a create that asks for GPUs, pass the rest.
+
+    Passed through with :func:`nvhook.settings.fallback_settings` (the configured runtime
+    and log where the file parses as TOML, else the defaults), after one warning line in
+    the shim's log and in the caller's ``--log``. Whether a create asks for GPUs is
+    decided with the built-in default policy, device-list mounts counted too (they are
+    only ever GPU requests): a create that might ask fails visibly with ``error`` rather
+    than starting without its GPUs; one that cannot be read is counted as asking.
+    """
+    settings: Settings | None = None
+    try:
+        from nvhook.settings import fallback_settings
+
+        settings = fallback_settings()
+        if args is not None and args.creates and args.bundle is not None:
+            from nvhook.create import asks_for_anything
+
+            policy = settings._replace(policy_accept_volume_mounts=True)
+            if asks_for_anything(args.bundle, policy):
+                return _fail(error, args, settings, started)
+        runtime = find_runtime(settings.runtime_runtimes)
+    except Exception as e:
+        return _fail(e, args, settings, started)
+    from oci.errors import Error
+
+    if isinstance(error, Error):
+        problem = str(error)
+    else:
+        from nvhook.settings import config_path
+
+        problem = (
+            f"{config_path()[0]}: internal error loading the settings: "
+            f"{type(error).__name__}: {error} (this is a bug)"
+        )
+    command = args.command if args is not None and args.command else "the call"
+    message = (
+        f"{problem}; passing {command} through to {runtime} unchanged "
+        "(only a create that asks for GPUs needs the settings)"
+    )
+    _log(settings, args, started, {"level": "warning", "msg": message})
+    if args is not None and args.log_path:
+        from oci.runclog import write_runc_log
+
+        write_runc_log(
+            args.log_path, "warning", f"{PROG}: {message}", log_format=args.log_format or "text"
+        )
     return exec_runtime(runtime, argv, args, settings, started)
 
 
@@ -104,7 +168,13 @@ def exec_runtime(
     settings: Settings | None,
     started: float,
 ) -> int:
-    """Replace this process with ``runtime`` and the original ``argv``."""
+    """Replace this process with ``runtime`` and the original ``argv``.
+
+    ``--version`` first prints nvhook's version: the runtime's own lines follow (Docker,
+    which reads the default runtime's ``--version``, takes the last line naming a version).
+    """
+    if args is not None and args.version:
+        sys.stdout.write(f"{PROG} version {VERSION}\n")
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-__all__ = ["CONFIG_NAME", "Bundle", "check_spec", "parse_spec"]
+__all__ = ["CONFIG_NAME", "Bundle", "check_spec", "parse_spec", "read_regular_file"]
 
 #: The spec file's name inside a bundle.
 CONFIG_NAME = "config.json"
@@ -77,7 +77,7 @@ class Bundle:
         """Read and parse ``config.json``; raise :class:`SpecError` naming the file and field."""
         cfg = self.config_path
         try:
-            data, st = _read_regular_file(cfg)
+            data, st = read_regular_file(cfg)
         except FileNotFoundError:
             if not os.path.isdir(self.path):
                 raise SpecError(
@@ -123,7 +123,7 @@ class Bundle:
             original, before = self._original, self._stat
         else:
             try:
-                original, before = _read_regular_file(cfg)
+                original, before = read_regular_file(cfg)
             except FileNotFoundError:
                 original, before = None, None
             except OSError as e:
@@ -186,16 +186,29 @@ class Bundle:
         return after
 
 
-def _read_regular_file(path: str) -> tuple[bytes, os.stat_result]:
-    # O_NONBLOCK: a FIFO planted as config.json must not hang the runtime.
+def read_regular_file(path: str, *, limit: int | None = None) -> tuple[bytes, os.stat_result]:
+    """The bytes and ``fstat`` of the regular file at ``path`` (a symlink is followed).
+
+    Opened with ``O_NONBLOCK``, so that a FIFO planted there cannot hang the caller, then
+    refused unless ``fstat`` says it is a regular file (``/dev/zero``, a directory, a FIFO:
+    ``OSError(EINVAL, "not a regular file")``). With ``limit``, a file of more than that
+    many bytes is refused (``OSError(EFBIG)``), whatever its size said when it was opened.
+    """
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
+        if limit is not None and st.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit // 1024} KiB")
+        want = max(st.st_size + 1, 65536) if limit is None else limit + 1
         chunks = []
-        while chunk := os.read(fd, max(st.st_size + 1, 65536)):
+        size = 0
+        while chunk := os.read(fd, want):
             chunks.append(chunk)
+            size += len(chunk)
+            if limit is not None and size > limit:  # it grew since fstat
+                raise OSError(errno.EFBIG, f"larger than {limit // 1024} KiB")
     finally:
         os.close(fd)
     return b"".join(chunks), st

@@ -10,7 +10,11 @@ Every injected hook, in jit mode and in generated CDI specs alike (docs/architec
   an ``LD_PRELOAD`` would be honoured by the dynamic loader for the interpreter
   itself before any Python runs: ``-I`` cannot help there, only the explicit
   environment does (the class of CVE-2025-23266);
-- runs at the lifecycle stage its command needs (:data:`LIFECYCLES`).
+- runs at the lifecycle stage its command needs (:data:`LIFECYCLES`);
+- has the OCI ``timeout`` :data:`HOOK_TIMEOUT_S`: a hook still running then is killed by
+  the runtime, and the create fails with the runtime's message, instead of holding
+  container creation for as long as the hook hangs. CDI has had ``hooks[].timeout``
+  since its earliest supported version, so generated specs stay at ``cdiVersion`` 0.5.0.
 
 :func:`validate_injected_hook` checks all of that; tests of the shim and of
 ``cdi generate`` run it on every hook they find.
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HOOK_ENV",
     "HOOK_PROGRAM",
+    "HOOK_TIMEOUT_S",
     "LIFECYCLES",
     "default_hook_path",
     "ldcache_hook",
@@ -44,6 +49,11 @@ __all__ = [
 HOOK_PROGRAM = "nvhook-hook"
 #: The whole environment of every injected hook: a fixed PATH, nothing from the container.
 HOOK_ENV: tuple[str, ...] = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin",)
+#: The OCI ``timeout`` of every injected hook, in seconds. Above update-ldcache's own 60 s
+#: limit on ldconfig (``LDCONFIG_TIMEOUT_S``: the hook reports a slow ldconfig itself) and
+#: below the kubelet's 2-minute runtime request timeout (so a stuck hook fails the create
+#: with runc's message, not with a kubelet deadline).
+HOOK_TIMEOUT_S = 90
 #: The lifecycle stage of each command.
 LIFECYCLES: dict[str, str] = {
     "update-ldcache": "createContainer",
@@ -77,6 +87,7 @@ def _hook(command: str, args: Iterable[str], hook_path: str) -> Hook:
         path=_check_hook_path(hook_path),
         args=(HOOK_PROGRAM, command, *args),
         env=HOOK_ENV,
+        timeout=HOOK_TIMEOUT_S,
     )
 
 
@@ -145,13 +156,16 @@ def validate_injected_hook(
     path: object
     env: list[str] | None
     stage: str | None
+    timeout: object
     if isinstance(hook, Hook):
         path, args, env, stage = hook.path, list(hook.args), list(hook.env), hook.hook_name
+        timeout = hook.timeout
     else:
         path = hook.get("path")
         args = list(hook.get("args") or [])
         env = list(hook["env"]) if hook.get("env") is not None else None
         stage = hook.get("hookName", lifecycle)
+        timeout = hook.get("timeout")
     problems: list[str] = []
     if not isinstance(path, str) or not path.startswith("/"):
         problems.append(f"path {path!r} is not absolute")
@@ -165,6 +179,8 @@ def validate_injected_hook(
         problems.append("env is missing: the hook would inherit the runtime's environment")
     elif tuple(env) != HOOK_ENV:
         problems.append(f"env must be exactly {list(HOOK_ENV)!r}, got {env!r}")
+    if timeout != HOOK_TIMEOUT_S or type(timeout) is not int:
+        problems.append(f"timeout must be {HOOK_TIMEOUT_S} (seconds), got {timeout!r}")
     if check_launcher and isinstance(path, str) and path.startswith("/"):
         problem = _launcher_problem(path)
         if problem:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.mock import Profile
+from nvhook.shim import VERSION
 from tests.e2e.conftest import (
     CTL_MINOR,
     ELF_MAGIC,
@@ -155,8 +159,99 @@ def test_pass_through_is_runc(shim: Shim, runc: Runc, tmp_path: Path) -> None:
         ("state", "no-such-container"),
     ):
         direct, shimmed = runc.call(*args), through.call(*args)
+        if args == ("--version",):  # nvhook's version first, then runc's own lines
+            assert shimmed.stdout.startswith(f"nvhook-runtime version {VERSION}\nrunc version ")
+            assert shimmed.stdout.removeprefix(f"nvhook-runtime version {VERSION}\n") == (
+                direct.stdout
+            )
+            continue
         assert (shimmed.returncode, shimmed.stdout) == (direct.returncode, direct.stdout), args
     assert runc.call("state", "no-such-container").returncode != 0  # the comparison means something
+
+
+def test_a_typo_in_the_settings_stops_no_container_without_gpus(
+    shim: Shim, gpu_bundle: GpuBundle, tmp_path: Path
+) -> None:
+    """create, start, state, delete through the shim under real runc, with an invalid config.
+
+    Only the create that asks for a GPU fails (exit 8, nothing started); the shim's log
+    has one warning per call passed through.
+    """
+    typo = shim.with_config(unique_id("typo"), runtime={"mode": "turbo"})
+    helper = typo.runc_for(tmp_path / "state")
+    try:
+        cid = helper.create(gpu_bundle("plain", args=["true"]))
+        assert helper.state(cid)["status"] == "created"
+        helper.start(cid)
+        helper.wait_stopped(cid)
+        assert helper.delete(cid).returncode == 0
+        assert helper.call("list", "-q", check=True).stdout == ""
+        gpu = gpu_bundle("gpu", ["NVIDIA_VISIBLE_DEVICES=0"])
+        before = (gpu / "config.json").read_bytes()
+        failed = helper.call("create", "--bundle", str(gpu), unique_id("typo-gpu"))
+    finally:
+        helper.cleanup()
+    assert failed.returncode == 8
+    assert failed.stderr.startswith(f"nvhook-runtime: {typo.config}: runtime.mode: 'turbo'")
+    assert (gpu / "config.json").read_bytes() == before
+    records = typo.log_records(cid)
+    assert [r["command"] for r in records][:3] == ["create", "state", "start"]
+    assert records[-1]["command"] == "delete"
+    assert {r["level"] for r in records} == {"warning"}
+    assert all("runtime.mode: 'turbo' is not one of" in r["msg"] for r in records)
+
+
+#: The shim as its launcher runs it, with the injected hooks' timeout cut to 2 s.
+SHORT_TIMEOUT_SHIM = """import sys
+import nvhook.discover.hooks
+nvhook.discover.hooks.HOOK_TIMEOUT_S = 2
+sys.argv = ["nvhook-runtime", *sys.argv[1:]]
+from nvhook.shim import main
+raise SystemExit(main())
+"""
+
+
+def test_runc_kills_an_injected_hook_past_its_timeout(
+    shim: Shim, gpu_bundle: GpuBundle, tmp_path: Path
+) -> None:
+    """The hooks nvhook injects carry an OCI timeout that runc enforces: a stuck hook fails
+    the create promptly with runc's message instead of holding it.
+
+    Real shim code and real runc; only the value is cut from 90 s to 2 s (the unit tests
+    and golden cases check 90), and ``hook.path`` is a hook that never ends.
+    """
+    stuck = tmp_path / "stuck-hook"
+    stuck.write_text("#!/bin/sh\nexec sleep 600\n")
+    stuck.chmod(0o755)
+    config = shim.with_config(unique_id("stuck"), hook={"path": str(stuck)})
+    bundle = gpu_bundle("b", ["NVIDIA_VISIBLE_DEVICES=0"])
+    cid = unique_id("stuck")
+    argv = ["--root", str(tmp_path / "state"), "create", "--bundle", str(bundle), cid]
+    started = time.monotonic()
+    with open(bundle / "out", "wb") as out, open(bundle / "err", "wb") as err:
+        result = subprocess.run(
+            [sys.executable, "-I", "-c", SHORT_TIMEOUT_SHIM, *argv],
+            env=config.env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            timeout=60,
+            check=False,
+        )
+    elapsed = time.monotonic() - started
+    message = (bundle / "err").read_text()
+    plain = Runc(tmp_path / "state")
+    plain.ids.append(cid)
+    try:
+        assert result.returncode != 0, message
+        assert "hook ran past specified timeout of 2.0s" in message
+        assert elapsed < 30, f"runc took {elapsed:.1f}s to give up on the hook"
+        hooks = json.loads((bundle / "config.json").read_text())["hooks"]["createContainer"]
+        assert {h["path"] for h in hooks} == {str(stuck)}
+        assert {h["timeout"] for h in hooks} == {2}
+        assert plain.call("state", cid).returncode != 0  # no container left behind
+    finally:
+        plain.cleanup()
 
 
 def test_cdi_annotation(

@@ -12,8 +12,11 @@ import pytest
 from nvhook.errors import ConfigError
 from nvhook.settings import (
     KEYS,
+    MAX_CONFIG_BYTES,
+    PASS_THROUGH_KEYS,
     Settings,
     defaults,
+    fallback_settings,
     field_name,
     load_settings,
     render_reference,
@@ -207,3 +210,63 @@ def test_reference_lists_every_key() -> None:
     table = render_reference()
     for key in KEYS:
         assert f"`{key}`" in table
+
+
+def test_a_file_that_is_not_regular_is_refused_before_it_is_opened(tmp_path: Path) -> None:
+    """A FIFO and /dev/zero too, in subprocesses with timeouts: test_shim_failsafe.py."""
+    path = tmp_path / "config.toml"
+    path.mkdir()
+    with pytest.raises(ConfigError) as info:
+        load_settings(str(path))
+    assert str(info.value) == (
+        f"{path}: not a regular file (a directory): replace it with the TOML settings file"
+    )
+
+
+def test_a_file_over_the_cap_is_refused(tmp_path: Path) -> None:
+    text = "[runtime]\n" + "#" * (MAX_CONFIG_BYTES - len("[runtime]\n"))
+    assert load_settings(write(tmp_path, text)) == defaults()  # exactly the cap: read
+    with pytest.raises(ConfigError, match=r"config\.toml: larger than 256 KiB, too big for a"):
+        load_settings(write(tmp_path, text + "#"))
+
+
+def test_invalid_utf8_names_the_byte_offset(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_bytes(b'[runtime]\nmode = "caf\xe9"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(str(path))
+    assert str(info.value) == (
+        f"{path}: not UTF-8: invalid byte 0xe9 at byte offset 21: save the file as UTF-8"
+    )
+
+
+def test_fallback_keeps_the_pass_through_keys_of_a_file_that_parses(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[runtime]\nruntimes = ["/opt/runc"]\nlog_file = "/tmp/x.log"\nlog_level = "debug"\n'
+        'mode = "turbo"\n[policy]\naccept_volume_mounts = true\nbogus = 1\n',
+    )
+    with pytest.raises(ConfigError):
+        load_settings(path)
+    assert PASS_THROUGH_KEYS == ("runtime.runtimes", "runtime.log_file", "runtime.log_level")
+    assert fallback_settings(path) == defaults()._replace(
+        runtime_runtimes=("/opt/runc",), runtime_log_file="/tmp/x.log", runtime_log_level="debug"
+    )  # never the policy, whatever the file says
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'[runtime]\nruntimes = ["/opt/runc"\n',  # not TOML
+        b'[runtime]\nruntimes = ["/opt/r\xffunc"]\n',  # not UTF-8
+        b'[runtime]\nruntimes = "/opt/runc"\nlog_file = "relative.log"\n',  # invalid values
+        b"runtime = 1\n",  # not a table
+    ],
+)
+def test_fallback_is_the_defaults_when_the_keys_cannot_be_read_safely(
+    tmp_path: Path, content: bytes
+) -> None:
+    path = tmp_path / "config.toml"
+    path.write_bytes(content)
+    assert fallback_settings(str(path)) == defaults()
+    assert fallback_settings(str(tmp_path / "absent.toml")) == defaults()

@@ -325,12 +325,37 @@ def test_unreadable_shim_log_never_fails_a_start(shim: Shim) -> None:
     assert shim.runtime_argv() is not None
 
 
-def test_invalid_configuration_fails_every_call(shim: Shim) -> None:
-    shim.config.write_text('[runtime]\nmode = "turbo"\n')
+def test_invalid_configuration_fails_only_a_gpu_create(shim: Shim) -> None:
+    """Every kind of bad file, and each call: tests/nvhook/test_shim_failsafe.py."""
+    shim.config.write_text(shim.config.read_text().replace("[host]", 'mode = "turbo"\n[host]'))
     result = shim.run("state", "c9")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert shim.runtime_argv() == [str(shim.tmp), "state", "c9"]
+    b = shim.bundle(["NVIDIA_VISIBLE_DEVICES=0"])
+    result = shim.run("create", "-b", str(b), "c9")
     assert result.returncode == ExitCode.CONFIG
     assert "runtime.mode" in result.stderr and str(shim.config) in result.stderr
     assert shim.runtime_argv() is None
+
+
+def test_version_prints_nvhooks_then_the_runtimes(shim: Shim) -> None:
+    from nvhook.shim import VERSION
+
+    for flag in ("--version", "-v"):
+        result = shim.run(flag)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"nvhook-runtime version {VERSION}\nfake runc ran: {flag}\n"
+        assert shim.runtime_argv() == [str(shim.tmp), flag]
+
+
+def test_the_version_is_pyprojects() -> None:
+    import tomllib
+    from importlib.metadata import version
+
+    from nvhook.shim import VERSION
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert VERSION == pyproject["project"]["version"] == version("nvhook")
 
 
 def test_cdi_mode_with_annotation(shim: Shim) -> None:

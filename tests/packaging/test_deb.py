@@ -213,13 +213,14 @@ def test_install_use_remove_purge(
         assert os.path.realpath(PREFIX / "bin" / "python") == os.path.realpath("/usr/bin/python3")
         out = subprocess.run(["nvhook", "--version"], capture_output=True, text=True, check=True)
         assert out.stdout == f"nvhook, version {version}\n"
-        # the runtime passes --version through to runc
+        # the runtime prints the package's version, then passes --version through to runc
         shim_version = subprocess.run(
             ["/usr/bin/nvhook-runtime", "--version"], capture_output=True, text=True, check=True
         )
         runc_version = subprocess.run([runc, "--version"], capture_output=True, text=True)
-        assert shim_version.stdout == runc_version.stdout
-        assert shim_version.stdout.startswith("runc version ")
+        ours = f"nvhook-runtime version {version}\n"
+        assert shim_version.stdout == ours + runc_version.stdout
+        assert runc_version.stdout.startswith("runc version ")
         # the conffile, the units (enabled), the manifests
         assert (
             Path("/etc/nvhook/config.toml").read_bytes() == (PACKAGING / "config.toml").read_bytes()

@@ -22,12 +22,15 @@ from pathlib import Path
 import pytest
 
 from nvhook.mock import create, load_profile
+from nvhook.shim import VERSION
 from tests.packaging.debianroot import chroot, debian_root, ok, scratch_copy
 from tests.support.containers import make_bundle, require
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 SUITE = "trixie"
+#: nvhook-runtime --version: nvhook's version, then the (stand-in) runtime's.
+VERSION_LINES = f"nvhook-runtime version {VERSION}\nstand-in runtime 1.0\n"
 PYTHON = "3.13"
 PROFILE = "h100-pcie"
 STAND_IN = """#!/bin/sh
@@ -90,7 +93,7 @@ def test_deb_on_debian_13(root: Path, packages: dict[str, Path], tmp_path: Path)
         '[host]\nroot = "/mock"\n'
     )
     env = {"NVHOOK_CONFIG": "/tmp/nvhook.toml", "NVHOOK_CACHE_DIR": "/tmp/cache"}
-    assert ok(chroot(root, "nvhook-runtime --version", env)) == "stand-in runtime 1.0\n"
+    assert ok(chroot(root, "nvhook-runtime --version", env)) == VERSION_LINES
     ok(chroot(root, "nvhook-runtime --root /run/x state ctr-1", env))
     make_bundle(root / "tmp/bundle", ["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     original = (root / "tmp/bundle/config.json").read_bytes()
@@ -114,7 +117,7 @@ def test_deb_on_debian_13(root: Path, packages: dict[str, Path], tmp_path: Path)
     subprocess.run([str(shim), "--version"], env=host_env, check=True)
     tags = sorted(p.name.split(".")[-2] for p in (root / "tmp/cache").iterdir())
     assert tags == ["py311", "py313"], tags
-    assert ok(chroot(root, "nvhook-runtime --version", env)) == "stand-in runtime 1.0\n"
+    assert ok(chroot(root, "nvhook-runtime --version", env)) == VERSION_LINES
 
     ok(chroot(root, "apt-get purge -y -q nvhook", timeout=600))
     assert not (root / "opt/nvhook").exists()

@@ -11,6 +11,7 @@ import pytest
 from nvhook.discover.hooks import (
     HOOK_ENV,
     HOOK_PROGRAM,
+    HOOK_TIMEOUT_S,
     LIFECYCLES,
     default_hook_path,
     ldcache_hook,
@@ -32,6 +33,7 @@ def test_builders(hook_bin: str) -> None:
         args=(HOOK_PROGRAM, "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu",
               "--folder", "/lib"),
         env=HOOK_ENV,
+        timeout=90,
     )  # fmt: skip
     links = symlinks_hook([("libcuda.so.1", "/usr/lib/libcuda.so")], hook_path=hook_bin)
     assert links.args == (HOOK_PROGRAM, "create-symlinks", "--link",
@@ -42,6 +44,8 @@ def test_builders(hook_bin: str) -> None:
                                                            "enp1s0=eth1"))  # fmt: skip
     for hook in (ld, links, net):
         assert hook.env == ("PATH=/usr/sbin:/usr/bin:/sbin:/bin",)
+        assert hook.timeout == HOOK_TIMEOUT_S == 90
+        assert hook.to_oci()["timeout"] == hook.to_dict()["timeout"] == 90
         validate_injected_hook(hook)
         validate_injected_hook(hook.to_dict())  # CDI form
         validate_injected_hook(hook.to_oci(), lifecycle=hook.hook_name)  # OCI form
@@ -97,6 +101,9 @@ def _oci(hook_bin: str, **changes: Any) -> dict[str, Any]:
         ({"path": "/usr/bin/../bin/nvhook-hook"}, "createContainer", "is not clean"),
         ({"args": ["sh", "-c", "x"]}, "createContainer", "do not start with nvhook-hook"),
         ({"args": ["nvhook-hook", "rm-rf"]}, "createContainer", "do not start with nvhook-hook"),
+        ({"timeout": None}, "createContainer", "timeout must be 90 .seconds., got None"),
+        ({"timeout": 3600}, "createContainer", "timeout must be 90 .seconds., got 3600"),
+        ({"timeout": 90.0}, "createContainer", "timeout must be 90 .seconds., got 90.0"),
     ],
 )
 def test_validate_refuses(
@@ -139,7 +146,14 @@ def test_validate_lists_every_problem_on_one_line(tmp_path: Path) -> None:
     bad = {"path": "rel", "args": ["x"], "env": None}
     with pytest.raises(HookError) as e:
         validate_injected_hook(bad, lifecycle="createContainer")
-    assert str(e.value).count(";") == 2 and "\n" not in str(e.value)
+    assert str(e.value).count(";") == 3 and "\n" not in str(e.value)  # path, args, env, timeout
+
+
+def test_the_timeout_lets_ldconfig_time_out_first_and_beats_the_kubelet() -> None:
+    """runc kills a hook still running after HOOK_TIMEOUT_S (tests/e2e: real runc does)."""
+    from nvhook.hook.update_ldcache import LDCONFIG_TIMEOUT_S
+
+    assert LDCONFIG_TIMEOUT_S + 20 <= HOOK_TIMEOUT_S < 120  # kubelet: --runtime-request-timeout
 
 
 def test_default_hook_path() -> None:

@@ -89,7 +89,8 @@ def test_runtime_ignores_the_callers_python_environment(tmp_path: Path) -> None:
         [str(BIN / "nvhook-runtime"), "--version"], capture_output=True, text=True, env=env
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("runc version")
+    assert result.stdout.startswith("nvhook-runtime version ")
+    assert result.stdout.splitlines()[1].startswith("runc version")
     assert not marker.exists(), f"the caller's environment ran code: {marker.read_text()}"
     # the control: the same environment does run the payload in a plain interpreter
     subprocess.run([sys.executable, "-c", "import nvhook"], env={**env, "PYTHONHOME": ""})
