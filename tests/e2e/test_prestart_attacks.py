@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -38,7 +37,7 @@ from tests.e2e.attack_support import (
     snapshot,
 )
 from tests.e2e.conftest import ELF_MAGIC, NVIDIA_MAJOR, Shim
-from tests.e2e.test_hook_attacks import ENV_CASES, GPU0, HOST_PATH, READ_LIBCUDA, plant
+from tests.e2e.test_hook_attacks import ENV_CASES, GPU0, HOST_PATH, plant
 from tests.e2e.test_prestart_runc import docker_hook, legacy_hook_path
 from tests.nvhook.hook.conftest import Flipper
 from tests.support.containers import Runc, require, unique_id
@@ -85,9 +84,7 @@ def gpu_bundle(directory: Path, busybox: Path, args: list[str], env: list[str]) 
 def refused(stderr: str, message: str) -> None:
     """The container was not created because the prestart hook said exactly ``message``."""
     assert "error running hook" in stderr, stderr
-    assert f"exit status 11, stdout: , stderr: nvhook-hook prestart: {message}\\n" in stderr, (
-        stderr
-    )
+    assert f"exit status 11, stdout: , stderr: nvhook-hook prestart: {message}\\n" in stderr, stderr
 
 
 #: The escape forms of :func:`escape_forms`, and ``/proc/1/root…``: at prestart, the
@@ -97,7 +94,8 @@ PRESTART_FORMS = (*FORMS, "proc-1-root")
 
 def forms(rootfs: Path, target: Path) -> dict[str, str]:
     """Each of :data:`PRESTART_FORMS`: a symlink target reaching the host's ``target``."""
-    return dict(zip(PRESTART_FORMS, [*escape_forms(rootfs, target), f"/proc/1/root{target}"]))
+    targets = [*escape_forms(rootfs, target), f"/proc/1/root{target}"]
+    return dict(zip(PRESTART_FORMS, targets, strict=True))
 
 
 def not_created(runc: Runc, cid: str) -> None:
@@ -325,3 +323,80 @@ def test_ld_files_symlinked_to_host_files(
     assert entries["libcuda.so.1"] == f"{LIBDIR}/libcuda.so.1"
     if name == "conf":
         assert link.read_text() == "include /etc/ld.so.conf.d/*.conf\n"
+
+
+# --------------------------------------------------------------------------- races
+
+RUNC_TRIES = 30  # containers created through runc and the prestart hook while the flipper runs
+DIRECT_TRIES = 150  # device nodes made by the hook's own code while the flipper runs
+
+#: The nodes of the direct tier: one in /dev, one in a directory the hook creates there.
+RACE_NODES = [
+    {"path": "/dev/nvidia0", "type": "c", "major": NVIDIA_MAJOR, "minor": 0},
+    {"path": "/dev/nvidia-caps/nvidia-cap1", "type": "c", "major": 511, "minor": 1},
+]
+
+
+@pytest.mark.slow
+def test_symlinks_swapped_in_while_the_hook_runs_never_escape(
+    hook_runc: Runc, busybox_copy: Path, tmp_path: Path
+) -> None:
+    """A racing process flips directories of the rootfs between real directories and
+    symlinks to host directories (every form, in turn) while the hook works:
+
+    1. the library directory (the hook's bind mounts, links and ld cache: runc makes
+       nothing there in hook mode) and ``/etc/ld.so.conf.d``, while containers are created
+       through runc with the prestart hook, a fixed number of times;
+    2. ``/dev`` while the hook's node-making code runs directly, a fixed number of times,
+       with both safepath implementations. Not through runc: a ``/dev`` swapped under
+       runc 1.1.5 makes runc itself write its ``/dev`` links and nodes on the host by path
+       (see :func:`test_dev_symlinked_to_a_host_dir`).
+
+    The host never changes; the hook did its work in some of the tries."""
+    from nvhook.hook.mountns import _mknod  # the hook's own code, run on the host here
+
+    host = host_tree(tmp_path / "host")
+    (host / "dev" / "nvidia-caps").mkdir(parents=True)
+    bundle = gpu_bundle(tmp_path / "b", busybox_copy, ["true"], [GPU0])
+    rootfs = (bundle / "rootfs").resolve()
+    confd = rootfs / "etc" / "ld.so.conf.d"
+    libdir = rootfs / LIBDIR.lstrip("/")
+    confd.mkdir()
+    libdir.mkdir(parents=True)
+    before = snapshot(host)
+    outcomes: dict[str, int] = {}
+    errors: set[str] = set()
+
+    def count(key: str) -> None:
+        outcomes[key] = outcomes.get(key, 0) + 1
+
+    targets = {
+        confd: list(forms(rootfs, host / "confd").values()),
+        libdir: list(forms(rootfs, host / "lib").values()),
+    }
+    with Flipper(targets, min_swaps=20) as flipper:
+        for _ in range(RUNC_TRIES):
+            result = hook_runc.run(bundle, unique_id("race"), timeout=60)
+            if result.returncode == 0:
+                count("runc-started")
+            else:
+                count("runc-failed")
+                errors.add(result.stderr.rsplit("stderr: ", 1)[-1][:200])
+    swaps = flipper.swaps
+    dev = rootfs / "dev"
+    with Flipper({dev: list(forms(rootfs, host / "dev").values())}, min_swaps=50) as flipper:
+        for i in range(DIRECT_TRIES):
+            impl: Impl = "openat2" if i % 2 else "walk"
+            try:
+                with open_root(str(rootfs), impl=impl) as root:
+                    for node in RACE_NODES:
+                        _mknod(root, node)
+                count("direct-made")
+            except (HookError, OSError) as e:
+                count("direct-refused")
+                errors.add(str(e)[:200])
+    swaps += flipper.swaps
+    assert snapshot(host) == before, (outcomes, sorted(errors))
+    assert outcomes.get("runc-started", 0) > 0, (outcomes, sorted(errors))
+    assert outcomes.get("direct-made", 0) > 0, (outcomes, sorted(errors))
+    assert swaps >= 70
