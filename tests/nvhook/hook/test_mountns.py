@@ -29,7 +29,7 @@ def test_a_child_error_is_raised_in_the_parent() -> None:
     def fail() -> None:
         raise HookError("refusing this")
 
-    with pytest.raises(HookError, match="^refusing this$"):
+    with pytest.raises(HookError, match=r"^refusing this$"):
         mountns._in_child(fail, timeout=30)
     mountns._in_child(lambda: None, timeout=30)  # and a child that succeeds is fine
 
@@ -49,5 +49,5 @@ def test_too_many_nodes_or_mounts_are_refused_before_anything(
         mountns.inject(os.getpid(), "/nonexistent", **items)
     # at the bound itself, the next check speaks: this process is no container
     items[what] = items[what][:3]
-    with pytest.raises(HookError, match="shares this hook.s mount namespace"):
+    with pytest.raises(HookError, match=r"shares this hook.s mount namespace"):
         mountns.inject(os.getpid(), "/nonexistent", **items)
