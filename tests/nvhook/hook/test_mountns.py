@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import pytest
 
@@ -42,12 +43,12 @@ def test_too_many_nodes_or_mounts_are_refused_before_anything(
     monkeypatch.setattr(mountns, "MAX_MOUNTS", 3)
     device = {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}
     mount = {"source": "/nonexistent", "destination": "/x", "options": ["ro"]}
-    items = {"devices": [device] * 3, "mounts": [mount] * 3}
-    items[what] = items[what] * 2
+    many = 6 if what == "devices" else 3
+    devices: list[dict[str, Any]] = [device] * many
+    mounts: list[dict[str, Any]] = [mount] * (9 - many)
     name = "device nodes" if what == "devices" else "mounts"
     with pytest.raises(HookError, match=rf"^refusing to inject 6 {name} \(at most 3\)$"):
-        mountns.inject(os.getpid(), "/nonexistent", **items)
+        mountns.inject(os.getpid(), "/nonexistent", devices=devices, mounts=mounts)
     # at the bound itself, the next check speaks: this process is no container
-    items[what] = items[what][:3]
     with pytest.raises(HookError, match=r"shares this hook.s mount namespace"):
-        mountns.inject(os.getpid(), "/nonexistent", **items)
+        mountns.inject(os.getpid(), "/nonexistent", devices=devices[:3], mounts=mounts[:3])
