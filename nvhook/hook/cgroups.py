@@ -9,9 +9,11 @@ the cost: an engine or systemd that re-applies the cgroup from the spec drops th
   in the host's cgroup namespace, so the path is absolute), the controller's mount from
   ``/proc/self/mountinfo``, and each rule written to its ``devices.allow``
   (``c 195:0 rwm``), one write per rule, as the kernel parses them.
-- **cgroup v2** (unified only) controls devices with an eBPF program that runc attaches
-  to the container's cgroup; replacing it is not implemented. The hook refuses with
-  an error saying to use ``nvhook-runtime``, which puts the rules in the spec.
+- **cgroup v2** (unified only, no v1 ``devices`` controller for the pid) controls devices
+  with eBPF programs that runc attaches to the container's cgroup: each is replaced by one
+  that allows exactly the new nodes, then runs the old program's own instructions
+  (:mod:`nvhook.hook.cgroup_bpf`, imported only on this path). The cgroup is the pid's
+  ``0::`` line under the ``cgroup2`` mount of ``/proc/self/mountinfo``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-__all__ = ["allow_devices", "devices_cgroup", "rule_line"]
+__all__ = ["allow_devices", "devices_cgroup", "rule_line", "unified_cgroup"]
 
 
 def rule_line(rule: dict[str, Any]) -> str:
@@ -44,23 +46,28 @@ def rule_line(rule: dict[str, Any]) -> str:
     return f"{kind} {majors}:{minors} {access}"
 
 
-def devices_cgroup(pid: int, *, proc: str = "/proc") -> str:
-    """The directory of ``pid``'s v1 ``devices`` cgroup on this host."""
+def _cgroup_paths(pid: int, proc: str) -> dict[str, str]:
+    """``pid``'s cgroups: each v1 controller, and ``""`` for the unified one -> its path."""
     try:
         with open(f"{proc}/{pid}/cgroup") as f:
             lines = f.read().splitlines()
     except OSError as e:
         raise HookError(f"cannot read {proc}/{pid}/cgroup: {e.strerror}") from None
-    relative = None
+    paths: dict[str, str] = {}
     for line in lines:
         _, controllers, path = line.split(":", 2)
-        if "devices" in controllers.split(","):
-            relative = path
-            break
+        for controller in controllers.split(","):
+            paths.setdefault(controller, path)
+    return paths
+
+
+def devices_cgroup(pid: int, *, proc: str = "/proc") -> str:
+    """The directory of ``pid``'s v1 ``devices`` cgroup on this host."""
+    relative = _cgroup_paths(pid, proc).get("devices")
     if relative is None:
         raise HookError(
-            "the container's device cgroup is cgroup v2 (eBPF), which hook mode cannot "
-            "extend: use nvhook-runtime as the runtime (nvhook runtime configure)"
+            f"pid {pid} has no cgroup v1 devices controller: its device cgroup is cgroup "
+            "v2 (eBPF) or absent"
         )
     mount_root, mount_point = _devices_mount(proc)
     if mount_root != "/":
@@ -74,6 +81,34 @@ def devices_cgroup(pid: int, *, proc: str = "/proc") -> str:
     if any(p in (".", "..") for p in parts):
         raise HookError(f"unexpected devices cgroup path {relative!r} of pid {pid}")
     return os.path.join(mount_point, *parts)
+
+
+def unified_cgroup(pid: int, *, proc: str = "/proc") -> str:
+    """The directory of ``pid``'s cgroup v2 (its ``0::`` line under the cgroup2 mount)."""
+    relative = _cgroup_paths(pid, proc).get("")
+    if relative is None:
+        raise HookError(f"pid {pid} is in no cgroup v1 devices controller nor cgroup v2")
+    point = None
+    for fields in _mountinfo(proc):
+        sep = fields.index("-")
+        if fields[sep + 1] == "cgroup2" and fields[3] == "/":
+            point = _unescape(fields[4])
+            break
+    if point is None:
+        raise HookError("no cgroup2 hierarchy is mounted on this host")
+    parts = [p for p in relative.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise HookError(f"unexpected cgroup v2 path {relative!r} of pid {pid}")
+    return os.path.join(point, *parts)
+
+
+def _mountinfo(proc: str) -> list[list[str]]:
+    try:
+        with open(f"{proc}/self/mountinfo") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise HookError(f"cannot read {proc}/self/mountinfo: {e.strerror}") from None
+    return [fields for fields in (line.split(" ") for line in lines) if "-" in fields]
 
 
 def _devices_mount(proc: str) -> tuple[str, str]:
@@ -110,7 +145,16 @@ def _unescape(field: str) -> str:
 
 
 def allow_devices(pid: int, rules: Sequence[dict[str, Any]], *, proc: str = "/proc") -> str:
-    """Write each allow rule into ``pid``'s ``devices.allow``; return the cgroup directory."""
+    """Allow each allow rule in ``pid``'s device cgroup; return the cgroup directory.
+
+    cgroup v1: one write per rule to ``devices.allow``. cgroup v2: the device programs
+    attached to the cgroup are extended (:func:`nvhook.hook.cgroup_bpf.extend`)."""
+    if "devices" not in _cgroup_paths(pid, proc):
+        directory = unified_cgroup(pid, proc=proc)
+        from nvhook.hook.cgroup_bpf import extend
+
+        extend(directory, rules)
+        return directory
     directory = devices_cgroup(pid, proc=proc)
     lines = [rule_line(r) for r in rules if r.get("allow")]
     if not lines:

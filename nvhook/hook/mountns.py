@@ -21,6 +21,11 @@ namespace and inside the rootfs, never in the host's:
    ever joined onto the rootfs and handed to the kernel;
 4. then the caller's remaining steps (ld cache, links) run in the same child.
 
+The work is bounded, since dockerd gives the hook no OCI ``timeout`` and runc would wait
+for it forever: at most :data:`MAX_DEVICES` nodes and :data:`MAX_MOUNTS` mounts (checked
+before anything is done), and the child is killed when it has not finished within
+:data:`INJECT_TIMEOUT_S` (ldconfig has its own, shorter, time box inside it).
+
 Why the new mount API: a classic ``mount(MS_BIND)`` refuses a source from another
 mount namespace (``EINVAL``), so sources opened on the host could not be bind-mounted
 after ``setns``; a detached tree from ``open_tree`` can be attached in any namespace
@@ -34,8 +39,11 @@ import contextlib
 import ctypes
 import os
 import posixpath
+import select
+import signal
 import stat
 import sys
+import time
 
 from nvhook.errors import HookError
 
@@ -44,7 +52,23 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
-__all__ = ["MOUNT_FLAGS", "clone_mount", "inject", "mount_attributes"]
+__all__ = [
+    "INJECT_TIMEOUT_S",
+    "MAX_DEVICES",
+    "MAX_MOUNTS",
+    "MOUNT_FLAGS",
+    "clone_mount",
+    "inject",
+    "mount_attributes",
+]
+
+#: The most device nodes and bind mounts one injection makes (all 8 GPUs of a DGX with
+#: every MIG instance need a few hundred): a bound, not a policy.
+MAX_DEVICES = 4096
+MAX_MOUNTS = 4096
+#: How long the injecting child may take, ldconfig (LDCONFIG_TIMEOUT_S, 60 s) included;
+#: packaging/oci-hooks.d's ``timeout`` is above it.
+INJECT_TIMEOUT_S = 90.0
 
 # <linux/mount.h>, the same numbers on every architecture of the common syscall table
 _SYS_OPEN_TREE = 428
@@ -172,6 +196,12 @@ def inject(
     Raises :class:`HookError` naming what failed; what was done before stays (runc
     destroys a container whose prestart hook fails).
     """
+    for what, items, most in (
+        ("device nodes", devices, MAX_DEVICES),
+        ("mounts", mounts, MAX_MOUNTS),
+    ):
+        if len(items) > most:
+            raise HookError(f"refusing to inject {len(items)} {what} (at most {most})")
     if _parent_of(pid) != os.getppid():
         raise HookError(
             f"pid {pid} of the container state is not a child of the runtime that started "
@@ -196,8 +226,10 @@ def inject(
         os.close(ns_fd)
 
 
-def _in_child(work: Callable[[], None]) -> None:
-    """Run ``work`` in a forked child; its :class:`HookError` is raised here."""
+def _in_child(work: Callable[[], None], *, timeout: float = INJECT_TIMEOUT_S) -> None:
+    """Run ``work`` in a forked child; its :class:`HookError` is raised here.
+
+    A child still running after ``timeout`` seconds is killed (SIGKILL) and reported."""
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -219,13 +251,35 @@ def _in_child(work: Callable[[], None]) -> None:
                 sys.stderr.flush()
             os._exit(status)
     os.close(write_end)
-    chunks = []
-    with os.fdopen(read_end, "rb") as f:
-        chunks.append(f.read())
+    try:
+        chunks = _read_until_eof(read_end, time.monotonic() + timeout)
+    finally:
+        os.close(read_end)
+    if chunks is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise HookError(f"the injection did not finish within {timeout:g}s: killed it")
     _, wait_status = os.waitpid(pid, 0)
     message = b"".join(chunks).decode(errors="replace")
     if os.waitstatus_to_exitcode(wait_status) != 0:
         raise HookError(message or f"the injecting child failed (wait status {wait_status})")
+
+
+def _read_until_eof(fd: int, deadline: float) -> list[bytes] | None:
+    """What ``fd`` gives until its end; None when ``deadline`` (monotonic) comes first."""
+    chunks: list[bytes] = []
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(max(1, int(left * 1000))):
+            if time.monotonic() >= deadline:
+                return None
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return chunks
+        chunks.append(chunk)
 
 
 def _setns(fd: int) -> None:
@@ -246,12 +300,15 @@ def _inside(  # pragma: no cover - runs in the child
     trees: Sequence[tuple[dict[str, Any], int]],
     then: Callable[[], None] | None,
 ) -> None:
+    # imported on the host's side: after setns, paths are looked up in the container's
+    # mount namespace
+    from nvhook.hook.safepath import open_root
+
     try:
         _setns(ns_fd)
     except OSError as e:
         raise HookError(f"cannot enter the container's mount namespace: {e.strerror}") from None
     os.umask(0)
-    from nvhook.hook.safepath import open_root
 
     with open_root(rootfs) as root:
         for device in devices:

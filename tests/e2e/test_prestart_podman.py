@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.hook.mountns import INJECT_TIMEOUT_S
 from nvhook.mock import Profile
 from tests.e2e.conftest import PROBE_ARGS, Shim, expected_smi_uuids, parse_probe
 from tests.support.containers import Podman
@@ -25,6 +26,8 @@ PACKAGED = Path(__file__).parents[2] / "packaging/oci-hooks.d/oci-nvhook-hook.js
 def test_packaged_hook_file(podman: Podman, shim: Shim, profile: Profile, tmp_path: Path) -> None:
     hook = json.loads(PACKAGED.read_text())
     assert hook["stages"] == ["prestart"] and hook["hook"]["args"] == ["nvhook-hook", "prestart"]
+    # the runtime kills the hook after `timeout` s: above the hook's own bound on its work
+    assert hook["hook"]["timeout"] > INJECT_TIMEOUT_S
     hook["hook"]["path"] = str(Path(sys.executable).parent / "nvhook-hook")
     hook["hook"]["env"] = [*hook["hook"]["env"], f"NVHOOK_CONFIG={shim.config}"]
     hooks_dir = tmp_path / "hooks.d"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.errors import HookError
-from nvhook.hook.cgroups import allow_devices, devices_cgroup, rule_line
+from nvhook.hook.cgroups import allow_devices, devices_cgroup, rule_line, unified_cgroup
 
 MOUNTINFO_V1 = (
     "30 25 0:26 / /sys/fs/cgroup/devices rw,nosuid - cgroup cgroup rw,devices\n"
@@ -53,10 +53,37 @@ def test_mount_root_is_stripped(tmp_path: Path) -> None:
     assert devices_cgroup(42, proc=str(proc)) == "/cg/c1"
 
 
-def test_v2_only_is_refused_with_the_fix(tmp_path: Path) -> None:
+def test_v2_only_has_no_v1_devices_cgroup(tmp_path: Path) -> None:
     proc = _proc(tmp_path, "0::/system.slice/c1\n")
-    with pytest.raises(HookError, match=r"cgroup v2.*nvhook-runtime"):
+    with pytest.raises(HookError, match=r"no cgroup v1 devices controller.*cgroup v2"):
         devices_cgroup(42, proc=str(proc))
+
+
+def test_v2_cgroup_dir(tmp_path: Path) -> None:
+    """The unified cgroup is found under the cgroup2 mount (tests/nvhook/hook/test_cgroup_bpf.py
+    extends a real one's device program)."""
+    proc = _proc(tmp_path, "0::/system.slice/c1\n")
+    assert unified_cgroup(42, proc=str(proc)) == "/sys/fs/cgroup/unified/system.slice/c1"
+    with pytest.raises(HookError, match="unexpected cgroup v2 path"):
+        unified_cgroup(42, proc=str(_proc(tmp_path / "x", "0::/a/../b\n")))
+
+
+def test_v2_rules_extend_the_device_programs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nvhook.hook import cgroup_bpf
+
+    calls: list[tuple[str, list[dict[str, object]]]] = []
+
+    def extend(directory: str, rules: list[dict[str, object]]) -> int:
+        calls.append((directory, list(rules)))
+        return 1
+
+    monkeypatch.setattr(cgroup_bpf, "extend", extend)
+    proc = _proc(tmp_path, "0::/c1\n")
+    rules: list[dict[str, object]] = [{"allow": True, "type": "c", "major": 195, "minor": 0}]
+    assert allow_devices(42, rules, proc=str(proc)) == "/sys/fs/cgroup/unified/c1"
+    assert calls == [("/sys/fs/cgroup/unified/c1", rules)]
 
 
 def test_allow_writes_one_rule_per_write(tmp_path: Path) -> None:
