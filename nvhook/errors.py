@@ -16,6 +16,8 @@ Hierarchy (the root, :class:`oci.errors.Error`, is shared with the ``oci`` error
         │   └── UnknownProfileError  no mock profile has that name (a usage error: exit 2)
         ├── WorkdirError       a working directory cannot be created or written (demo --dir)
         ├── RuntimeNotFound    no low-level runtime (runc/crun) to exec
+        ├── ContainerEngineError  a private containerd, its CRI or an image tool (umoci,
+        │                      skopeo) that the demo drives failed
         ├── HookError          a hook refused to act (path escaping the rootfs, conflicting link)
         └── EngineConfigError  an engine's config file (containerd, Docker, CRI-O, podman) is
             │                  invalid or unsupported: `nvhook runtime configure` changed nothing
@@ -28,6 +30,7 @@ from oci.errors import Error, ExitCode
 
 __all__ = [
     "ConfigError",
+    "ContainerEngineError",
     "DriverError",
     "EngineConfigError",
     "EngineWriteError",
@@ -81,6 +84,10 @@ class WorkdirError(NvhookError):
 
 
 class RuntimeNotFound(NvhookError):
+    exit_code = ExitCode.RUNTIME
+
+
+class ContainerEngineError(NvhookError):
     exit_code = ExitCode.RUNTIME
 
 

@@ -21,11 +21,12 @@ reaches ``nvhook.cli``, ``nvhook.engines``, ``nvhook.mock`` or ``nvhook.tools``,
 or pydantic. A failure names the chain of imports that gets there.
 
 Rule C, heavy libraries have one home each: pynvml only in ``nvhook.devices.nvml``, grpc only
-in ``nvhook.deviceplugin.server``, protobuf (``google``) only in the generated
-``nvhook.deviceplugin.v1beta1``, pydantic only in ``nvhook.deviceplugin.config``,
-pyroute2 only in ``nvhook.hook.netdev``, click only in ``nvhook.cli``, tomlkit only in
-``nvhook.engines``, jsonschema and referencing only in ``oci.cdi.validate`` (type-only
-imports included), so what each costs is paid in one place.
+in ``nvhook.deviceplugin.server`` and ``nvhook.cri.client`` (the two gRPC APIs, the device
+plugin's and CRI's, each with one module that speaks it), protobuf (``google``) only in the
+generated ``nvhook.deviceplugin.v1beta1`` and ``nvhook.cri.v1``, pydantic only in
+``nvhook.deviceplugin.config``, pyroute2 only in ``nvhook.hook.netdev``, click only in
+``nvhook.cli``, tomlkit only in ``nvhook.engines``, jsonschema and referencing only in
+``oci.cdi.validate`` (type-only imports included), so what each costs is paid in one place.
 
 Each rule is also run on a planted tree with a bad import, to show it fails when violated.
 ``tests/nvhook/test_shim_imports.py`` checks the other side: what the shim really loads.
@@ -53,17 +54,19 @@ OCI_NEVER = ("nvhook", "click", "pynvml", "pyroute2", "pydantic", "tomlkit")
 #: What the start path (rule B) must never reach: packages of nvhook, and libraries.
 START_PATH_NEVER = ("nvhook.cli", "nvhook.engines", "nvhook.mock", "nvhook.tools")
 START_PATH_NEVER_LIBRARIES = ("click", "pydantic", "grpc", "google")
-#: Rule C: library -> the module or package that alone may import it.
-HOMES = {
-    "pynvml": "nvhook.devices.nvml",
-    "pyroute2": "nvhook.hook.netdev",
-    "click": "nvhook.cli",
-    "tomlkit": "nvhook.engines",
-    "jsonschema": "oci.cdi.validate",
-    "referencing": "oci.cdi.validate",
-    "grpc": "nvhook.deviceplugin.server",
-    "google": "nvhook.deviceplugin.v1beta1",  # protobuf, through the generated api_pb2
-    "pydantic": "nvhook.deviceplugin.config",
+#: Rule C: library -> the modules or packages that alone may import it.
+HOMES: dict[str, tuple[str, ...]] = {
+    "pynvml": ("nvhook.devices.nvml",),
+    "pyroute2": ("nvhook.hook.netdev",),
+    "click": ("nvhook.cli",),
+    "tomlkit": ("nvhook.engines",),
+    "jsonschema": ("oci.cdi.validate",),
+    "referencing": ("oci.cdi.validate",),
+    # the two gRPC APIs: the device plugin's (and kubelet's side of it), and CRI's client
+    "grpc": ("nvhook.deviceplugin.server", "nvhook.cri.client"),
+    # protobuf, through the generated api_pb2 of each
+    "google": ("nvhook.deviceplugin.v1beta1", "nvhook.cri.v1"),
+    "pydantic": ("nvhook.deviceplugin.config",),
 }
 
 
@@ -262,9 +265,10 @@ def home_violations(root: Path) -> list[str]:
     """Rule C's violations in the tree under ``root``."""
     out = []
     for imp in all_imports(root):
-        home = HOMES.get(imp.target.split(".")[0])
-        if home is not None and not _within(imp.source, home):
-            out.append(f"{imp.source} (line {imp.line}) imports {imp.target}: only {home} may")
+        homes = HOMES.get(imp.target.split(".")[0])
+        if homes is not None and not any(_within(imp.source, h) for h in homes):
+            only = " or ".join(homes)
+            out.append(f"{imp.source} (line {imp.line}) imports {imp.target}: only {only} may")
     return out
 
 
@@ -447,9 +451,14 @@ def test_rule_c_fails_on_a_planted_import(tmp_path: Path) -> None:
             "nvhook/devices/nvml.py": "def f():\n    import pynvml\n",
             "nvhook/cli/info.py": "import click\n",
             "nvhook/devices/gpus.py": "if TYPE_CHECKING:\n    import pynvml\n",  # types only
+            "nvhook/cri/client.py": "import grpc\n",  # one of grpc's two homes: fine
+            "nvhook/cri/v1/api_pb2.py": "from google.protobuf import descriptor\n",
+            "nvhook/cri/images.py": "import grpc\n",
         },
     )
     assert home_violations(root) == [
+        "nvhook.cri.images (line 1) imports grpc: "
+        "only nvhook.deviceplugin.server or nvhook.cri.client may",
         "nvhook.devices.gpus (line 2) imports pynvml: only nvhook.devices.nvml may",
         "nvhook.tools.generate (line 1) imports click: only nvhook.cli may",
     ]

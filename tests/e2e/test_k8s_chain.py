@@ -21,24 +21,22 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 import pytest
 
 from nvhook.cli import main
+from nvhook.cri.client import CriClient
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_config
 from nvhook.edits import Host
 from nvhook.mock import Profile
-from tests.e2e.conftest import PROBE, Shim, parse_probe
-from tests.e2e.test_cri import K8S, PATH, PAUSE_IMAGE, Cri, _cri_log, cri, pause_image_tar
-from tests.support.containers import BUSYBOX_IMAGE, Containerd, require, unique_id
+from tests.e2e.conftest import Shim, parse_probe
+from tests.e2e.test_cri import K8S, run_pod
+from tests.support.containers import Containerd, require, unique_id
+from tests.support.images import PAUSE_IMAGE, pause_image_tar
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime, pytest.mark.slow]
-
-__all__ = ["cri"]  # the CRI stubs fixture, shared with test_cri
 
 
 @pytest.fixture(scope="module")
@@ -95,58 +93,8 @@ def plugin(k8s_shim: Shim) -> Iterator[tuple[Kubelet, PluginClient]]:
         directory.rmdir()
 
 
-def run_allocated(cri_client: Cri, allocation: dict[str, Any], logs: Path) -> str:
-    """A pod with handler ``nvidia`` and one container running ``PROBE``, its CRI config
-    carrying ``allocation`` (:func:`create_container_config`); the container's output."""
-    pb, stub = cri_client.pb, cri_client.stub
-    name = unique_id("pod")
-    pod = pb.PodSandboxConfig(
-        metadata=pb.PodSandboxMetadata(name=name, uid=name, namespace="nvhook-test"),
-        log_directory=str(logs),
-        linux=pb.LinuxPodSandboxConfig(
-            security_context=pb.LinuxSandboxSecurityContext(
-                namespace_options=pb.NamespaceOption(network=pb.NODE)
-            )
-        ),
-    )
-    sandbox = stub.RunPodSandbox(
-        pb.RunPodSandboxRequest(config=pod, runtime_handler="nvidia"), timeout=60
-    ).pod_sandbox_id
-    try:
-        envs = {**allocation["envs"], "PATH": PATH}
-        config = pb.ContainerConfig(
-            metadata=pb.ContainerMetadata(name="probe"),
-            image=pb.ImageSpec(image=BUSYBOX_IMAGE),
-            command=["/bin/sh", "-c", PROBE],
-            envs=[pb.KeyValue(key=k, value=v) for k, v in envs.items()],
-            mounts=[
-                pb.Mount(container_path=c, host_path=h, readonly=ro)
-                for c, h, ro in allocation["mounts"]
-            ],
-            devices=[
-                pb.Device(container_path=c, host_path=h, permissions=p)
-                for c, h, p in allocation["devices"]
-            ],
-            annotations=allocation["annotations"],
-            CDI_devices=[pb.CDIDevice(name=n) for n in allocation["cdi_devices"]],
-            log_path="probe.log",
-        )
-        request = pb.CreateContainerRequest(
-            pod_sandbox_id=sandbox, config=config, sandbox_config=pod
-        )
-        container = stub.CreateContainer(request, timeout=60).container_id
-        stub.StartContainer(pb.StartContainerRequest(container_id=container), timeout=60)
-        status = cri_client._wait_exited(container)
-        assert status.exit_code == 0, status
-        return _cri_log(logs / "probe.log")
-    finally:
-        stub.StopPodSandbox(pb.StopPodSandboxRequest(pod_sandbox_id=sandbox), timeout=60)
-        stub.RemovePodSandbox(pb.RemovePodSandboxRequest(pod_sandbox_id=sandbox), timeout=60)
-
-
 def test_allocated_gpus_are_the_container_s_gpus(
     k8s_containerd: Containerd,
-    cri: tuple[ModuleType, ModuleType],
     plugin: tuple[Kubelet, PluginClient],
     profile: Profile,
     tmp_path: Path,
@@ -167,12 +115,10 @@ def test_allocated_gpus_are_the_container_s_gpus(
     assert value == ",".join(f"nvidia.com/gpu={u}" for u in first)
     assert one["envs"] == {"NVIDIA_VISIBLE_DEVICES": "void"}
 
-    client = Cri(k8s_containerd.address, cri)
-    try:
-        seen_one = parse_probe(run_allocated(client, one, tmp_path / "one"))
-        seen_two = parse_probe(run_allocated(client, two, tmp_path / "two"))
-    finally:
-        client.channel.close()
+    with CriClient(k8s_containerd.address) as client:
+        *_, out_one = run_pod(client, "nvidia", tmp_path / "one", {}, allocation=one)
+        *_, out_two = run_pod(client, "nvidia", tmp_path / "two", {}, allocation=two)
+    seen_one, seen_two = parse_probe(out_one), parse_probe(out_two)
     assert seen_one.gpu_uuids == first
     assert seen_two.gpu_uuids == rest
     by_uuid = {g.uuid: g.minor for g in profile.gpus}

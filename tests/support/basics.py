@@ -11,15 +11,18 @@ import itertools
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
+from nvhook.errors import ContainerEngineError
+
 __all__ = [
     "Json",
     "Result",
+    "fail_on_engine_error",
     "in_ci",
     "missing",
     "require",
@@ -92,6 +95,15 @@ def run_command(
             pytrace=False,
         )
     return proc
+
+
+@contextlib.contextmanager
+def fail_on_engine_error() -> Iterator[None]:
+    """Fail the test readably when nvhook's containerd or image helpers raise."""
+    try:
+        yield
+    except ContainerEngineError as e:
+        pytest.fail(e.message, pytrace=False)
 
 
 def rmdir_if_empty(*paths: str) -> None:

@@ -1,7 +1,8 @@
 """OCI bundles for real runc: a static-busybox rootfs and config.json from ``runc spec``.
 
 The rootfs is built once per process from the host's ``/usr/bin/busybox``, which must be
-statically linked (Debian's busybox-static), and copied for each bundle.
+statically linked (Debian's busybox-static), by :func:`nvhook.tools.images.busybox_rootfs`
+(the demo's images have the same tree), and copied for each bundle.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from nvhook.tools import images
 from tests.support.basics import Json, missing, require
 
 __all__ = ["allow_device", "busybox_rootfs", "char_device", "make_bundle"]
@@ -25,31 +27,11 @@ _template: Path | None = None
 
 def _build_template() -> Path:
     require(_BUSYBOX)
-    with open(_BUSYBOX, "rb") as f:
-        head = f.read(4096)
-    if b"ld-linux" in head:
+    if not images.is_static(_BUSYBOX):
         missing(f"{_BUSYBOX} is dynamically linked (install busybox-static)")
     top = Path(tempfile.mkdtemp(prefix="nvhook-busybox-"))
     atexit.register(shutil.rmtree, top, True)
-    rootfs = top / "rootfs"
-    for d in ("bin", "sbin", "usr/bin", "usr/sbin", "etc", "dev", "proc", "sys", "tmp", "root"):
-        (rootfs / d).mkdir(parents=True)
-    (rootfs / "tmp").chmod(0o1777)
-    shutil.copy2(_BUSYBOX, rootfs / "bin" / "busybox")
-    listing = subprocess.run(
-        [_BUSYBOX, "--list-full"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    for full in listing:
-        name = full.rsplit("/", 1)[-1]
-        for link in {f"bin/{name}", full}:
-            target = rootfs / link
-            if not target.exists() and not target.is_symlink():
-                target.symlink_to("/bin/busybox")
-    (rootfs / "etc" / "passwd").write_text(
-        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
-    )
-    (rootfs / "etc" / "group").write_text("root:x:0:\nvideo:x:44:\nnogroup:x:65534:\n")
-    return rootfs
+    return images.busybox_rootfs(top / "rootfs", busybox=_BUSYBOX)
 
 
 def busybox_rootfs(dest: Path) -> Path:

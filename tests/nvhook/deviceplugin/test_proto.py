@@ -21,19 +21,28 @@ def test_the_proto_is_upstream_s() -> None:
     assert "Apache License" in (HERE / "LICENSE").read_text()
 
 
-def test_the_generated_modules_are_protoc_s_output(tmp_path: Path) -> None:
+def assert_protoc_output(include: Path, proto: str, tmp_path: Path, regenerate: str) -> None:
+    """protoc's ``--python_out`` and ``--pyi_out`` for ``include/proto`` (run with ``-I`` the
+    copy's root, so the descriptor keeps the name ``proto``) equal the checked-in files."""
     pytest.importorskip("grpc_tools", reason="grpcio-tools is a test dependency")
     out = tmp_path / "out"
-    (out / "v1beta1").mkdir(parents=True)
-    (out / "v1beta1/api.proto").write_bytes((HERE / "api.proto").read_bytes())
+    (out / proto).parent.mkdir(parents=True)
+    (out / proto).write_bytes((include / proto).read_bytes())
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", f"-I{out}", f"--python_out={out}",
-         f"--pyi_out={out}", "v1beta1/api.proto"],
+         f"--pyi_out={out}", proto],
         check=True, cwd=out,
     )  # fmt: skip
-    for name in ("api_pb2.py", "api_pb2.pyi"):
-        fresh = (out / "v1beta1" / name).read_text()
-        assert fresh == (HERE / name).read_text(), (
-            f"{name} differs from protoc's output: regenerate it (nvhook/deviceplugin/v1beta1/"
-            "SOURCES.md) and bound protobuf in pyproject.toml at the new gencode version"
+    stem = proto.removesuffix(".proto")
+    for name in (f"{stem}_pb2.py", f"{stem}_pb2.pyi"):
+        fresh = (out / name).read_text()
+        assert fresh == (include / name).read_text(), (
+            f"{name} differs from protoc's output: regenerate it ({regenerate}) and bound "
+            "protobuf in pyproject.toml at the new gencode version"
         )
+
+
+def test_the_generated_modules_are_protoc_s_output(tmp_path: Path) -> None:
+    assert_protoc_output(
+        HERE.parent, "v1beta1/api.proto", tmp_path, "nvhook/deviceplugin/v1beta1/SOURCES.md"
+    )
