@@ -20,6 +20,8 @@ Its text, every line ``key value`` (``end`` last)::
     nvhook-runtime-frontend 1
     config /etc/nvhook/config.toml        the settings file (absolute, normalised)
     settings 2049-1234-567-1700000000000  or "absent": the defaults
+    log /var/log/nvhook-runtime.log       only when runtime.log_level is info: the front-end
+                                          writes the shim's line for a create it execs
     runtime runc                          each candidate, in order (runtime.runtimes, then
     runtime /usr/sbin/runc                nvhook.shim.FALLBACK_RUNTIMES), found on PATH as
                                           nvhook.shim.find_runtime finds them
@@ -120,7 +122,11 @@ def data_text(config: str, st: os.stat_result | None, settings: Settings) -> byt
         reason = "a runtime.runtimes entry cannot be written on one line"
     if reason is None and not all(set(t) <= _SEARCHABLE for t in found):
         reason = "a trigger (an annotation prefix) has a character a byte search cannot find"
+    log = settings.runtime_log_file if settings.runtime_log_level == "info" else ""
+    if reason is None and log and not _line_safe(log):
+        reason = "runtime.log_file cannot be written on one line"
     if reason is None:
+        lines += [f"log {log}"] if log else []
         lines += [f"runtime {r}" for r in runtimes] + [f"trigger {t}" for t in found]
     else:
         lines.append(f"handover {reason}")

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef NVHOOK_LAUNCHER
@@ -199,7 +200,8 @@ static void reorder(char *const *args, int n, const struct table *t, char **out,
 }
 
 /* 1: create/run that runs (bundle set in *bundle); 0: any other call; -1: doubt. */
-static int classify(int argc, char **argv, const char **bundle) {
+static int classify(int argc, char **argv, const char **bundle, const char **id,
+                    const char **command_name) {
     char **args = argv + 1;
     int n = argc - 1;
     struct flags global = {0};
@@ -219,11 +221,13 @@ static int classify(int argc, char **argv, const char **bundle) {
     reorder(args + i + 1, rest, t, moved, moved + rest + 1);
     struct flags command = {0};
     int j = parse_flags(moved, rest, 0, t, &command);
+    *id = j >= 0 && j < rest ? moved[j] : NULL;
     free(moved);
     if (j < 0) return -1;
     if (command.help) return 0;
     if (rest - j != 1) return -1; /* runc: requires exactly 1 argument */
     *bundle = command.bundle ? command.bundle : "";
+    *command_name = args[i];
     return 1;
 }
 
@@ -231,6 +235,7 @@ static int classify(int argc, char **argv, const char **bundle) {
 
 struct data {
     char buf[MAX_DATA + 1];
+    const char *log; /* the shim's log, when it records creates that ask for nothing */
     const char *runtimes[MAX_ITEMS];
     const char *triggers[MAX_ITEMS];
     int nruntimes, ntriggers;
@@ -340,6 +345,8 @@ static int load_data(struct data *d) {
         return -1;
     if ((v = field(&cursor, "config")) == NULL || strcmp(v, config) != 0) return -1;
     if ((v = field(&cursor, "settings")) == NULL || strcmp(v, identity) != 0) return -1;
+    if (next_is(cursor, "log") && ((d->log = field(&cursor, "log")) == NULL || d->log[0] != '/'))
+        return -1;
     while (next_is(cursor, "runtime")) {
         if (d->nruntimes == MAX_ITEMS) return -1;
         if ((d->runtimes[d->nruntimes++] = field(&cursor, "runtime")) == NULL) return -1;
@@ -391,20 +398,20 @@ static int usable(const char *path, const char *me) {
     return strcmp(real, me) != 0;
 }
 
-static void exec_runtime(const struct data *d) {
+/* The runtime's path into path (PATH_MAX bytes): 0, or -1 (none, or a doubt). */
+static int find_runtime(const struct data *d, char *path) {
     char me[PATH_MAX];
-    if (realpath("/proc/self/exe", me) == NULL) return;
+    if (realpath("/proc/self/exe", me) == NULL) return -1;
     const char *search = getenv("PATH");
     if (search == NULL || search[0] == '\0') search = DEFAULT_PATH;
-    char path[PATH_MAX];
     for (int i = 0; i < d->nruntimes; i++) {
         const char *name = d->runtimes[i];
         if (strchr(name, '/')) {
+            if (strlen(name) >= PATH_MAX) return -1;
             int ok = usable(name, me);
-            if (ok < 0) return;
             if (ok) {
-                snprintf(path, sizeof path, "%s", name);
-                goto found;
+                strcpy(path, name);
+                return ok > 0 ? 0 : -1;
             }
             continue;
         }
@@ -413,31 +420,68 @@ static void exec_runtime(const struct data *d) {
             const char *dirname = len ? p : ".";
             size_t dlen = len ? len : 1;
             const char *sep = dirname[dlen - 1] == '/' ? "" : "/";
-            int w = snprintf(path, sizeof path, "%.*s%s%s", (int)dlen, dirname, sep, name);
-            if (w < 0 || (size_t)w >= sizeof path) return;
+            int w = snprintf(path, PATH_MAX, "%.*s%s%s", (int)dlen, dirname, sep, name);
+            if (w < 0 || w >= PATH_MAX) return -1;
             int ok = usable(path, me);
-            if (ok < 0) return;
-            if (ok) goto found;
+            if (ok) return ok > 0 ? 0 : -1;
             p += len;
             if (*p == '\0') break;
         }
     }
-    return;
-found:
-    original[0] = path;
-    execv(path, original);
+    return -1;
+}
+
+/* --- the shim's log line for a create that asks for nothing ------------------------ */
+
+/* What nvhook.shim._log writes for it (level info), when id needs no JSON escape;
+ * 0, or -1 (an id the line cannot hold as it is: the shim writes it). Never fails a call. */
+static int log_create(const struct data *d, const char *command, const char *id,
+                      const struct timespec *started) {
+    if (d->log == NULL) return 0;
+    if (!searchable(id)) return -1;
+    struct timespec now;
+    struct tm tm;
+    char when[32], ms[32], line[1024];
+    time_t t = time(NULL);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (gmtime_r(&t, &tm) == NULL || strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        return 0;
+    double elapsed = (double)(now.tv_sec - started->tv_sec) * 1e3 +
+                     (double)(now.tv_nsec - started->tv_nsec) / 1e6;
+    snprintf(ms, sizeof ms, "%.2f", elapsed); /* Python's repr of round(x, 2): 1.0, 0.1, 0.12 */
+    size_t n = strlen(ms);
+    while (n > 0 && ms[n - 1] == '0' && ms[n - 2] != '.') ms[--n] = '\0';
+    int w = snprintf(line, sizeof line,
+                     "{\"time\":\"%s\",\"level\":\"info\",\"id\":\"%s\",\"command\":\"%s\","
+                     "\"mode\":null,\"devices\":\"\",\"written\":false,\"duration_ms\":%s,"
+                     "\"pid\":%ld}\n",
+                     when, id, command, ms, (long)getpid());
+    if (w < 0 || (size_t)w >= sizeof line) return -1;
+    int fd = open(d->log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd >= 0) {
+        ssize_t r = write(fd, line, (size_t)w);
+        (void)r; /* a log must not fail a start, as in the shim */
+        close(fd);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
+    struct timespec started;
+    clock_gettime(CLOCK_MONOTONIC, &started);
     original = argv;
     original_argc = argc;
     if (argc < 1) handover();
-    const char *bundle = NULL;
-    int kind = classify(argc, argv, &bundle);
+    const char *bundle = NULL, *id = NULL, *command = NULL;
+    int kind = classify(argc, argv, &bundle, &id, &command);
     if (kind < 0) handover();
     static struct data d;
     if (load_data(&d) != 0) handover();
     if (kind == 1 && asks_for_nothing(bundle, &d) != 0) handover();
-    exec_runtime(&d);
-    handover(); /* no runtime, or exec failed: the shim reports it */
+    static char path[PATH_MAX];
+    if (find_runtime(&d, path) != 0) handover(); /* the shim says what is missing */
+    if (kind == 1 && log_create(&d, command, id, &started) != 0) handover();
+    original[0] = path;
+    execv(path, original);
+    handover(); /* the shim reports why exec failed */
 }
