@@ -99,9 +99,7 @@ def store(directory: str, name: str, value: Any, warnings: list[str] | None = No
     return store_bytes(directory, name, data, warnings)
 
 
-def store_bytes(
-    directory: str, name: str, data: bytes, warnings: list[str] | None = None
-) -> bool:
+def store_bytes(directory: str, name: str, data: bytes, warnings: list[str] | None = None) -> bool:
     """:func:`store` for bytes as they are (the runtime front-end's data file)."""
     dir_fd = _open_dir(directory, warnings, create=True)
     if dir_fd is None:

@@ -184,16 +184,16 @@ def _line_safe(text: str) -> bool:
 def _remove_older(directory: str, keep: str) -> None:
     """Remove the data files of earlier identities of the same settings file."""
     stem = keep[: len(_PREFIX) + 16 + 1]  # runtime-frontend-1-<hash>-
+    import contextlib
+
     try:
         names = os.listdir(directory)
     except OSError:
         return
     for name in names:
         if name.startswith(stem) and name != keep:
-            try:
+            with contextlib.suppress(OSError):  # not on the start path: written once per edit
                 os.unlink(os.path.join(directory, name))
-            except OSError:
-                pass
 
 
 def build(launcher: str, output: str | Path, *, cc: str | None = None) -> str | None:

@@ -121,6 +121,12 @@ def fe(built: Path, tmp_path: Path) -> Frontend:
 
 
 PLAIN = {"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": ["PATH=/bin"]}}
+EXAMPLE_PREFIX = '[cdi]\nannotation_prefixes = ["example.com/"]\n'
+MOUNTS_ON = "[policy]\naccept_volume_mounts = true\n"
+
+
+def _mount(destination: str) -> dict[str, str]:
+    return {"destination": destination, "source": "/dev/null"}
 
 
 def _with_env(*env: str) -> dict[str, object]:
@@ -167,9 +173,8 @@ def test_a_trigger_hands_the_create_over(fe: Frontend, env: list[str], extra: st
     ("spec", "extra"),
     [
         ({**PLAIN, "annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}, ""),
-        ({**PLAIN, "annotations": {"example.com/gpus": "x"}}, '[cdi]\nannotation_prefixes = ["example.com/"]\n'),
-        ({**PLAIN, "mounts": [{"destination": "/var//run/nvidia-container-devices/0", "source": "/dev/null"}]},
-         "[policy]\naccept_volume_mounts = true\n"),
+        ({**PLAIN, "annotations": {"example.com/gpus": "x"}}, EXAMPLE_PREFIX),
+        ({**PLAIN, "mounts": [_mount("/var//run/nvidia-container-devices/0")]}, MOUNTS_ON),
         ({"process": {"capabilities": {"bounding": ["CAP_SYS_ADMIN"]}}},
          "[policy]\nprivileged_gets_all = true\n"),
         ({**PLAIN, "note": "\\u004eVIDIA_VISIBLE_DEVICES=0"}, ""),  # written as \u escape below
@@ -188,7 +193,7 @@ def test_every_kind_of_request_is_handed_over(
     ("spec", "extra"),
     [
         ({**PLAIN, "annotations": {"example.com/gpus": "x"}}, ""),
-        ({**PLAIN, "mounts": [{"destination": "/var/run/nvidia-container-devices/0", "source": "/dev/null"}]}, ""),
+        ({**PLAIN, "mounts": [_mount("/var/run/nvidia-container-devices/0")]}, ""),
         ({"process": {"capabilities": {"bounding": ["CAP_SYS_ADMIN"]}}}, ""),
     ],
 )  # fmt: skip
@@ -219,21 +224,23 @@ def test_the_front_end_never_picks_itself(fe: Frontend, tmp_path: Path) -> None:
 
 def _lines() -> list[str]:
     lines = list(test_argv.CONFORMANCE)
-    for function, index in [
-        (test_argv.test_bundle_forms, 1),
-        (test_argv.test_other_commands_pass_through, 2),
-        (test_argv.test_help_and_version_run_nothing, 0),
-        (test_argv.test_errors_where_runc_refuses_the_command_line, 1),
-        (test_argv.test_global_flag_forms, 1),
+    for function in [
+        test_argv.test_bundle_forms,
+        test_argv.test_other_commands_pass_through,
+        test_argv.test_help_and_version_run_nothing,
+        test_argv.test_errors_where_runc_refuses_the_command_line,
+        test_argv.test_global_flag_forms,
     ]:
-        (mark,) = [m for m in function.pytestmark if m.name == "parametrize"]  # type: ignore[attr-defined]
+        marks = function.pytestmark  # type: ignore[attr-defined]
+        (mark,) = [m for m in marks if m.name == "parametrize"]
         for case in mark.args[1]:
             line = case if isinstance(case, str) else case[0]
             lines.append(line)
     lines += ["--root create create --bundle /nvb8 id", "create --bundle /a -- --bundle /b id",
               "run -d --keep id -b /nvb30", "create -h=false -b /nvb31 id",
               "--help=false create -b /nvb32 id", "-v=0 run -b /nvb33 id",
-              "create --help=false --help=1 -b /nvb34 id", "--rootless create create -b /x id"]  # fmt: skip
+              "create --help=false --help=1 -b /nvb34 id",
+              "--rootless create create -b /x id"]  # fmt: skip
     return list(dict.fromkeys(lines))
 
 
@@ -383,7 +390,8 @@ def test_fuzz_argv_never_passes_a_create_through_elsewhere(fe: Frontend) -> None
     asks = fe.bundle(_with_env("NVIDIA_VISIBLE_DEVICES=0"), "asks")
     words = ["create", "run", "state", "--bundle", "-b", "--bundle=" + str(asks), str(asks),
              "--root", "--rootless", "true", "--", "-", "id", "--help", "-h=false", "--debug",
-             "--pid-file", "--log-format", "json", "--no-pivot", "-d", "--x=1", "-v", "--=x"]  # fmt: skip
+             "--pid-file", "--log-format", "json", "--no-pivot", "-d", "--x=1", "-v",
+             "--=x"]  # fmt: skip
     for _ in range(300):
         argv = [rng.choice(words) for _ in range(rng.randint(0, 7))]
         who, _bundle = _expected(argv, cwd)
@@ -514,8 +522,11 @@ def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path:
     first = tmp_path / "first"
     first.mkdir()
     (first / "runc").symlink_to(bin_dir / "nvhook-runtime")
-    env = {"PATH": f"{first}:{os.environ.get('PATH', '')}", "NVHOOK_CONFIG": str(tmp_path / "c.toml"),
-           "NVHOOK_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
+    env = {
+        "PATH": f"{first}:{os.environ.get('PATH', '')}",
+        "NVHOOK_CONFIG": str(tmp_path / "c.toml"),
+        "NVHOOK_CACHE_DIR": str(tmp_path / "cache"),
+    }
     (tmp_path / "c.toml").write_text('[runtime]\nruntimes = ["runc"]\nlog_file = ""\n')
     for _ in range(2):  # handed over (no data yet), then the front-end's own
         result = subprocess.run([str(first / "runc"), "--version"], env=env, timeout=30,
@@ -525,7 +536,9 @@ def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path:
     with pytest.raises(ValueError, match="not built for"):
         install_entrypoints(str(tmp_path / "other"), sys.executable,
                             frontend=str(bin_dir / "nvhook-runtime"))  # fmt: skip
-    again = install_entrypoints(str(bin_dir), sys.executable, frontend=str(bin_dir / "nvhook-runtime"))
+    again = install_entrypoints(
+        str(bin_dir), sys.executable, frontend=str(bin_dir / "nvhook-runtime")
+    )
     assert bin_dir / "nvhook-runtime.py" in again
     off = install_entrypoints(str(tmp_path / "off"), sys.executable, frontend="off")
     assert (tmp_path / "off" / "nvhook-runtime").read_text().startswith("#!")
