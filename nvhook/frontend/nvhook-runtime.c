@@ -95,7 +95,9 @@ static const char *find(const char *const *list, const char *s, size_t n) {
     return NULL;
 }
 
-static int in_list(const char *const *list, const char *s, size_t n) { return find(list, s, n) != NULL; }
+static int in_list(const char *const *list, const char *s, size_t n) {
+    return find(list, s, n) != NULL;
+}
 
 static const char *long_name(const struct table *t, const char *name) {
     for (const char *const *a = t->aliases; *a; a += 2)
@@ -105,12 +107,14 @@ static const char *long_name(const struct table *t, const char *name) {
 
 /* What parse_flags found of the flags that matter here (the last value wins, as in Go). */
 struct flags {
-    int help, version;            /* given, and true */
-    const char *bundle;           /* NULL: not given */
-    const char *form[4];          /* the spelling first used of help, version, bundle, detach */
+    int help, version;   /* given, and true */
+    const char *bundle;  /* NULL: not given */
+    const char *form[4]; /* the spelling first used of help, version, bundle, detach */
 };
 
-static int is_true(const char *value) { return value == NULL || in_list(TRUE_WORDS, value, strlen(value)); }
+static int is_true(const char *value) {
+    return value == NULL || in_list(TRUE_WORDS, value, strlen(value));
+}
 
 static int form_slot(const char *long_) {
     static const char *const LONGS[] = {"help", "version", "bundle", "detach", NULL};
