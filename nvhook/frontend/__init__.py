@@ -60,8 +60,6 @@ __all__ = [
 FORMAT = 1
 #: The C source, shipped as package data.
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvhook-runtime.c")
-#: Dockerd's prestart hook for ``--gpus``: its presence hands a create over too.
-DOCKERD_HOOK = "nvidia-container-runtime-hook"
 _PREFIX = f"runtime-frontend-{FORMAT}-"
 #: What a trigger may hold: a byte search finds it in JSON unless an escape spells it
 #: (the front-end refuses ``\\u`` and ``\\/`` anywhere in config.json).
@@ -144,7 +142,9 @@ def triggers(settings: Settings) -> tuple[str, ...]:
     ``NVIDIA_IMEX_CHANNELS``, an annotation under a configured prefix, a device-list mount
     (its destination holds the root's last component whatever ``normpath`` removes; only
     when ``policy.accept_volume_mounts``) or a privileged container (``CAP_SYS_ADMIN``; only
-    when ``policy.privileged_gets_all``). Dockerd's ``--gpus`` hook is added for caution.
+    when ``policy.privileged_gets_all``). Dockerd's ``--gpus`` hook
+    (:data:`nvhook.legacyhook.LEGACY_HOOK`, which the shim drops when it serves a request)
+    is added for caution.
     """
     from nvhook.constants import (
         CAP_SYS_ADMIN,
@@ -153,8 +153,9 @@ def triggers(settings: Settings) -> tuple[str, ...]:
         ENV_IMEX_CHANNELS,
         ENV_VISIBLE_DEVICES,
     )
+    from nvhook.legacyhook import LEGACY_HOOK
 
-    found = [ENV_VISIBLE_DEVICES, ENV_IMEX_CHANNELS, ENV_CUDA_VERSION, DOCKERD_HOOK]
+    found = [ENV_VISIBLE_DEVICES, ENV_IMEX_CHANNELS, ENV_CUDA_VERSION, LEGACY_HOOK]
     found += settings.cdi_annotation_prefixes
     if settings.policy_accept_volume_mounts:
         found.append(DEVICE_LIST_MOUNT_ROOT.rsplit("/", 1)[1])
