@@ -7,7 +7,8 @@
  * nothing but exec it with the same argv:
  *
  *   - the command is not create/run (read as runc 1.1.5 reads argv, as oci/argv.py
- *     does), or it is a create/run whose config.json contains none of the trigger
+ *     does) nor --version (the shim prints nvhook's version first), or it is a
+ *     create/run whose config.json contains none of the trigger
  *     strings the Python side wrote for it (request variables, annotation prefixes,
  *     ...) and no JSON escape that could spell one (\u, \/);
  *   - the data file the Python side wrote into the cache directory
@@ -211,7 +212,8 @@ static int classify(int argc, char **argv, const char **bundle, const char **id,
     struct flags global = {0};
     int i = parse_flags(args, n, 0, &GLOBAL, &global);
     if (i < 0) return -1;
-    if (i >= n || global.help || global.version) return 0;
+    if (global.version) return -1; /* the shim prints nvhook's version before the runtime's */
+    if (i >= n || global.help) return 0;
     const struct table *t;
     if (strcmp(args[i], "create") == 0)
         t = &CREATE;

@@ -255,6 +255,8 @@ def _expected(argv: list[str], cwd: Path) -> tuple[str, str | None]:
         except ArgvError:
             return "launcher", None  # runc refuses the global flags: handed over
         return ("launcher" if i < len(argv) and argv[i] in CREATE_COMMANDS else "runtime"), None
+    if args.version:
+        return "launcher", None  # the shim prints nvhook's version, then the runtime's
     if not args.creates:
         return "runtime", None
     return "create", args.bundle
@@ -530,10 +532,16 @@ def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path:
         "NVHOOK_CACHE_DIR": str(tmp_path / "cache"),
     }
     (tmp_path / "c.toml").write_text('[runtime]\nruntimes = ["runc"]\nlog_file = ""\n')
-    for _ in range(2):  # handed over (no data yet), then the front-end's own
-        result = subprocess.run([str(first / "runc"), "--version"], env=env, timeout=30,
+
+    def call(*argv: str) -> str:
+        result = subprocess.run([str(first / "runc"), *argv], env=env, timeout=30,
                                 capture_output=True, text=True, check=False)  # fmt: skip
-        assert result.returncode == 0 and result.stdout.startswith("runc version"), result.stderr
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    # --version: always the shim's (nvhook's version first), which skips the front-end too
+    assert call("--version").splitlines()[1].startswith("runc version")
+    assert json.loads(call("features"))  # the front-end's own pass-through, to runc
     # a prebuilt front-end must hand over to this directory's launcher
     with pytest.raises(ValueError, match="not built for"):
         install_entrypoints(str(tmp_path / "other"), sys.executable,
