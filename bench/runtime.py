@@ -25,6 +25,11 @@ Cases, on the ``dgx-a100`` mock machine (laid out in a temporary directory):
   that one (one per DRA claim, another kind), older than the index's racy window
   (:data:`oci.cdi.registry.RACY_NS`), so later runs read them from the index.
 
+Those rows run the Python shim (``nvhook-runtime.py`` where ``nvhook-runtime`` is the native
+front-end, else ``nvhook-runtime``). Where the front-end is installed, ``front-end:`` rows
+run it for pass-through, the create that asks for nothing (both execed by it) and the 1-GPU
+creates (handed to the Python shim), against issue 16's budgets (2, 3 and 12 ms).
+
 config.json is restored from a pristine copy before every run, outside the timed region.
 The settings cache is warmed first, and ``oci``/``nvhook`` are byte-compiled with
 ``compileall`` (this environment sets ``PYTHONDONTWRITEBYTECODE=1``, which would otherwise
@@ -98,7 +103,7 @@ class Case:
     bundle: Path | None = None
     visible: str | None = None  # NVIDIA_VISIBLE_DEVICES in config.json; None: no request
     expect_gpus: int | None = None  # /dev/nvidiaN nodes the shim must add (None: not a create)
-    program: str | None = None  # reference rows: what runs instead of the shim
+    program: str | None = None  # reference rows, front-end rows: what runs instead of the shim
     shim_ms: list[float] = field(default_factory=list)
     direct_ms: list[float] = field(default_factory=list)
     rss_kb: list[int] = field(default_factory=list)
@@ -107,7 +112,8 @@ class Case:
 @dataclass(frozen=True)
 class Setup:
     work: Path
-    shim: str
+    shim: str  # the Python shim's launcher
+    frontend: str | None  # the native front-end, when installed
     noop: str
     noop_kind: str
     measure: str | None  # the C helper, None without a compiler
@@ -129,13 +135,21 @@ def compile_bytecode() -> None:
     )
 
 
-def shim_launcher(given: str | None) -> str:
+def shim_launcher(given: str | None) -> tuple[str, str | None]:
+    """The Python shim's launcher, and the native front-end in front of it (or None)."""
     path = Path(given) if given else Path(sys.executable).parent / "nvhook-runtime"
     if not path.is_file():
         raise SystemExit(
             f"{path} not found: run {Path(sys.executable).parent}/nvhook install-entrypoints"
         )
-    return str(path)
+    with path.open("rb") as f:
+        native = f.read(4) == b"\x7fELF"
+    if not native:
+        return str(path), None
+    launcher = path.with_name(path.name + ".py")
+    if not launcher.is_file():
+        raise SystemExit(f"{path} is the native front-end but {launcher} is missing")
+    return str(launcher), str(path)
 
 
 def build_c(work: Path, name: str, source: str) -> str | None:
@@ -254,7 +268,7 @@ def other_spec(i: int) -> dict[str, Any]:
     }
 
 
-def prepare(work: Path, shim: str) -> Setup:
+def prepare(work: Path, shim: str, frontend: str | None) -> Setup:
     from nvhook.mock import create
     from oci.cdi.registry import RACY_NS
 
@@ -293,7 +307,7 @@ def prepare(work: Path, shim: str) -> Setup:
     }
     measure = build_c(work, "measure", MEASURE_C)
     time.sleep(max(0.0, settled_at - time.monotonic()))  # the crowded specs count as settled
-    return Setup(work, shim, noop, noop_kind, measure, machine, configs, env_base)
+    return Setup(work, shim, frontend, noop, noop_kind, measure, machine, configs, env_base)
 
 
 def make_cases(setup: Setup) -> list[Case]:
@@ -324,6 +338,29 @@ def make_cases(setup: Setup) -> list[Case]:
                 "create", "--bundle", str(bundle), "--pid-file", str(bundle / "init.pid"),
                 "bench"]  # fmt: skip
         cases.append(Case(name, argv, budget, mode, bundle, visible, gpus if visible else 0))
+    if setup.frontend is None:
+        return cases
+    fronted = {  # issue 16's budgets
+        "pass-through state": 2,
+        "create, no request": 3,
+        "create 1 GPU, jit": 12,
+        "create 1 GPU, cdi": 12,
+    }
+    for case in list(cases):
+        if case.name in fronted:
+            bundle = None
+            if case.bundle is not None:  # a bundle of its own: the runs restore it
+                bundle = setup.work / f"front-{case.bundle.name}"
+                shutil.copytree(case.bundle, bundle)
+            argv = (
+                [a.replace(str(case.bundle), str(bundle)) for a in case.argv]
+                if bundle
+                else case.argv
+            )
+            cases.append(
+                Case(f"front-end: {case.name}", argv, fronted[case.name], case.mode, bundle,
+                     case.visible, case.expect_gpus, program=setup.frontend)
+            )  # fmt: skip
     return cases
 
 
@@ -415,6 +452,7 @@ def report(setup: Setup, cases: list[Case], runs: int) -> None:
     load = os.getloadavg()
     print(f"nvhook-runtime overhead, {runs} runs per row, medians; machine {PROFILE} (mock)")
     print(f"  shim: {setup.shim}")
+    print(f"  native front-end: {setup.frontend or 'not installed (no front-end rows)'}")
     print(f"  runtime behind it: {setup.noop_kind} ({setup.noop}), also timed directly")
     print("  bytecode: oci/ and nvhook/ compiled with compileall first (PYTHONDONTWRITEBYTECODE)")
     print(f"  cpus {os.cpu_count()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
@@ -530,7 +568,7 @@ def main() -> None:
     compile_bytecode()
     work = Path(tempfile.mkdtemp(prefix="nvhook-bench-runtime-"))
     try:
-        setup = prepare(work, shim_launcher(args.shim))
+        setup = prepare(work, *shim_launcher(args.shim))
         cases = make_cases(setup)
         measure(setup, cases, args.runs)
         report(setup, cases, args.runs)

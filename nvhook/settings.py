@@ -259,6 +259,7 @@ def load_settings(
     except FileNotFoundError:
         if explicit:
             _fail(f"{path}: configuration file not found (named by ${CONFIG_ENV})")
+        _frontend_data(path, None, defaults(), cache_dir, warnings)
         return defaults()
     except OSError as e:
         _fail(f"{path}: cannot read configuration file: {e.strerror}")
@@ -272,10 +273,26 @@ def load_settings(
     if type(cached) is tuple and len(cached) == 2 and cached[0] == key:
         settings = _checked(cached[1])
         if settings is not None:
+            _frontend_data(path, st, settings, directory, warnings)
             return settings
     values = _parse(path)
     _cache.store(directory, name, (key, values), warnings)
-    return Settings(*values)
+    settings = Settings(*values)
+    _frontend_data(path, st, settings, directory, warnings)
+    return settings
+
+
+def _frontend_data(
+    path: str,
+    st: os.stat_result | None,
+    settings: Settings,
+    cache_dir: str | None,
+    warnings: list[str] | None,
+) -> None:
+    """Keep the native front-end's data for these settings (one ``stat`` when it is there)."""
+    from nvhook.frontend import ensure_data
+
+    ensure_data(path, st, settings, cache_dir or cache_directory(), warnings)
 
 
 def defaults() -> Settings:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["PY_TAG", "cache_name", "fnv1a64", "load", "store"]
+__all__ = ["PY_TAG", "cache_name", "fnv1a64", "load", "store", "store_bytes"]
 
 #: In every cache file's name: marshal data is read only by the Python that wrote it.
 PY_TAG = f"py{sys.version_info[0]}{sys.version_info[1]}"
@@ -96,6 +96,11 @@ def store(directory: str, name: str, value: Any, warnings: list[str] | None = No
         data = marshal.dumps(value)
     except ValueError:  # not marshallable: a caller's bug, but never a failed start
         return False
+    return store_bytes(directory, name, data, warnings)
+
+
+def store_bytes(directory: str, name: str, data: bytes, warnings: list[str] | None = None) -> bool:
+    """:func:`store` for bytes as they are (the runtime front-end's data file)."""
     dir_fd = _open_dir(directory, warnings, create=True)
     if dir_fd is None:
         return False

@@ -58,6 +58,37 @@ find_nfpm() {
     fi
 }
 
+# frontend MACHINE STAGE: compile nvhook-runtime's native front-end (nvhook/frontend, libc
+# only) for MACHINE into STAGE and list it in STAGE's nfpm.yaml as /usr/lib/nvhook/nvhook-runtime
+# (setup installs it in front of /opt/nvhook/bin/nvhook-runtime.py, whose path is compiled
+# in), when a C compiler for MACHINE is here: cc for this machine, MACHINE-linux-gnu-gcc for
+# another; static where its C library allows. Without one the package has none, and setup
+# builds it on the target if a compiler is there (else nvhook-runtime is the Python launcher).
+frontend() {
+    local m="$1" stage="$2" cc="" static
+    if [[ "$m" == "$(uname -m)" ]]; then
+        cc="$(command -v cc || command -v gcc || true)"
+    else
+        cc="$(command -v "$m-linux-gnu-gcc" || true)"
+    fi
+    if [[ -z "$cc" ]]; then
+        say "no C compiler for $m: its packages have no native front-end"
+        return 0
+    fi
+    for static in -static ""; do
+        # shellcheck disable=SC2086 # $static: one flag or none
+        if "$cc" -std=c11 -O2 -s $static -Wall -Wextra -Werror \
+            -DNVHOOK_LAUNCHER='"/opt/nvhook/bin/nvhook-runtime.py"' \
+            -o "$stage/nvhook-runtime" "$ROOT/nvhook/frontend/nvhook-runtime.c" 2>"$stage/cc.log"; then
+            rm -f "$stage/cc.log"
+            printf '%s\n' "  - src: ./nvhook-runtime" "    dst: /usr/lib/nvhook/nvhook-runtime" \
+                "    file_info:" "      mode: 0755" >>"$stage/nfpm.yaml"
+            return 0
+        fi
+    done
+    die "$cc cannot compile nvhook/frontend/nvhook-runtime.c: $(cat "$stage/cc.log")"
+}
+
 main() {
     case "${1:-}" in -h | --help)
         usage
@@ -116,6 +147,7 @@ main() {
             cp "$f" "$stage/wheels/"
             n=$((n + 1))
         done
+        frontend "$m" "$stage"
         for format in $formats; do
             local target="$tmp/out-$format-$arch" log="$tmp/nfpm.log" made
             mkdir -p "$target"

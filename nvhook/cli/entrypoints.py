@@ -22,10 +22,19 @@ __all__ = ["install_entrypoints_command"]
     default=None,
     help="Absolute path of the interpreter the launchers run (default: this one).",
 )
-def install_entrypoints_command(bin_dir: str | None, interpreter: str | None) -> None:
+@click.option(
+    "--frontend",
+    default="auto",
+    show_default=True,
+    help="nvhook-runtime as the native front-end: auto (built when a C compiler works), "
+    "off (the Python launcher), or the path of one built for this --bin-dir.",
+)
+def install_entrypoints_command(
+    bin_dir: str | None, interpreter: str | None, frontend: str
+) -> None:
     """Write nvhook-runtime, nvhook-hook and nvidia-container-runtime-hook (-I launchers)."""
     notes: list[str] = []
-    for path in install_entrypoints(bin_dir, interpreter, notes=notes):
+    for path in install_entrypoints(bin_dir, interpreter, notes=notes, frontend=frontend):
         click.echo(str(path))
     for note in notes:
         click.echo(f"note: {note}", err=True)

@@ -12,6 +12,15 @@ can change which code runs, and no ``.pth`` file runs code at every start.
 pip cannot write such launchers (it drops interpreter flags from a script's
 shebang), so ``nvhook install-entrypoints`` writes them, next to the
 interpreter by default; ``./dev setup`` and the node installer run it.
+
+Where a C compiler exists, ``nvhook-runtime`` is the native front-end instead
+(:mod:`nvhook.frontend`, issue 16): it runs the calls that ask for nothing without
+starting Python and hands every other call to the Python launcher, written as
+``nvhook-runtime.py`` beside it (which tells the shim that ``nvhook-runtime`` is
+itself, so that the shim never picks it as the low-level runtime). ``frontend``
+chooses: ``"auto"`` (build it when a compiler works, else the Python launcher as
+``nvhook-runtime``), ``"off"``, or the path of one built beforehand for this
+directory (the packages ship it compiled).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from oci._frozen import Frozen
 __all__ = [
     "CLI_ENTRYPOINT",
     "ENTRYPOINTS",
+    "FRONTEND_LAUNCHER",
     "LEGACY_HOOK_ENTRYPOINT",
     "Entrypoint",
     "install_entrypoints",
@@ -38,6 +48,9 @@ class Entrypoint(Frozen):
     module: str
     function: str
 
+
+#: The Python launcher's name when ``nvhook-runtime`` is the native front-end.
+FRONTEND_LAUNCHER = "nvhook-runtime.py"
 
 ENTRYPOINTS: tuple[Entrypoint, ...] = (
     Entrypoint("nvhook-runtime", "nvhook.shim", "main"),
@@ -54,21 +67,27 @@ LEGACY_HOOK_ENTRYPOINT = Entrypoint("nvidia-container-runtime-hook", "nvhook.hoo
 _MARK = "written by `nvhook install-entrypoints`"
 
 
-def launcher_text(entry: Entrypoint, interpreter: str, paths: list[str]) -> str:
+def launcher_text(
+    entry: Entrypoint, interpreter: str, paths: list[str], *, program: str | None = None
+) -> str:
     """The launcher script: an absolute, isolated interpreter and a few lines of Python.
 
     The interpreter runs with ``-I -S``: ``site`` is skipped (it costs ~5 ms, a
     third of the shim's pass-through budget), so the launcher puts the
-    environment's import paths, computed at install time, on ``sys.path``.
+    environment's import paths, computed at install time, on ``sys.path``. ``program``:
+    the native front-end this launcher serves, set as ``sys.argv[0]`` (the program the
+    shim must never exec as the runtime).
     """
     if not os.path.isabs(interpreter):
         raise ValueError(f"interpreter must be an absolute path, got {interpreter!r}")
+    name = os.path.basename(program) + ".py" if program else entry.name
     return (
         f"#!{interpreter} -IS\n"
-        f"# {entry.name}: written by `nvhook install-entrypoints`; do not edit.\n"
+        f"# {name}: written by `nvhook install-entrypoints`; do not edit.\n"
         "import sys\n"
         f"sys.path.extend({paths!r})\n"
-        f"from {entry.module} import {entry.function}\n"
+        + (f"sys.argv[0] = {program!r}\n" if program else "")
+        + f"from {entry.module} import {entry.function}\n"
         f"raise SystemExit({entry.function}())\n"
     )
 
@@ -108,11 +127,13 @@ def install_entrypoints(
     interpreter: str | None = None,
     *,
     notes: list[str] | None = None,
+    frontend: str = "auto",
 ) -> list[Path]:
     """Write every launcher into ``bin_dir`` (default: the interpreter's directory), atomically.
 
     ``nvidia-container-runtime-hook`` is not written over a file that is not one of these
     launchers (NVIDIA's toolkit's binary); a line saying so is appended to ``notes``.
+    ``frontend``: ``"auto"``, ``"off"`` or a prebuilt front-end's path (module docstring).
     """
     python = interpreter or sys.executable
     target = Path(bin_dir) if bin_dir else Path(python).parent
@@ -125,16 +146,17 @@ def install_entrypoints(
             if notes is not None:
                 notes.append(legacy_hook_note(path))
             continue
-        fd, tmp = tempfile.mkstemp(prefix=f".{entry.name}.", dir=target)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(launcher_text(entry, python, paths))
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        written.append(path)
+        native = None
+        if entry.name == "nvhook-runtime" and frontend != "off":
+            native = _frontend(target, path, frontend)
+        if native is None:
+            _write(path, launcher_text(entry, python, paths), target)
+            written.append(path)
+            continue
+        launcher = target / FRONTEND_LAUNCHER
+        _write(launcher, launcher_text(entry, python, paths, program=str(path)), target)
+        os.replace(native, path)
+        written += [path, launcher]
     return written
 
 
@@ -158,3 +180,43 @@ def legacy_hook_note(path: Path) -> str:
         "`nvhook install-entrypoints` again to use nvhook's hook mode, or use "
         "`docker run --runtime nvidia` after `nvhook runtime configure --runtime docker`"
     )
+
+
+def _frontend(target: Path, path: Path, frontend: str) -> Path | None:
+    """The front-end for ``path``, built (or copied) next to it under a temporary name."""
+    import shutil
+
+    from nvhook.frontend import build
+
+    launcher = str(target.resolve() / FRONTEND_LAUNCHER)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=target)
+    os.close(fd)
+    try:
+        if frontend == "auto":
+            if build(launcher, tmp) is not None:
+                Path(tmp).unlink(missing_ok=True)
+                return None
+        else:
+            data = Path(frontend).read_bytes()
+            if launcher.encode() + b"\0" not in data:
+                raise ValueError(
+                    f"{frontend} was not built for {target} (it does not hand over to {launcher})"
+                )
+            shutil.copyfile(frontend, tmp)
+        os.chmod(tmp, 0o755)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def _write(path: Path, text: str, target: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=target)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import pytest
 
 from nvhook.mock import Profile
 from nvhook.shim import VERSION
+from nvhook.tools.entrypoints import install_entrypoints
 from tests.e2e.conftest import (
     CTL_MINOR,
     ELF_MAGIC,
@@ -381,3 +383,44 @@ def test_twenty_concurrent_creates(
     assert deleted == [0] * len(ids)
     assert shim_runc.call("list", "-q", check=True).stdout == ""
     shim_runc.ids.clear()
+
+
+def test_native_front_end_runs_plain_containers_without_python(
+    shim: Shim, gpu_bundle: GpuBundle, profile: Profile, tmp_path: Path
+) -> None:
+    """Real runc behind the native front-end (issue 16): a container that asks for nothing
+    is created, started, queried and deleted without the Python shim (here replaced by a
+    program that fails); one that asks for a GPU is handed to it, and gets the GPU."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: no native front-end")
+    bin_dir = tmp_path / "bin"
+    install_entrypoints(str(bin_dir), sys.executable)
+    front, launcher = bin_dir / "nvhook-runtime", bin_dir / "nvhook-runtime.py"
+    assert front.read_bytes()[:4] == b"\x7fELF"
+    helper = Runc(tmp_path / "state", binary=str(front), env=shim.env)
+    try:
+        plain = gpu_bundle("plain")
+        gpu = gpu_bundle("gpu", ["NVIDIA_VISIBLE_DEVICES=1"])
+        assert helper.call("state", "none").returncode != 0  # handed over: the data is written
+        real = launcher.read_bytes()
+        launcher.write_text("#!/bin/sh\necho 'the Python shim ran' >&2\nexit 99\n")
+
+        cid = helper.create(plain)
+        assert helper.state(cid)["status"] == "created"
+        helper.start(cid)
+        helper.wait_stopped(cid)
+        probe = parse_probe(helper.output(cid))
+        assert probe.gpu_nodes == set() and "/dev/nvidiactl" not in probe.nodes
+        assert helper.delete(cid).returncode == 0
+        (record,) = shim.log_records(cid)  # written by the front-end, as the shim writes it
+        assert (record["command"], record["mode"], record["written"]) == ("create", None, False)
+
+        refused = helper.run(gpu)
+        assert refused.returncode == 99 and "the Python shim ran" in refused.stderr
+
+        launcher.write_bytes(real)
+        result = helper.run(gpu_bundle("gpu2", ["NVIDIA_VISIBLE_DEVICES=1"]))
+        assert result.returncode == 0, result.stderr
+        assert parse_probe(result.stdout).gpu_uuids == expected_smi_uuids(profile, [1])
+    finally:
+        helper.cleanup()

@@ -70,7 +70,9 @@ def test_deb_on_debian_13(root: Path, packages: dict[str, Path], tmp_path: Path)
     out = ok(chroot(root, "/opt/nvhook/bin/python -c 'import sys, yaml, rpds; print(sys.version)'"))
     assert out.startswith(f"{PYTHON}.")
     assert ok(chroot(root, "nvhook --version")).startswith("nvhook, version ")
-    first = (root / "opt/nvhook/bin/nvhook-runtime").read_text().splitlines()[0]
+    # the package's native front-end (static) in front of the Python launcher
+    assert (root / "opt/nvhook/bin/nvhook-runtime").read_bytes()[:4] == b"\x7fELF"
+    first = (root / "opt/nvhook/bin/nvhook-runtime.py").read_text().splitlines()[0]
     assert first.startswith("#!/opt/nvhook/bin/python -I")
 
     # the mock machine, laid out from here into the root
@@ -108,14 +110,15 @@ def test_deb_on_debian_13(root: Path, packages: dict[str, Path], tmp_path: Path)
     hooks = [h["path"] for hs in created.get("hooks", {}).values() for h in hs]
     assert hooks and all(h.startswith("/opt/nvhook/bin/nvhook-hook") for h in hooks), hooks
     # its caches are 3.13's; this machine's 3.11 writes its own beside them, reading neither
-    tags = {p.name.split(".")[-2] for p in (root / "tmp/cache").iterdir()}
+    # (the front-end's data files beside them are text, the same whichever Python wrote them)
+    tags = {p.name.split(".")[-2] for p in (root / "tmp/cache").glob("*.marshal")}
     assert tags == {"py313"}
     (root / "tmp/host.toml").write_text('[runtime]\nruntimes = ["/bin/true"]\n')
     shim = Path(sys.executable).parent / "nvhook-runtime"  # this checkout's, on Python 3.11
     host_env = {"NVHOOK_CONFIG": str(root / "tmp/host.toml"),
                 "NVHOOK_CACHE_DIR": str(root / "tmp/cache"), "PATH": "/usr/bin:/bin"}  # fmt: skip
     subprocess.run([str(shim), "--version"], env=host_env, check=True)
-    tags = sorted(p.name.split(".")[-2] for p in (root / "tmp/cache").iterdir())
+    tags = sorted(p.name.split(".")[-2] for p in (root / "tmp/cache").glob("*.marshal"))
     assert tags == ["py311", "py313"], tags
     assert ok(chroot(root, "nvhook-runtime --version", env)) == VERSION_LINES
 

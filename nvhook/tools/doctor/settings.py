@@ -100,6 +100,9 @@ def launcher_problem(path: str, root: str) -> str | None:
             first = f.readline(4096).decode("utf-8", "replace").strip()
     except OSError as e:
         return f"{path}: cannot read: {e.strerror}"
+    if first.startswith("\x7fELF") and os.path.basename(path) == "nvhook-runtime":
+        # the native front-end (nvhook.frontend): what counts is the launcher it hands over to
+        return launcher_problem(path + ".py", root)
     if not first.startswith("#!"):
         return f"{path} is not a script written by `nvhook install-entrypoints`"
     interpreter = first[2:].split()[0] if first[2:].split() else ""
@@ -145,7 +148,9 @@ def check_launchers(opts: Options, settings: Settings | None) -> list[Check]:
     hook = settings.hook_path if settings is not None else ""
     refs, what = opts.root, f"hook.path {hook}"  # a host path, like every setting
     if not hook:  # the shim injects the nvhook-hook beside its own interpreter
-        interpreter = _interpreter(os.path.join(bin_dir, "nvhook-runtime"))
+        runtime = os.path.join(bin_dir, "nvhook-runtime")
+        native = os.path.join(bin_dir, "nvhook-runtime.py")  # beside the native front-end
+        interpreter = _interpreter(native if os.path.isfile(native) else runtime)
         hook = os.path.join(os.path.dirname(interpreter), "nvhook-hook") if interpreter else ""
         refs, what = (
             _refs_root(opts, bin_dir),

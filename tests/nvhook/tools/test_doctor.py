@@ -390,3 +390,14 @@ def test_a_runtime_not_as_configure_writes_it(node: Path) -> None:
     [problem] = _engine(node, "containerd")
     assert problem.message == f"runtime 'nvidia' in {config} is not as configure writes it"
     assert "--runtime-path /usr/bin/nvhook-runtime" in problem.fix
+
+
+def test_native_front_end_is_judged_by_its_python_launcher(node: Path) -> None:
+    """``nvhook-runtime`` as the native front-end: its ``nvhook-runtime.py`` must be sound."""
+    runtime = node / "usr/bin/nvhook-runtime"
+    launcher = node / "usr/bin/nvhook-runtime.py"
+    runtime.rename(launcher)
+    _write(runtime, "\x7fELF\x02\x01\x01 (a front-end)\n", 0o755)
+    assert _problems(diagnose(_opts(node))) == []
+    launcher.unlink()
+    assert f"{launcher} is missing" in [p.message for p in _problems(diagnose(_opts(node)))]

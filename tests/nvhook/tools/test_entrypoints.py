@@ -35,7 +35,7 @@ def test_import_paths_are_those_of_site() -> None:
 
 
 def test_installed_launchers_run_from_another_directory(tmp_path: Path) -> None:
-    written = install_entrypoints(str(tmp_path / "bin"), sys.executable)
+    written = install_entrypoints(str(tmp_path / "bin"), sys.executable, frontend="off")
     assert sorted(p.name for p in written) == [
         "nvhook",
         "nvhook-hook",
@@ -102,7 +102,7 @@ def test_legacy_hook_name_never_overwrites_a_foreign_file(tmp_path: Path) -> Non
     foreign = tmp_path / "nvidia-container-runtime-hook"
     foreign.write_bytes(b"\x7fELF not ours")
     notes: list[str] = []
-    written = install_entrypoints(str(tmp_path), notes=notes)
+    written = install_entrypoints(str(tmp_path), notes=notes, frontend="off")
     assert foreign.read_bytes() == b"\x7fELF not ours"
     assert sorted(p.name for p in written) == ["nvhook", "nvhook-hook", "nvhook-runtime"]
     (note,) = notes

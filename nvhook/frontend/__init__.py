@@ -1,0 +1,228 @@
+"""The native front-end of ``nvhook-runtime`` (``nvhook-runtime.c`` here) and the data it reads.
+
+CPython's start alone exceeds the budget of a call that asks for nothing (issue 16), so
+when a C compiler exists ``nvhook install-entrypoints`` builds ``nvhook-runtime.c`` as
+``nvhook-runtime`` (:func:`build`) and writes the Python launcher as ``nvhook-runtime.py``
+beside it. The front-end execs the low-level runtime itself only when it is certain the
+Python shim would do nothing else; any doubt hands the call, argv unchanged, to the
+launcher. What it needs from the Python side, it reads from a data file that
+:func:`ensure_data` keeps in the cache directory (``$NVHOOK_CACHE_DIR``, with the hardening
+of :mod:`oci._cache`: the directory only root can write, the file root's, mode 0600),
+named after the settings file's path and identity::
+
+    runtime-frontend-1-<fnv1a64 of the config path>-<dev>-<ino>-<size>-<mtime_ns>
+    runtime-frontend-1-<fnv1a64 of the config path>-absent
+
+A new identity is a new name, so a data file is never stale: the Python shim writes the
+one for the settings it loads whenever it is missing (one ``stat`` per call otherwise).
+Its text, every line ``key value`` (``end`` last)::
+
+    nvhook-runtime-frontend 1
+    config /etc/nvhook/config.toml        the settings file (absolute, normalised)
+    settings 2049-1234-567-1700000000000  or "absent": the defaults
+    log /var/log/nvhook-runtime.log       only when runtime.log_level is info: the front-end
+                                          writes the shim's line for a create it execs
+    runtime runc                          each candidate, in order (runtime.runtimes, then
+    runtime /usr/sbin/runc                nvhook.shim.FALLBACK_RUNTIMES), found on PATH as
+                                          nvhook.shim.find_runtime finds them
+    trigger NVIDIA_VISIBLE_DEVICES        strings whose presence in config.json hands a create
+    ...                                   to the shim (:func:`triggers`)
+    end
+
+or ``handover REASON`` instead of the runtime and trigger lines, when the shim must see
+every call (:func:`handover_reason`): the front-end then hands every call over.
+"""
+
+from __future__ import annotations
+
+import os
+
+from oci import _cache
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from nvhook.settings import Settings
+
+__all__ = [
+    "FORMAT",
+    "SOURCE",
+    "build",
+    "data_name",
+    "data_text",
+    "ensure_data",
+    "handover_reason",
+    "triggers",
+]
+
+#: The data format; the front-end reads only its own (it is compiled in: FORMAT).
+FORMAT = 1
+#: The C source, shipped as package data.
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvhook-runtime.c")
+_PREFIX = f"runtime-frontend-{FORMAT}-"
+#: What a trigger may hold: a byte search finds it in JSON unless an escape spells it
+#: (the front-end refuses ``\\u`` and ``\\/`` anywhere in config.json).
+_SEARCHABLE = frozenset(chr(c) for c in range(0x20, 0x7F)) - {'"', "\\"}
+
+
+def data_name(config: str, st: os.stat_result | None) -> str:
+    """The data file's name for the settings file ``config`` (``st``: its stat, None: absent)."""
+    return f"{_PREFIX}{_cache.fnv1a64(config):016x}-{_identity(st)}"
+
+
+def _identity(st: os.stat_result | None) -> str:
+    if st is None:
+        return "absent"
+    return f"{st.st_dev}-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
+
+
+def ensure_data(
+    config: str,
+    st: os.stat_result | None,
+    settings: Settings,
+    directory: str,
+    warnings: list[str] | None = None,
+) -> None:
+    """Write the front-end's data for ``settings`` (read from ``config``) unless it exists.
+
+    Called by :func:`nvhook.settings.load_settings` on every load: one ``stat`` when the
+    file is there. Never raises; a path the front-end would not look up is skipped.
+    """
+    try:
+        if config != os.path.abspath(config) or not os.path.isabs(directory):
+            return  # the front-end hands such calls over without looking
+        name = data_name(config, st)
+    except (ValueError, UnicodeError):  # a path that is no text: the front-end hands over
+        return
+    try:
+        os.stat(os.path.join(directory, name))
+        return
+    except OSError:
+        pass
+    try:
+        text = data_text(config, st, settings)
+    except Exception:  # never fail a load for the front-end's sake
+        return
+    if _cache.store_bytes(directory, name, text, warnings):
+        _remove_older(directory, name)
+
+
+def data_text(config: str, st: os.stat_result | None, settings: Settings) -> bytes:
+    """The data file for ``settings``, read from ``config`` (``st``: its stat, None: absent)."""
+    from nvhook.shim import FALLBACK_RUNTIMES
+
+    lines = [f"nvhook-runtime-frontend {FORMAT}", f"config {config}", f"settings {_identity(st)}"]
+    runtimes = (*settings.runtime_runtimes, *FALLBACK_RUNTIMES)
+    found = triggers(settings)
+    reason = handover_reason(settings)
+    if reason is None and not all(_line_safe(r) for r in runtimes):
+        reason = "a runtime.runtimes entry cannot be written on one line"
+    if reason is None and not all(set(t) <= _SEARCHABLE for t in found):
+        reason = "a trigger (an annotation prefix) has a character a byte search cannot find"
+    log = settings.runtime_log_file if settings.runtime_log_level == "info" else ""
+    if reason is None and log and not _line_safe(log):
+        reason = "runtime.log_file cannot be written on one line"
+    if reason is None:
+        lines += [f"log {log}"] if log else []
+        lines += [f"runtime {r}" for r in runtimes] + [f"trigger {t}" for t in found]
+    else:
+        lines.append(f"handover {reason}")
+    text = "\n".join(lines) + "\nend\n"
+    if not _line_safe(config) or "\0" in text:
+        text = "\n".join(lines[:3]) + "\nhandover a path cannot be written\nend\n"
+    return text.encode("utf-8", "surrogateescape")
+
+
+def triggers(settings: Settings) -> tuple[str, ...]:
+    """Strings at least one of which is in every config.json the shim would edit.
+
+    :func:`nvhook.requests.parse.parse_requests` asks for something only through
+    ``NVIDIA_VISIBLE_DEVICES``, the implicit ``all`` of a legacy image (``CUDA_VERSION``),
+    ``NVIDIA_IMEX_CHANNELS``, an annotation under a configured prefix, a device-list mount
+    (its destination holds the root's last component whatever ``normpath`` removes; only
+    when ``policy.accept_volume_mounts``) or a privileged container (``CAP_SYS_ADMIN``; only
+    when ``policy.privileged_gets_all``). Dockerd's ``--gpus`` hook
+    (:data:`nvhook.legacyhook.LEGACY_HOOK`, which the shim drops when it serves a request)
+    is added for caution.
+    """
+    from nvhook.constants import (
+        CAP_SYS_ADMIN,
+        DEVICE_LIST_MOUNT_ROOT,
+        ENV_CUDA_VERSION,
+        ENV_IMEX_CHANNELS,
+        ENV_VISIBLE_DEVICES,
+    )
+    from nvhook.legacyhook import LEGACY_HOOK
+
+    found = [ENV_VISIBLE_DEVICES, ENV_IMEX_CHANNELS, ENV_CUDA_VERSION, LEGACY_HOOK]
+    found += settings.cdi_annotation_prefixes
+    if settings.policy_accept_volume_mounts:
+        found.append(DEVICE_LIST_MOUNT_ROOT.rsplit("/", 1)[1])
+    if settings.policy_privileged_gets_all:
+        found.append(CAP_SYS_ADMIN)
+    return tuple(dict.fromkeys(found))
+
+
+def handover_reason(settings: Settings) -> str | None:
+    """Why the shim must see every call under ``settings`` (None: the front-end may act)."""
+    if settings.runtime_log_file and settings.runtime_log_level == "debug":
+        return "runtime.log_level is debug: the shim logs every call"
+    from nvhook.errors import ConfigError
+    from nvhook.requests.policy import Policy
+
+    try:
+        Policy.from_settings(settings)
+    except ConfigError:
+        return "the policy is invalid: the shim fails every create"
+    return None
+
+
+def _line_safe(text: str) -> bool:
+    return bool(text) and "\n" not in text and "\0" not in text
+
+
+def _remove_older(directory: str, keep: str) -> None:
+    """Remove the data files of earlier identities of the same settings file."""
+    stem = keep[: len(_PREFIX) + 16 + 1]  # runtime-frontend-1-<hash>-
+    import contextlib
+
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(stem) and name != keep:
+            with contextlib.suppress(OSError):  # not on the start path: written once per edit
+                os.unlink(os.path.join(directory, name))
+
+
+def build(launcher: str, output: str | Path, *, cc: str | None = None) -> str | None:
+    """Compile the front-end to ``output``, handing over to ``launcher``; why not, or None.
+
+    ``cc`` defaults to ``cc`` or ``gcc`` on PATH. Static when the C library allows (no
+    dynamic loader at each call), else dynamic. The launcher path is compiled in; it must
+    be absolute and plain (no quote, backslash or control character).
+    """
+    import shutil
+    import subprocess
+
+    compiler = cc or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return "no C compiler (cc or gcc) on PATH"
+    if not os.path.isabs(launcher) or not set(launcher) <= _SEARCHABLE:
+        return f"cannot compile in the launcher path {launcher!r}"
+    base = [compiler, "-std=c11", "-O2", "-s", "-Wall", "-Wextra", "-Werror"]
+    define = f'-DNVHOOK_LAUNCHER="{launcher}"'
+    error = ""
+    for static in (["-static"], []):
+        proc = subprocess.run(
+            [*base, *static, define, "-o", os.fspath(output), SOURCE],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode == 0:
+            return None
+        error = (proc.stderr or proc.stdout).strip()
+    return f"{compiler} failed: {error[-500:]}"

@@ -1,0 +1,561 @@
+"""The native front-end (nvhook/frontend): it execs the runtime only where the shim would.
+
+The front-end is built here with the sanitizers (``-fsanitize=address,undefined``) and a
+stand-in Python launcher; both the stand-in launcher and the stand-in runtime record their
+argv, so each call shows who got it. The data file comes from the real writer
+(:func:`nvhook.settings.load_settings`). Checks: runc's argv conformance table of
+``tests/oci/test_argv.py`` (the front-end must read the same bundle as ``oci.argv``), a
+fuzz test against :func:`nvhook.requests.parse.parse_requests` (whenever the shim would
+edit, the call is handed over), and the data file's hardening.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvhook.errors import NvhookError
+from nvhook.frontend import SOURCE, build, data_name
+from nvhook.legacyhook import LEGACY_HOOK
+from nvhook.requests.parse import parse_requests
+from nvhook.requests.policy import Policy
+from nvhook.settings import load_settings
+from oci import argv as oci_argv
+from oci.argv import CREATE_COMMANDS, RuntimeArgs
+from oci.errors import ArgvError
+from tests.oci import test_argv
+
+RECORDER = '#!/bin/sh\nprintf "%s\\n" "{who}" "$PWD" "$@" > "$FRONTEND_RECORD"\n'
+
+
+def _cc() -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    return cc
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The front-end with the sanitizers, handing over to a recording stand-in launcher."""
+    cc = _cc()
+    work = tmp_path_factory.mktemp("frontend")
+    launcher = work / "launcher"
+    launcher.write_text(RECORDER.format(who="launcher"))
+    launcher.chmod(0o755)
+    binary = work / "nvhook-runtime"
+    subprocess.run(
+        [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
+         "-fno-sanitize-recover=all", f'-DNVHOOK_LAUNCHER="{launcher}"', "-o", str(binary),
+         SOURCE],
+        check=True,
+    )  # fmt: skip
+    return binary
+
+
+class Frontend:
+    def __init__(self, binary: Path, tmp: Path) -> None:
+        self.binary = binary
+        self.tmp = tmp
+        self.record = tmp / "record"
+        self.runtime = tmp / "runc"
+        self.runtime.write_text(RECORDER.format(who="runtime"))
+        self.runtime.chmod(0o755)
+        self.config = tmp / "config.toml"
+        self.cache = tmp / "cache"
+        self.log = tmp / "shim.log"
+        self.configure()
+
+    def configure(self, extra: str = "", *, log: bool = True) -> None:
+        log_file = str(self.log) if log else ""
+        self.config.write_text(
+            f'[runtime]\nruntimes = ["{self.runtime}"]\nlog_file = "{log_file}"\n{extra}'
+        )
+        self.settings = load_settings(str(self.config), cache_dir=str(self.cache))
+
+    def data_file(self) -> Path:
+        return self.cache / data_name(str(self.config), os.stat(self.config))
+
+    def env(self) -> dict[str, str]:
+        return {
+            "PATH": "/usr/bin:/bin",
+            "NVHOOK_CONFIG": str(self.config),
+            "NVHOOK_CACHE_DIR": str(self.cache),
+            "FRONTEND_RECORD": str(self.record),
+            "ASAN_OPTIONS": "detect_leaks=0",
+        }
+
+    def call(self, argv: list[str], cwd: Path | None = None, **env: str) -> tuple[str, list[str]]:
+        """Who got the call ("runtime" or "launcher") and the argv it got (after argv[0])."""
+        self.record.unlink(missing_ok=True)
+        proc = subprocess.run(
+            [str(self.binary), *argv],
+            cwd=cwd or self.tmp,
+            env={**self.env(), **env},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        who, _cwd, *got = self.record.read_text().split("\n")[:-1]
+        return who, got
+
+    def bundle(self, spec: dict[str, object] | bytes, name: str = "b") -> Path:
+        b = self.tmp / name
+        b.mkdir(exist_ok=True)
+        data = spec if isinstance(spec, bytes) else json.dumps(spec).encode()
+        (b / "config.json").write_bytes(data)
+        return b
+
+
+@pytest.fixture
+def fe(built: Path, tmp_path: Path) -> Frontend:
+    return Frontend(built, tmp_path)
+
+
+PLAIN = {"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": ["PATH=/bin"]}}
+EXAMPLE_PREFIX = '[cdi]\nannotation_prefixes = ["example.com/"]\n'
+MOUNTS_ON = "[policy]\naccept_volume_mounts = true\n"
+
+
+def _mount(destination: str) -> dict[str, str]:
+    return {"destination": destination, "source": "/dev/null"}
+
+
+def _with_env(*env: str) -> dict[str, object]:
+    return {"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": ["PATH=/bin", *env]}}
+
+
+# -- what it execs -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line", ["state c1", "--root /r start c1", "kill c1 9", "delete --force c1", "features", ""]
+)
+def test_pass_through_goes_to_the_runtime_with_the_argv_unchanged(fe: Frontend, line: str) -> None:
+    assert fe.call(line.split()) == ("runtime", line.split())
+
+
+def test_create_without_request_goes_to_the_runtime_and_is_logged(fe: Frontend) -> None:
+    b = fe.bundle(PLAIN)
+    argv = ["--root", "/r", "create", "--bundle", str(b), "--pid-file", "p", "c1"]
+    assert fe.call(argv) == ("runtime", argv)
+    (record,) = [json.loads(line) for line in fe.log.read_text().splitlines()]
+    assert record.pop("time") and record.pop("pid") and record.pop("duration_ms") >= 0
+    assert record == {"level": "info", "id": "c1", "command": "create", "mode": None,
+                      "devices": "", "written": False}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "extra"),
+    [
+        (["NVIDIA_VISIBLE_DEVICES=0"], ""),
+        (["NVIDIA_VISIBLE_DEVICES=void"], ""),  # no edit, but a trigger: handed over
+        (["CUDA_VERSION=12.4"], ""),
+        (["NVIDIA_IMEX_CHANNELS=0"], ""),
+    ],
+)
+def test_a_trigger_hands_the_create_over(fe: Frontend, env: list[str], extra: str) -> None:
+    b = fe.bundle(_with_env(*env))
+    argv = ["create", "--bundle", str(b), "c1"]
+    assert fe.call(argv) == ("launcher", argv)
+    assert not fe.log.exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "extra"),
+    [
+        ({**PLAIN, "annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}, ""),
+        ({**PLAIN, "annotations": {"example.com/gpus": "x"}}, EXAMPLE_PREFIX),
+        ({**PLAIN, "mounts": [_mount("/var//run/nvidia-container-devices/0")]}, MOUNTS_ON),
+        ({"process": {"capabilities": {"bounding": ["CAP_SYS_ADMIN"]}}},
+         "[policy]\nprivileged_gets_all = true\n"),
+        ({**PLAIN, "note": "\\u004eVIDIA_VISIBLE_DEVICES=0"}, ""),  # written as \u escape below
+    ],
+)  # fmt: skip
+def test_every_kind_of_request_is_handed_over(
+    fe: Frontend, spec: dict[str, object], extra: str
+) -> None:
+    fe.configure(extra)
+    data = json.dumps(spec).encode().replace(b"\\\\u004e", b"\\u004e")
+    b = fe.bundle(data)
+    assert fe.call(["create", "--bundle", str(b), "c1"])[0] == "launcher"
+
+
+@pytest.mark.parametrize(
+    ("spec", "extra"),
+    [
+        ({**PLAIN, "annotations": {"example.com/gpus": "x"}}, ""),
+        ({**PLAIN, "mounts": [_mount("/var/run/nvidia-container-devices/0")]}, ""),
+        ({"process": {"capabilities": {"bounding": ["CAP_SYS_ADMIN"]}}}, ""),
+    ],
+)  # fmt: skip
+def test_what_the_policy_ignores_is_not_a_trigger(
+    fe: Frontend, spec: dict[str, object], extra: str
+) -> None:
+    fe.configure(extra)
+    b = fe.bundle(spec)
+    assert fe.call(["create", "--bundle", str(b), "c1"])[0] == "runtime"
+
+
+def test_the_front_end_never_picks_itself(fe: Frontend, tmp_path: Path) -> None:
+    """``runc`` on PATH that is the front-end itself is skipped, as the shim skips itself."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    (first / "runc").symlink_to(fe.binary)
+    shutil.copy(fe.runtime, second / "runc")
+    fe.configure()
+    fe.config.write_text(fe.config.read_text().replace(str(fe.runtime), "runc"))
+    fe.settings = load_settings(str(fe.config), cache_dir=str(fe.cache))
+    who, argv = fe.call(["state", "c1"], PATH=f"{first}:{second}")
+    assert (who, argv) == ("runtime", ["state", "c1"])
+
+
+# -- runc's argv conformance table: the same bundle as oci.argv reads --------------------------
+
+
+def _lines() -> list[str]:
+    lines = list(test_argv.CONFORMANCE)
+    for function in [
+        test_argv.test_bundle_forms,
+        test_argv.test_other_commands_pass_through,
+        test_argv.test_help_and_version_run_nothing,
+        test_argv.test_errors_where_runc_refuses_the_command_line,
+        test_argv.test_global_flag_forms,
+    ]:
+        marks = function.pytestmark  # type: ignore[attr-defined]
+        (mark,) = [m for m in marks if m.name == "parametrize"]
+        for case in mark.args[1]:
+            line = case if isinstance(case, str) else case[0]
+            lines.append(line)
+    lines += ["--root create create --bundle /nvb8 id", "create --bundle /a -- --bundle /b id",
+              "run -d --keep id -b /nvb30", "create -h=false -b /nvb31 id",
+              "--help=false create -b /nvb32 id", "-v=0 run -b /nvb33 id",
+              "create --help=false --help=1 -b /nvb34 id",
+              "--rootless create create -b /x id"]  # fmt: skip
+    return list(dict.fromkeys(lines))
+
+
+def _expected(argv: list[str], cwd: Path) -> tuple[str, str | None]:
+    """Who must get the call (per oci.argv) and, for a create, the bundle it reads."""
+    try:
+        args = RuntimeArgs.parse(argv, cwd=str(cwd))
+    except ArgvError:
+        try:
+            i = oci_argv._parse_flags(argv, 0, oci_argv._GLOBAL, {}, [], "global options")
+        except ArgvError:
+            return "launcher", None  # runc refuses the global flags: handed over
+        return ("launcher" if i < len(argv) and argv[i] in CREATE_COMMANDS else "runtime"), None
+    if args.version:
+        return "launcher", None  # the shim prints nvhook's version, then the runtime's
+    if not args.creates:
+        return "runtime", None
+    return "create", args.bundle
+
+
+def _under(root: Path, arg: str) -> str:
+    """``arg`` with an absolute path in it moved under ``root`` (the test writes bundles)."""
+    if arg.startswith("/"):
+        return f"{root}{arg}"
+    flag, eq, value = arg.partition("=")
+    return f"{flag}={root}{value}" if eq and value.startswith("/") else arg
+
+
+@pytest.mark.parametrize("line", _lines())
+def test_conformance_table(fe: Frontend, line: str) -> None:
+    cwd = fe.tmp / "cwd"
+    cwd.mkdir()
+    argv = [_under(fe.tmp, arg) for arg in line.split()]
+    who, bundle = _expected(argv, cwd)
+    if who != "create":
+        assert fe.call(argv, cwd) == (who, argv)
+        return
+    assert bundle is not None
+    # a config.json in every directory an argument could name, and in the working directory
+    candidates = {cwd, Path(bundle)}
+    for arg in argv:
+        for text in (arg, arg.partition("=")[2]):
+            if text and ".." not in text:
+                candidates.add(cwd / text)
+    assert all(str(d).startswith(str(fe.tmp)) for d in candidates)
+    for plain_elsewhere in (True, False):
+        for d in candidates:
+            d.mkdir(parents=True, exist_ok=True)
+            is_bundle = os.path.realpath(d) == os.path.realpath(bundle)
+            request = is_bundle if plain_elsewhere else not is_bundle
+            spec = _with_env("NVIDIA_VISIBLE_DEVICES=0") if request else PLAIN
+            (d / "config.json").write_text(json.dumps(spec))
+        # the bundle asks: handed over; the bundle does not (every other one does): runc
+        assert fe.call(argv, cwd) == ("launcher" if plain_elsewhere else "runtime", argv)
+
+
+# -- fuzz: whenever the shim would edit, the call is handed over -------------------------------
+
+_ENV = [
+    "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=",
+    "NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_VISIBLE_DEVICE=0",
+    "nvidia_visible_devices=0", "NVIDIA_DRIVER_CAPABILITIES=all", "NVIDIA_REQUIRE_CUDA=cuda>=12",
+    "CUDA_VERSION=12.4", "CUDA_VERSION=", "NVIDIA_IMEX_CHANNELS=0", "NVIDIA_IMEX_CHANNELS=",
+    "NVIDIA_GDS=enabled", "HOME=/root", "X=NVIDIA_VISIBLE_DEVICES=1",
+]  # fmt: skip
+_ANNOTATIONS = [
+    ("cdi.k8s.io/gpu", "nvidia.com/gpu=0"), ("cdi.k8s.io/", ""), ("CDI.k8s.io/x", "a/b=c"),
+    ("example.com/gpus", "nvidia.com/gpu=1"), ("io.kubernetes.cri.sandbox-id", "abc"),
+]  # fmt: skip
+_MOUNTS = [
+    "/var/run/nvidia-container-devices/0", "/var//run/nvidia-container-devices/all",
+    "/var/run/./nvidia-container-devices/cdi/nvidia.com/gpu/0", "/var/run/nvidia-container-devices",
+    "/var/run/nvidia-container-devicesX/0", "/tmp/x",
+]  # fmt: skip
+_POLICIES = [
+    "",
+    "[policy]\naccept_volume_mounts = true\n",
+    "[policy]\nprivileged_gets_all = true\naccept_env_unprivileged = false\n",
+    '[cdi]\nannotation_prefixes = ["example.com/", "cdi.k8s.io/"]\n',
+    "[cdi]\nannotation_prefixes = []\n[policy]\naccept_volume_mounts = true\n",
+]
+
+
+def _random_spec(rng: random.Random) -> bytes:
+    spec: dict[str, object] = {"ociVersion": "1.0.2"}
+    process: dict[str, object] = {"args": ["sh"], "env": rng.sample(_ENV, rng.randint(0, 3))}
+    if rng.random() < 0.3:
+        caps = rng.sample(["CAP_SYS_ADMIN", "CAP_CHOWN", "CAP_NET_RAW"], rng.randint(0, 2))
+        process["capabilities"] = {"bounding": caps}
+    spec["process"] = process
+    if rng.random() < 0.4:
+        spec["annotations"] = dict(rng.sample(_ANNOTATIONS, rng.randint(1, 2)))
+    if rng.random() < 0.4:
+        spec["mounts"] = [
+            {"destination": d, "source": rng.choice(["/dev/null", "/x"]), "type": "bind"}
+            for d in rng.sample(_MOUNTS, rng.randint(1, 2))
+        ]
+    text = json.dumps(spec, indent=rng.choice([None, 1]))
+    words = [w for w in ("NVIDIA_", "CUDA_", "cdi.k8s", "container-devices", "SYS_ADMIN")
+             if w in text]  # fmt: skip
+    if words and rng.random() < 0.3:  # a trigger spelled with an escape
+        i = text.index(rng.choice(words))
+        text = text[:i] + f"\\u{ord(text[i]):04x}" + text[i + 1 :]
+    elif "/" in text and rng.random() < 0.2:
+        i = rng.choice([i for i, c in enumerate(text) if c == "/"])
+        text = text[:i] + "\\/" + text[i + 1 :]
+    elif rng.random() < 0.2:  # an escape may spell any character
+        i = rng.randrange(len(text))
+        if text[i].isalpha():
+            text = text[:i] + f"\\u{ord(text[i]):04x}" + text[i + 1 :]
+        elif text[i] == "/":
+            text = text[:i] + "\\/" + text[i + 1 :]
+    return text.encode()
+
+
+def test_fuzz_never_passes_through_a_create_the_shim_would_edit(fe: Frontend) -> None:
+    rng = random.Random(16)
+    outcomes: dict[tuple[bool, str], int] = {}
+    for n in range(250):
+        if n % 50 == 0:
+            fe.configure(_POLICIES[(n // 50) % len(_POLICIES)])
+        data = _random_spec(rng)
+        try:
+            spec = json.loads(data)
+            wants = parse_requests(spec, Policy.from_settings(fe.settings)).wants_anything
+        except NvhookError:
+            wants = False  # the shim fails it: no edit
+        b = fe.bundle(data)
+        argv = rng.choice(
+            [["create", "--bundle", str(b), "c"], ["--root", "/r", "run", "-d", "c", "-b", str(b)],
+             ["create", f"--bundle={b}", "--pid-file", "p", "c"]]
+        )  # fmt: skip
+        who, got = fe.call(argv)
+        assert got == argv
+        if wants:
+            assert who == "launcher", data
+        outcomes[wants, who] = outcomes.get((wants, who), 0) + 1
+    # both sides were exercised: edits handed over, and plain creates passed through
+    assert outcomes.get((True, "launcher"), 0) > 20 and outcomes.get((False, "runtime"), 0) > 20
+
+
+def test_fuzz_argv_never_passes_a_create_through_elsewhere(fe: Frontend) -> None:
+    """Random command lines: where oci.argv sees a create of the bundle that asks for GPUs,
+    the front-end hands over (whatever bundle it thinks it is)."""
+    rng = random.Random(2)
+    cwd = fe.tmp / "cwd"
+    cwd.mkdir()
+    (cwd / "config.json").write_text(json.dumps(_with_env("NVIDIA_VISIBLE_DEVICES=0")))
+    asks = fe.bundle(_with_env("NVIDIA_VISIBLE_DEVICES=0"), "asks")
+    words = ["create", "run", "state", "--bundle", "-b", "--bundle=" + str(asks), str(asks),
+             "--root", "--rootless", "true", "--", "-", "id", "--help", "-h=false", "--debug",
+             "--pid-file", "--log-format", "json", "--no-pivot", "-d", "--x=1", "-v",
+             "--=x"]  # fmt: skip
+    for _ in range(300):
+        argv = [rng.choice(words) for _ in range(rng.randint(0, 7))]
+        who, _bundle = _expected(argv, cwd)
+        # every config.json here asks for a GPU: each create is handed over
+        assert fe.call(argv, cwd) == ("runtime" if who == "runtime" else "launcher", argv)
+
+
+# -- the data file: any doubt hands over ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["missing", "foreign owner", "mode 0644", "symlink", "directory group-writable",
+     "directory foreign", "handover line", "extra line", "no end", "settings changed",
+     "relative NVHOOK_CONFIG", "explicit config missing", "debug logging", "bad policy",
+     "NUL"],
+)  # fmt: skip
+def test_any_doubt_about_the_data_hands_over(fe: Frontend, change: str) -> None:
+    data = fe.data_file()
+    env: dict[str, str] = {}
+    text = data.read_bytes()
+    if change == "missing":
+        data.unlink()
+    elif change == "foreign owner":
+        os.chown(data, 1, 1) if os.geteuid() == 0 else pytest.skip("needs root")
+    elif change == "mode 0644":
+        data.chmod(0o644)
+    elif change == "symlink":
+        copy = fe.tmp / "copy"
+        copy.write_bytes(text)
+        copy.chmod(0o600)
+        data.unlink()
+        data.symlink_to(copy)
+    elif change == "directory group-writable":
+        fe.cache.chmod(0o770)
+    elif change == "directory foreign":
+        os.chown(fe.cache, 1, 1) if os.geteuid() == 0 else pytest.skip("needs root")
+    elif change == "handover line":
+        data.write_bytes(text.replace(b"\nruntime ", b"\nhandover x\nruntime ", 1))
+    elif change == "extra line":
+        data.write_bytes(text.replace(b"\nend\n", b"\nmore x\nend\n"))
+    elif change == "no end":
+        data.write_bytes(text.replace(b"\nend\n", b"\n"))
+    elif change == "NUL":
+        data.write_bytes(text.replace(b"trigger CUDA_VERSION", b"trigger CUDA\0VERSION"))
+    elif change == "settings changed":
+        os.utime(fe.config, ns=(1, 1))
+    elif change == "relative NVHOOK_CONFIG":
+        env["NVHOOK_CONFIG"] = os.path.relpath(fe.config, fe.tmp)
+    elif change == "explicit config missing":
+        env["NVHOOK_CONFIG"] = str(fe.tmp / "nothing.toml")
+    elif change == "debug logging":
+        fe.configure('log_level = "debug"\n')
+    elif change == "bad policy":
+        fe.configure('[policy]\ndefault_capabilities = ["bogus"]\n')
+    assert fe.call(["state", "c1"], **env) == ("launcher", ["state", "c1"])
+
+
+@pytest.mark.parametrize("change", ["symlink", "fifo", "too big", "unreadable", "missing"])
+def test_any_doubt_about_config_json_hands_over(fe: Frontend, change: str) -> None:
+    b = fe.bundle(PLAIN)
+    config = b / "config.json"
+    if change == "symlink":
+        (fe.tmp / "real.json").write_text(json.dumps(PLAIN))
+        config.unlink()
+        config.symlink_to(fe.tmp / "real.json")
+    elif change == "fifo":
+        config.unlink()
+        os.mkfifo(config)
+    elif change == "too big":
+        with open(config, "ab") as f:
+            f.truncate(17 * 1024 * 1024)
+    elif change == "unreadable":
+        config.unlink()
+        config.mkdir()
+    elif change == "missing":
+        config.unlink()
+    assert fe.call(["create", "-b", str(b), "c1"])[0] == "launcher"
+    assert not fe.log.exists()
+
+
+def test_the_data_file_is_hardened_and_names_the_settings(fe: Frontend) -> None:
+    data = fe.data_file()
+    st = data.stat()
+    assert (st.st_mode & 0o7777, st.st_uid) == (0o600, os.geteuid())
+    lines = data.read_text().splitlines()
+    assert lines[:3] == ["nvhook-runtime-frontend 1", f"config {fe.config}",
+                         "settings " + data.name.split("-", 4)[4]]  # fmt: skip
+    assert f"runtime {fe.runtime}" in lines and lines[-1] == "end"
+    assert {"trigger NVIDIA_VISIBLE_DEVICES", "trigger cdi.k8s.io/"} <= set(lines)
+    fe.config.write_text(fe.config.read_text() + "\n")  # a new identity: a new file, old gone
+    load_settings(str(fe.config), cache_dir=str(fe.cache))
+    assert not data.exists() and fe.data_file().exists()
+
+
+def test_no_log_line_when_the_level_is_above_info(fe: Frontend) -> None:
+    fe.configure('log_level = "warning"\n')
+    b = fe.bundle(PLAIN)
+    assert fe.call(["create", "-b", str(b), "c1"])[0] == "runtime"
+    assert not fe.log.exists()
+
+
+def test_an_id_the_log_cannot_hold_as_is_hands_over(fe: Frontend) -> None:
+    b = fe.bundle(PLAIN)
+    assert fe.call(["create", "-b", str(b), 'c"1'])[0] == "launcher"
+    fe.configure(log=False)
+    assert fe.call(["create", "-b", str(b), 'c"1'])[0] == "runtime"
+
+
+# -- install-entrypoints ---------------------------------------------------------------------
+
+
+def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path: Path) -> None:
+    _cc()
+    from nvhook.tools.entrypoints import install_entrypoints
+
+    bin_dir = tmp_path / "bin"
+    written = install_entrypoints(str(bin_dir), sys.executable)
+    names = sorted(p.name for p in written)
+    assert names == ["nvhook", "nvhook-hook", "nvhook-runtime", "nvhook-runtime.py", LEGACY_HOOK]
+    assert (bin_dir / "nvhook-runtime").read_bytes()[:4] == b"\x7fELF"
+    launcher = (bin_dir / "nvhook-runtime.py").read_text()
+    assert launcher.startswith(f"#!{sys.executable} -IS\n")
+    assert f"sys.argv[0] = {str(bin_dir / 'nvhook-runtime')!r}" in launcher
+    runc = shutil.which("runc")
+    if runc is None:
+        pytest.skip("runc is not installed")
+    # installed as runc earlier on PATH: neither the front-end nor the shim picks it
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "runc").symlink_to(bin_dir / "nvhook-runtime")
+    env = {
+        "PATH": f"{first}:{os.environ.get('PATH', '')}",
+        "NVHOOK_CONFIG": str(tmp_path / "c.toml"),
+        "NVHOOK_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    (tmp_path / "c.toml").write_text('[runtime]\nruntimes = ["runc"]\nlog_file = ""\n')
+
+    def call(*argv: str) -> str:
+        result = subprocess.run([str(first / "runc"), *argv], env=env, timeout=30,
+                                capture_output=True, text=True, check=False)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    # --version: always the shim's (nvhook's version first), which skips the front-end too
+    assert call("--version").splitlines()[1].startswith("runc version")
+    assert json.loads(call("features"))  # the front-end's own pass-through, to runc
+    # a prebuilt front-end must hand over to this directory's launcher
+    with pytest.raises(ValueError, match="not built for"):
+        install_entrypoints(str(tmp_path / "other"), sys.executable,
+                            frontend=str(bin_dir / "nvhook-runtime"))  # fmt: skip
+    again = install_entrypoints(
+        str(bin_dir), sys.executable, frontend=str(bin_dir / "nvhook-runtime")
+    )
+    assert bin_dir / "nvhook-runtime.py" in again
+    off = install_entrypoints(str(tmp_path / "off"), sys.executable, frontend="off")
+    assert (tmp_path / "off" / "nvhook-runtime").read_text().startswith("#!")
+    assert sorted(p.name for p in off) == ["nvhook", "nvhook-hook", "nvhook-runtime", LEGACY_HOOK]
+
+
+def test_build_refuses_a_launcher_path_it_cannot_compile_in(tmp_path: Path) -> None:
+    assert build('/x/"evil', tmp_path / "out") is not None
+    assert build("relative", tmp_path / "out") is not None
+    assert not (tmp_path / "out").exists()
