@@ -139,7 +139,8 @@ def _capabilities(value: str | None) -> tuple[str, ...] | None:
     "--capabilities",
     metavar="LIST",
     help="Driver capabilities whose files the spec mounts, comma-separated "
-    "(compute,utility,video,graphics,display,ngx,compat32 or all) [default: all].",
+    "(compute,utility,video,graphics,display,ngx,compat32 or all, which includes compat32) "
+    "[default: all but compat32: the 32-bit libraries only when asked for].",
 )
 @click.option(
     "--hook-path",
