@@ -20,8 +20,8 @@ one CDI kind and spec file each; ``gpu`` (the default) is ``<vendor>/<class>``:
   ``all`` has the nodes of every GPU and of every MIG device (the ``nvidia-caps``
   access nodes of each GPU and compute instance), as jit's ``all`` gives them;
 - **spec-level edits** (added once whichever devices are asked for): the control
-  nodes, the driver files of the chosen capabilities, the ``create-symlinks`` and
-  ``update-ldcache`` hooks, and ``NVIDIA_VISIBLE_DEVICES=void`` (a second injector then
+  nodes, the driver files of the chosen capabilities, the ``create-container`` hook
+  (links, then the ld cache), and ``NVIDIA_VISIBLE_DEVICES=void`` (a second injector then
   adds nothing): exactly what jit mode injects for ``NVIDIA_VISIBLE_DEVICES=none``
   (:func:`nvhook.edits.plan` computes them, so the two modes cannot drift apart);
 - **every device node records the host node's access** (:func:`with_host_access`): its
