@@ -64,9 +64,11 @@ Decisions:
   podman 4.3 and containerd 1.7.0-1.7.11 read it. :func:`oci.cdi.write.dump_spec`
   computes the version from the content, deduplicates and validates.
 - **Format: JSON by default** (``/var/run/cdi/nvidia.json``). In mode cdi the shim reads
-  the spec on every container start: this spec (8 GPUs, every capability) resolves in about
+  the spec on container starts: this spec (8 GPUs, every capability) resolves in about
   2 ms from JSON (the stdlib parser) and 50 ms from YAML (PyYAML), see
-  ``bench/discovery.py``. YAML stays available (``--format yaml`` or a ``.yaml`` output).
+  ``bench/discovery.py``; the registry keeps the decoded document by the file's identity
+  (:mod:`oci.cdi.registry`), so YAML costs that only the first time after a change.
+  YAML stays available (``--format yaml`` or a ``.yaml`` output).
 - Output: :func:`oci.cdi.write.write_spec` (temporary file, fsync, mode 0644, rename).
 """
 
