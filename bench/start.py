@@ -256,8 +256,7 @@ def hook_name(hook: dict[str, Any]) -> str:
 
 
 def make_cases(
-    bench: Bench, names: list[str], runtime: str, env_base: dict[str, str], spec_dir: Path | None,
-    parts: bool,
+    bench: Bench, names: list[str], runtime: str, env_base: dict[str, str], parts: bool,
 ) -> list[Case]:  # fmt: skip
     base = runc_spec(bench.runc)
     cases = []
@@ -389,7 +388,7 @@ def main() -> None:
         for profile in sorted({CASES[n][0] for n in names}):
             prepare_machine(work, profile, args.spec_dir, runc)
         env_base = {"PATH": PATH_ENV, "NVHOOK_CACHE_DIR": str(work / "cache")}
-        cases = make_cases(bench, names, runtime, env_base, args.spec_dir, not args.no_parts)
+        cases = make_cases(bench, names, runtime, env_base, not args.no_parts)
         plain = Variant("plain runc", bench.bundle("plain", runc_spec(runc)), runc,
                         {"PATH": PATH_ENV})  # fmt: skip
         variants = [plain, *(v for c in cases for v in c.variants())]

@@ -38,9 +38,10 @@ itself, never from the index, which only decides which files to read.
   foreign-owned or stale index is ignored (a malformed record: its file is
   parsed); one that cannot be written is not an error. A refused cache directory
   is reported in ``warnings``.
-- The files read for their edits (the winners of the requested names) are kept
-  decoded beside it, one cache file per spec path (``cdi-spec-…``), keyed by the same
-  identity: ``(format, path, identity, decoded document)``. A YAML spec then costs
+- The YAML files of the requested kinds are kept decoded beside it (JSON decodes as
+  fast as a kept document is read), one cache file per spec path (``cdi-spec-…``),
+  keyed by the same identity: ``(format, path, identity, decoded document)``. A YAML
+  spec then costs
   what a JSON one does (PyYAML: ~45 ms to import and parse; the strict parser over
   the decoded document: ~1 ms), with the same rules: written only for a settled file
   whose identity held still while it was read, believed only through
@@ -438,8 +439,9 @@ class _IndexedScan:
 
 
 class _KeptSpecs:
-    """Reads spec files through their kept decoded documents (the module docstring); keeps
-    those of the requested kinds (not a DRA driver's thousand claim specs of another)."""
+    """Reads YAML spec files through their kept decoded documents (the module docstring);
+    keeps those of the requested kinds (not a DRA driver's thousand claim specs of another).
+    A JSON file is read directly: decoding it costs what reading a kept document does."""
 
     def __init__(self, cache_dir: str, kinds: set[str], warnings: list[str] | None) -> None:
         self._cache_dir = cache_dir
@@ -448,6 +450,8 @@ class _KeptSpecs:
 
     def load(self, path: str, ident: Ident, settled: bool) -> Spec:
         """The spec at ``path``, listed with identity ``ident`` (``settled``: old enough)."""
+        if not path.endswith(_KEPT_SUFFIXES):
+            return load_spec(path)
         name = _cache.cache_name("cdi-spec", path)
         kept = _cache.load(self._cache_dir, name, self._warnings)
         if (
@@ -476,6 +480,8 @@ class _KeptSpecs:
         return spec
 
 
+#: The spec files kept decoded: YAML (PyYAML's import and parse cost ~45 ms a start).
+_KEPT_SUFFIXES = (".yaml",)
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
 
 

@@ -588,17 +588,13 @@ devices:
 """
 
 
-@pytest.mark.parametrize("suffix", [".yaml", ".json"])
-def test_the_winning_file_is_decoded_once_then_kept(
-    tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch, suffix: str
+def test_a_yaml_winner_is_decoded_once_then_kept(
+    tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """YAML costs what JSON does: the decoded document is kept by the file's identity."""
-    import yaml
-
     d = tmp_path / "cdi"
     d.mkdir()
-    text = YAML_SPEC if suffix == ".yaml" else json.dumps(yaml.safe_load(YAML_SPEC))
-    (d / f"gpu{suffix}").write_text(text)
+    (d / "gpu.yaml").write_text(YAML_SPEC)
     decodes = Decodes(monkeypatch)
     first = resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
     assert decodes.take() == 1
@@ -609,11 +605,26 @@ def test_the_winning_file_is_decoded_once_then_kept(
     assert decodes.take() == 0  # from the kept document, parsed again by the strict parser
     assert Registry([str(d)]).resolve([f"{GPU}=0"]) == first
     # edited in place (same size, mtime restored): the ctime changes, so it is read again
-    st = (d / f"gpu{suffix}").stat()
-    (d / f"gpu{suffix}").write_text(text.replace("G=0", "G=1"))
-    os.utime(d / f"gpu{suffix}", ns=(st.st_atime_ns, st.st_mtime_ns))
+    st = (d / "gpu.yaml").stat()
+    (d / "gpu.yaml").write_text(YAML_SPEC.replace("G=0", "G=1"))
+    os.utime(d / "gpu.yaml", ns=(st.st_atime_ns, st.st_mtime_ns))
     assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=1")
     assert decodes.take() == 1
+
+
+def test_a_json_winner_is_read_directly(
+    tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JSON decodes as fast as a kept document loads: nothing is kept for it."""
+    import yaml
+
+    d = tmp_path / "cdi"
+    d.mkdir()
+    (d / "gpu.json").write_text(json.dumps(yaml.safe_load(YAML_SPEC)))
+    for _ in range(3):
+        assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=0")
+    assert kept_files(cache) == []
+    assert len(index_files(cache)) == 1
 
 
 def test_a_just_written_winner_is_not_kept(
@@ -666,10 +677,7 @@ def test_a_document_with_a_duplicate_key_is_not_kept(
 ) -> None:
     d = tmp_path / "cdi"
     d.mkdir()
-    (d / "gpu.json").write_text(
-        '{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "kind": "nvidia.com/gpu",'
-        ' "devices": [{"name": "0", "containerEdits": {"env": ["G=0"]}}]}'
-    )
+    (d / "gpu.yaml").write_text(YAML_SPEC + "kind: nvidia.com/gpu\n")  # kind twice
     outcome_first = outcome(resolve, [str(d)], [f"{GPU}=0"], cache_dir=cache)
     assert outcome_first == outcome(Registry([str(d)]).resolve, [f"{GPU}=0"])
     assert kept_files(cache) == []
