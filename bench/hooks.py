@@ -6,7 +6,11 @@ Each row is the median (and min) wall time of RUNS runs of ``nvhook-hook <comman
 with the OCI state on stdin and exactly the hook's fixed env, against a prepared
 rootfs (a library folder holding one small ``.so``). ``python -I -c pass`` is the
 floor every Python hook pays; ``ldconfig -r`` alone shows what update-ldcache spends
-outside Python. ``netdev`` (root only) moves a fresh ifb device into a fresh network
+outside Python. ``create-container`` (what nvhook injects) does the links and the cache
+in one process: compare it with the two older commands run one after the other. As root,
+the last update-ldcache row has a procfs mounted in the rootfs, as at createContainer,
+so ldconfig runs in a private mount namespace with it detached: the difference to the
+first row is that set-up. ``netdev`` (root only) moves a fresh ifb device into a fresh network
 namespace each run; only the hook's run is timed. The machine is shared and noisy:
 compare rows of the same run, not runs.
 """
@@ -75,6 +79,27 @@ def _time(argv: list[str], stdin: str, runs: int, before: Callable[[], object] |
     return times
 
 
+def _time_both(argvs: list[list[str]], stdin: str, runs: int) -> list[float]:
+    """Each run: every argv in turn (one container's hooks), timed together."""
+    times = []
+    for _ in range(runs):
+        times.append(sum(_time(argv, stdin, 1)[0] for argv in argvs))
+    return times
+
+
+def _procfs_row(hook: str, rootfs: str, state: str, runs: int) -> list[tuple[str, list[float]]]:
+    proc = os.path.join(rootfs, "proc")
+    if os.geteuid() != 0:
+        return []
+    os.makedirs(proc, exist_ok=True)
+    subprocess.run(["mount", "-t", "proc", "proc", proc], check=True)
+    try:
+        times = _time([hook, "update-ldcache", "--folder", LIBDIR], state, runs)
+    finally:
+        subprocess.run(["umount", proc], check=True)
+    return [("update-ldcache, procfs in the rootfs", times)]
+
+
 def _netdev_rows(hook: str, runs: int) -> list[tuple[str, list[float]]]:
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
         return []
@@ -117,16 +142,23 @@ def main() -> None:
         hook = _launcher(work)
         bundle, state = _prepare(work)
         rootfs = str(bundle / "rootfs")
+        links = ["--link", f"libnvhookbench.so.1::{LIBDIR}/a.so",
+                 "--link", f"libnvhookbench.so.1::{LIBDIR}/b.so"]  # fmt: skip
+        folders = ["--folder", LIBDIR]
         rows: list[tuple[str, list[float]]] = [
             ("python -I -c pass", _time([sys.executable, "-I", "-c", "pass"], "", runs)),
-            ("update-ldcache (1 folder)",
-             _time([hook, "update-ldcache", "--folder", LIBDIR], state, runs)),
+            ("update-ldcache (1 folder)", _time([hook, "update-ldcache", *folders], state, runs)),
             ("ldconfig -r ROOTFS (no Python)",
              _time([default_ldconfig(), "-r", rootfs], "", runs)),
             ("create-symlinks (2 links, in place)",
-             _time([hook, "create-symlinks", "--link", f"libnvhookbench.so.1::{LIBDIR}/a.so",
-                    "--link", f"libnvhookbench.so.1::{LIBDIR}/b.so"], state, runs)),
+             _time([hook, "create-symlinks", *links], state, runs)),
+            ("create-symlinks, then update-ldcache",
+             _time_both([[hook, "create-symlinks", *links], [hook, "update-ldcache", *folders]],
+                        state, runs)),
+            ("create-container (the same, 1 process)",
+             _time([hook, "create-container", *links, *folders], state, runs)),
         ]  # fmt: skip
+        rows += _procfs_row(hook, rootfs, state, runs)
         rows += _netdev_rows(hook, runs)
     floor = statistics.median(rows[0][1])
     print(f"{'hook':<38} {'median ms':>10} {'min ms':>8} {'- python':>9}")

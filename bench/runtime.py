@@ -21,6 +21,9 @@ Cases, on the ``dgx-a100`` mock machine (laid out in a temporary directory):
   discovered through procfs) and mode ``cdi`` (``nvidia.com/gpu=1``/``=all`` from a spec
   shaped like ``nvhook cdi generate``'s, built here from the jit edits: common edits at the
   spec level, a device per GPU index, UUID and MIG device, and ``all``);
+- ``create`` with ``NVIDIA_VISIBLE_DEVICES=1`` in mode ``cdi`` from the same spec written as
+  YAML (the registry keeps winning files decoded by identity, so it should cost what JSON
+  does once the file has settled);
 - ``create`` with ``NVIDIA_VISIBLE_DEVICES=1`` in mode ``cdi`` with 1,000 other specs beside
   that one (one per DRA claim, another kind), older than the index's racy window
   (:data:`oci.cdi.registry.RACY_NS`), so later runs read them from the index.
@@ -92,6 +95,8 @@ MODES = ("auto", "jit", "cdi")
 #: A config of its own: mode cdi over a spec directory that also holds OTHER_SPECS claim specs.
 CDI_CROWDED = "cdi-crowded"
 OTHER_SPECS = 1000
+#: A config of its own: mode cdi over a directory holding the same spec as YAML.
+CDI_YAML = "cdi-yaml"
 
 
 @dataclass
@@ -286,9 +291,15 @@ def prepare(work: Path, shim: str, frontend: str | None) -> Setup:
     gpu_spec = json.dumps(cdi_spec(machine), indent=2)
     (cdi_dir / "nvidia.json").write_text(gpu_spec)
     (crowded_dir / "nvidia.json").write_text(gpu_spec)
+    import yaml
+
+    yaml_dir = work / "cdi-yaml"
+    yaml_dir.mkdir()
+    (yaml_dir / "nvidia.yaml").write_text(yaml.safe_dump(json.loads(gpu_spec), sort_keys=False))
     configs = {}
     for name, mode, spec_dir in [*((m, m, cdi_dir) for m in MODES),
-                                 (CDI_CROWDED, "cdi", crowded_dir)]:  # fmt: skip
+                                 (CDI_CROWDED, "cdi", crowded_dir),
+                                 (CDI_YAML, "cdi", yaml_dir)]:  # fmt: skip
         path = work / f"config-{name}.toml"
         path.write_text(
             "[runtime]\n"
@@ -306,7 +317,7 @@ def prepare(work: Path, shim: str, frontend: str | None) -> Setup:
         "NVHOOK_CACHE_DIR": str(work / "cache"),
     }
     measure = build_c(work, "measure", MEASURE_C)
-    time.sleep(max(0.0, settled_at - time.monotonic()))  # the crowded specs count as settled
+    time.sleep(max(0.0, settled_at - time.monotonic()))  # the crowded and YAML specs settle
     return Setup(work, shim, frontend, noop, noop_kind, measure, machine, configs, env_base)
 
 
@@ -322,6 +333,7 @@ def make_cases(setup: Setup) -> list[Case]:
         ("create, no request", None, 20, "auto", None),
         ("create 1 GPU, jit", "1", 30, "jit", 1),
         ("create 1 GPU, cdi", "1", 30, "cdi", 1),
+        ("create 1 GPU, cdi, YAML spec", "1", 30, CDI_YAML, 1),
         ("create all (8), jit", "all", 30, "jit", 8),
         ("create all (8), cdi", "all", 30, "cdi", 8),
         (f"create 1 GPU, cdi, {OTHER_SPECS} other specs", "1", 30, CDI_CROWDED, 1),

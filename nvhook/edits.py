@@ -26,7 +26,7 @@ from nvhook.constants import DEVICE_VOID, ENV_VISIBLE_DEVICES
 from nvhook.devices.gpus import Gpu, HostGpus, Selected, from_nvml, from_procfs, needs_nvml, resolve
 from nvhook.devices.procfs import read_driver, read_mig_minors
 from nvhook.discover import discover_driver_files
-from nvhook.discover.hooks import ldcache_hook, symlinks_hook
+from nvhook.discover.hooks import create_container_hook
 from nvhook.discover.nodes import (
     control_nodes,
     dri_nodes,
@@ -154,7 +154,8 @@ def plan(requests: Requests, host: Host) -> Plan:
 
 
 def _hooks(files: DriverFiles, mounts: Edits, host: Host) -> Edits:
-    """The ld cache hook over the folders of the mounted libraries, and the driver's symlinks."""
+    """One createContainer hook: the driver's symlinks, then the ld cache over the folders of
+    the mounted libraries (one process for both: docs/architecture.md, section 3)."""
     folders = sorted(
         {
             os.path.dirname(m.container_path)
@@ -164,14 +165,11 @@ def _hooks(files: DriverFiles, mounts: Edits, host: Host) -> Edits:
             and "/vdpau/" not in m.container_path
         }
     )
-    hooks = []
-    if files.symlinks:
-        hooks.append(
-            symlinks_hook([(s.target, s.link) for s in files.symlinks], hook_path=host.hook_path)
-        )
-    if folders:
-        hooks.append(ldcache_hook(folders, hook_path=host.hook_path))
-    return Edits(hooks=tuple(hooks))
+    if not files.symlinks and not folders:
+        return Edits()
+    links = [(s.target, s.link) for s in files.symlinks]
+    hook = create_container_hook(links=links, folders=folders, hook_path=host.hook_path)
+    return Edits(hooks=(hook,))
 
 
 def nvml_view(host: Host) -> HostGpus:

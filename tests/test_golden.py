@@ -21,7 +21,7 @@ Kinds:
   defaults with ``host.root`` = the mock, the ``policy`` table (Policy field
   names), ``mode`` (default ``jit``), ``resolver`` (default ``procfs``); in
   modes ``cdi`` and ``auto`` the registry holds one spec that ``nvhook cdi
-  generate`` wrote for the mock (``generate_capabilities``, default all).
+  generate`` wrote for the mock (``generate_capabilities``, default its default).
   Paths of the mock, the hook launcher, the bundle and that spec directory are
   written as ``<mock>``, ``<hook>``, ``<bundle>`` and ``<cdi>`` in expectations.
 - ``generate``: the spec :func:`nvhook.tools.generate.generate_spec` makes for a mock

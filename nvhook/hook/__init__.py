@@ -6,6 +6,11 @@ finds what it needs from it, and does one small job:
 =================  ===============  ===============================================
 command            lifecycle        what it does
 =================  ===============  ===============================================
+create-container   createContainer  all of a container's createContainer work in one
+                                    process (one interpreter start): the links of
+                                    ``--link``, then the ld cache of ``--folder``; what
+                                    nvhook injects (``create-symlinks`` and
+                                    ``update-ldcache`` stay for specs made before)
 update-ldcache     createContainer  writes ``/etc/ld.so.conf.d/00-nvhook.conf`` for the
                                     driver's library folders and runs the host's
                                     ``ldconfig -r ROOTFS`` (see :mod:`.ldcache`)
@@ -60,12 +65,19 @@ PROGRAM = "nvhook-hook"
 
 #: Each command: its options, each mapped to whether it may repeat (every option takes a value).
 COMMANDS: dict[str, dict[str, bool]] = {
+    "create-container": {"--link": True, "--folder": True, "--ldconfig": False},
     "update-ldcache": {"--folder": True, "--ldconfig": False},
     "create-symlinks": {"--link": True},
     "netdev": {"--device": True},
     "prestart": {},
 }
-_REQUIRED = {"update-ldcache": "--folder", "create-symlinks": "--link", "netdev": "--device"}
+#: Each command: the options of which at least one must be given.
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "create-container": ("--link", "--folder"),
+    "update-ldcache": ("--folder",),
+    "create-symlinks": ("--link",),
+    "netdev": ("--device",),
+}
 
 USAGE = f"""\
 usage: {PROGRAM} COMMAND OPTIONS < STATE
@@ -73,6 +85,9 @@ usage: {PROGRAM} COMMAND OPTIONS < STATE
 The OCI state of the container is read from stdin.
 
 commands:
+  create-container [--link TARGET::LINK]... [--folder DIR]... [--ldconfig PATH]
+      (createContainer) create-symlinks, then update-ldcache, in one process; at least
+      one --link or --folder
   update-ldcache --folder DIR [--folder DIR]... [--ldconfig PATH]
       (createContainer) list DIRs in /etc/ld.so.conf.d/00-nvhook.conf in the rootfs and run
       the host's ldconfig against the rootfs (default: /sbin/ldconfig.real, /sbin/ldconfig
@@ -119,8 +134,8 @@ def parse_args(argv: Sequence[str]) -> tuple[str, dict[str, list[str]]]:
             raise UsageError(f"{command}: {opt} given more than once")
         values[opt].append(value)
     required = _REQUIRED.get(command)
-    if required is not None and not values[required]:
-        raise UsageError(f"{command}: at least one {required} is required")
+    if required is not None and not any(values[opt] for opt in required):
+        raise UsageError(f"{command}: at least one {' or '.join(required)} is required")
     return command, values
 
 
@@ -149,20 +164,23 @@ def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
     def log(message: str) -> None:
         print(f"{PROGRAM} {command}: {message}", file=sys.stderr)
 
-    if command == "update-ldcache":
-        from nvhook.hook.update_ldcache import update_ldcache
-
-        ldconfig = options["--ldconfig"][0] if options["--ldconfig"] else None
-        update_ldcache(rootfs_of(state), options["--folder"], ldconfig=ldconfig, log=log)
-    elif command == "create-symlinks":
-        from nvhook.hook.create_symlinks import create_symlinks, parse_link
-
-        links = [parse_link(spec) for spec in options["--link"]]
-        create_symlinks(rootfs_of(state), links)
-    elif command == "prestart":
+    if command == "prestart":
         from nvhook.hook.prestart import prestart
 
         prestart(state, log=log)
+    elif command != "netdev":
+        links = options.get("--link", [])
+        folders = options.get("--folder", [])
+        rootfs = rootfs_of(state)
+        if links:  # first: ldconfig then sees the SONAME links
+            from nvhook.hook.create_symlinks import create_symlinks, parse_link
+
+            create_symlinks(rootfs, [parse_link(spec) for spec in links])
+        if folders:
+            from nvhook.hook.update_ldcache import update_ldcache
+
+            ldconfig = options["--ldconfig"][0] if options["--ldconfig"] else None
+            update_ldcache(rootfs, folders, ldconfig=ldconfig, log=log)
     else:
         from nvhook.hook.netdev import move_devices, parse_device
 

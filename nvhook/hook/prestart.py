@@ -20,7 +20,8 @@ the live container instead:
 3. the device nodes and the read-only bind mounts of the driver files, same entries
    and options as the spec would have had, in the container's mount namespace
    (:mod:`nvhook.hook.mountns`);
-4. the createContainer hooks the edits carry (``update-ldcache``, ``create-symlinks``),
+4. the createContainer hooks the edits carry (``create-container``, or the older
+   ``update-ldcache`` and ``create-symlinks``),
    run in the same namespace over the rootfs, with the same safeguards as when runc runs
    them.
 
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["added_entries", "prestart"]
 
-_OWN_HOOKS = ("update-ldcache", "create-symlinks")
+_OWN_HOOKS = ("create-container", "update-ldcache", "create-symlinks")
 
 
 def added_entries(before: list[Any] | None, after: list[Any] | None) -> list[Any]:
@@ -139,24 +140,22 @@ def _hook_step(hook: Hook, ldconfig: str) -> Callable[[str], None]:
             f"the {hook.hook_name} hook {hook.path} of the devices' edits cannot run in hook "
             "mode: use nvhook-runtime as the runtime"
         )
-    command, options = parse_args(args[1:])
-    if command == "update-ldcache":
-        from nvhook.hook.update_ldcache import update_ldcache
-
-        chosen = options["--ldconfig"][0] if options["--ldconfig"] else (ldconfig or None)
-
-        def ldcache(rootfs: str) -> None:
-            def note(message: str) -> None:
-                print(f"{PROGRAM} prestart: update-ldcache: {message}", file=sys.stderr)
-
-            update_ldcache(rootfs, options["--folder"], ldconfig=chosen, log=note)
-
-        return ldcache
+    _, options = parse_args(args[1:])
     from nvhook.hook.create_symlinks import create_symlinks, parse_link
+    from nvhook.hook.update_ldcache import update_ldcache
 
-    links = [parse_link(spec) for spec in options["--link"]]
+    links = [parse_link(spec) for spec in options.get("--link", [])]
+    folders = options.get("--folder", [])
+    given = options.get("--ldconfig", [])
+    chosen = given[0] if given else (ldconfig or None)
 
-    def symlinks(rootfs: str) -> None:
-        create_symlinks(rootfs, links)
+    def note(message: str) -> None:
+        print(f"{PROGRAM} prestart: update-ldcache: {message}", file=sys.stderr)
 
-    return symlinks
+    def step(rootfs: str) -> None:
+        if links:  # first, as create-container does: ldconfig then sees the SONAME links
+            create_symlinks(rootfs, links)
+        if folders:
+            update_ldcache(rootfs, folders, ldconfig=chosen, log=note)
+
+    return step

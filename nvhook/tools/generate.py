@@ -20,8 +20,8 @@ one CDI kind and spec file each; ``gpu`` (the default) is ``<vendor>/<class>``:
   ``all`` has the nodes of every GPU and of every MIG device (the ``nvidia-caps``
   access nodes of each GPU and compute instance), as jit's ``all`` gives them;
 - **spec-level edits** (added once whichever devices are asked for): the control
-  nodes, the driver files of the chosen capabilities, the ``create-symlinks`` and
-  ``update-ldcache`` hooks, and ``NVIDIA_VISIBLE_DEVICES=void`` (a second injector then
+  nodes, the driver files of the chosen capabilities, the ``create-container`` hook
+  (links, then the ld cache), and ``NVIDIA_VISIBLE_DEVICES=void`` (a second injector then
   adds nothing): exactly what jit mode injects for ``NVIDIA_VISIBLE_DEVICES=none``
   (:func:`nvhook.edits.plan` computes them, so the two modes cannot drift apart);
 - **every device node records the host node's access** (:func:`with_host_access`): its
@@ -32,11 +32,16 @@ one CDI kind and spec file each; ``gpu`` (the default) is ``<vendor>/<class>``:
 
 Decisions:
 
-- **Capabilities: all by default.** A CDI consumer (podman ``--device``, containerd,
-  a DRA driver) can only choose devices, not driver capabilities, so the spec carries
-  every capability's files; a capability the host lacks adds nothing (its files are
-  simply not found). ``capabilities`` narrows it (e.g. ``compute,utility`` for a
-  smaller mount list); the graphics/display DRI nodes follow the same choice.
+- **Capabilities: every one but compat32 by default** (:data:`DEFAULT_CAPABILITIES`).
+  A CDI consumer (podman ``--device``, containerd, a DRA driver) can only choose
+  devices, not driver capabilities, so the spec carries the files of every 64-bit
+  capability; a capability the host lacks adds nothing (its files are simply not
+  found). The 32-bit libraries (``compat32``: 23 more bind mounts on a 580 driver, each
+  paid by every container start) come only when asked for, ``--capabilities
+  ...,compat32`` or ``all``, as NVIDIA's CDI specs, which leave them out, and its
+  runtime's ``NVIDIA_DRIVER_CAPABILITIES=all``, which includes them, do.
+  ``capabilities`` narrows it (e.g. ``compute,utility`` for a smaller mount list); the
+  graphics/display DRI nodes follow the same choice.
 - **IMEX channels, NVSwitches, GDS, MOFED and GDRCopy are kinds of their own**, not
   part of ``gpu``: in jit mode they come with ``NVIDIA_IMEX_CHANNELS``,
   ``NVIDIA_NVSWITCH``, ``NVIDIA_GDS``, ``NVIDIA_MOFED``, ``NVIDIA_GDRCOPY``, features of a
@@ -59,9 +64,11 @@ Decisions:
   podman 4.3 and containerd 1.7.0-1.7.11 read it. :func:`oci.cdi.write.dump_spec`
   computes the version from the content, deduplicates and validates.
 - **Format: JSON by default** (``/var/run/cdi/nvidia.json``). In mode cdi the shim reads
-  the spec on every container start: this spec (8 GPUs, every capability) resolves in about
+  the spec on container starts: this spec (8 GPUs, every capability) resolves in about
   2 ms from JSON (the stdlib parser) and 50 ms from YAML (PyYAML), see
-  ``bench/discovery.py``. YAML stays available (``--format yaml`` or a ``.yaml`` output).
+  ``bench/discovery.py``; the registry keeps the decoded document by the file's identity
+  (:mod:`oci.cdi.registry`), so YAML costs that only the first time after a change.
+  YAML stays available (``--format yaml`` or a ``.yaml`` output).
 - Output: :func:`oci.cdi.write.write_spec` (temporary file, fsync, mode 0644, rename).
 """
 
@@ -96,6 +103,7 @@ if TYPE_CHECKING:
     from nvhook.discover import DriverFiles
 
 __all__ = [
+    "DEFAULT_CAPABILITIES",
     "DEFAULT_CLASS",
     "DEFAULT_NAME_STRATEGIES",
     "DEFAULT_OUTPUT",
@@ -119,6 +127,8 @@ KINDS = ("gpu", "imex-channel", "management", "nvswitch", "gds", "mofed", "gdrco
 NAME_STRATEGIES = ("index", "uuid", "type-index")
 DEFAULT_NAME_STRATEGIES = ("index", "uuid")
 _FEATURES = ("gds", "mofed", "gdrcopy")
+#: The capabilities a spec mounts unless told otherwise: every one but ``compat32``.
+DEFAULT_CAPABILITIES: tuple[str, ...] = tuple(c for c in ALL_CAPABILITIES if c != "compat32")
 
 
 class Generated(Frozen):
@@ -152,8 +162,9 @@ def generate_spec(
 ) -> Generated:
     """One CDI spec of ``kind`` for ``host`` (see the module docstring).
 
-    ``capabilities`` are names of :data:`nvhook.constants.ALL_CAPABILITIES` (or ``all``;
-    None: all); they apply to the kinds with driver files (``gpu``, ``management``).
+    ``capabilities`` are names of :data:`nvhook.constants.ALL_CAPABILITIES` (or ``all``,
+    which includes ``compat32``; None: :data:`DEFAULT_CAPABILITIES`); they apply to the
+    kinds with driver files (``gpu``, ``management``).
     ``class_name`` defaults to the kind's (``gpu`` for ``gpu`` and ``management``, else
     the kind); ``management`` prefixes the vendor with ``management.``.
     ``name_strategies`` (None: :data:`DEFAULT_NAME_STRATEGIES`) apply to ``gpu`` only;
@@ -169,7 +180,9 @@ def generate_spec(
     if capabilities is not None and kind not in ("gpu", "management"):
         raise RequestError(f"kind {kind}: capabilities apply to kinds gpu and management only")
     try:
-        caps = canonical_capabilities(ALL_CAPABILITIES if capabilities is None else capabilities)
+        caps = canonical_capabilities(
+            DEFAULT_CAPABILITIES if capabilities is None else capabilities
+        )
     except ValueError as e:
         raise RequestError(f"capabilities: {e}") from None
     cdi_kind = _cdi_kind(kind, vendor, class_name)

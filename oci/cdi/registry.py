@@ -38,6 +38,17 @@ itself, never from the index, which only decides which files to read.
   foreign-owned or stale index is ignored (a malformed record: its file is
   parsed); one that cannot be written is not an error. A refused cache directory
   is reported in ``warnings``.
+- The YAML files of the requested kinds are kept decoded beside it (JSON decodes as
+  fast as a kept document is read), one cache file per spec path (``cdi-spec-…``),
+  keyed by the same identity: ``(format, path, identity, decoded document)``. A YAML
+  spec then costs
+  what a JSON one does (PyYAML: ~45 ms to import and parse; the strict parser over
+  the decoded document: ~1 ms), with the same rules: written only for a settled file
+  whose identity held still while it was read, believed only through
+  :mod:`oci._cache` (this user's directory and 0600 files), and parsed again by
+  :func:`~oci.cdi.parse.parse_spec` whenever it is used, so a stale or corrupt one
+  can only mean that the file is read again. A document that is not plain JSON data
+  (a duplicate key the parser must see) is not kept.
 """
 
 from __future__ import annotations
@@ -49,11 +60,12 @@ from stat import S_ISREG
 
 from oci import _cache
 from oci._frozen import Frozen
+from oci.cdi.decode import decode_spec
 from oci.cdi.edits import Edits
 from oci.cdi.names import parse_qualified_name
-from oci.cdi.parse import load_spec
+from oci.cdi.parse import load_spec, parse_spec
 from oci.cdi.spec import Device, Spec
-from oci.errors import CdiError, CdiNameError, CdiResolveError
+from oci.errors import CdiError, CdiNameError, CdiResolveError, CdiSpecError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -259,6 +271,7 @@ def _list_spec_files(
 #: Two seconds cover filesystems with whole-second timestamps plus a jiffy.
 RACY_NS = 2_000_000_000
 _INDEX_FORMAT = 1
+_SPEC_FORMAT = 1
 
 
 def resolve(
@@ -266,14 +279,15 @@ def resolve(
     names: Iterable[str],
     *,
     cache_dir: str | None = None,
-    loader: SpecLoader = load_spec,
+    loader: SpecLoader | None = None,
     warnings: list[str] | None = None,
 ) -> Edits:
     """What ``Registry(spec_dirs).resolve(names)`` gives, parsing only what it must.
 
-    ``cache_dir`` keeps the index between calls (None: nothing is kept, every
-    file is parsed once); a cache directory refused as unsafe is appended to
-    ``warnings``. ``loader`` reads one spec file (tests count its calls).
+    ``cache_dir`` keeps the index, and the decoded files read for their edits, between
+    calls (None: nothing is kept, every file is parsed once); a cache directory refused
+    as unsafe is appended to ``warnings``. ``loader`` reads one spec file (tests count its
+    calls; a loader given keeps no decoded files).
     """
     dirs = tuple(spec_dirs)
     requested = _checked_names(names)
@@ -281,7 +295,9 @@ def resolve(
         return Edits()
     index_file = _index_name(dirs)
     old = _read_index(cache_dir, index_file, dirs, warnings) if cache_dir else {}
-    scan = _IndexedScan(dirs, old, {name.partition("=")[0] for name in requested}, loader)
+    kinds = {name.partition("=")[0] for name in requested}
+    kept = _KeptSpecs(cache_dir, kinds, warnings) if cache_dir and loader is None else None
+    scan = _IndexedScan(dirs, old, kinds, load_spec if loader is None else loader, kept)
     while True:
         winners, unresolved = scan.decide(requested)
         unread = [p for p in dict.fromkeys(winners.values()) if p not in scan.parsed]
@@ -313,10 +329,16 @@ class _IndexedScan:
     """The spec files of ``dirs`` and what each defines: from the index when unchanged."""
 
     def __init__(
-        self, dirs: tuple[str, ...], old: Index, kinds: set[str], loader: SpecLoader
+        self,
+        dirs: tuple[str, ...],
+        old: Index,
+        kinds: set[str],
+        loader: SpecLoader,
+        kept: _KeptSpecs | None = None,
     ) -> None:
         self._kinds = kinds
         self._loader = loader
+        self._kept = kept
         self._settled_before = time.time_ns() - RACY_NS
         self.files: list[tuple[int, str]] = []  # (priority, path), in scan order
         self.entries: dict[str, Entry] = {}
@@ -348,6 +370,10 @@ class _IndexedScan:
                         continue
                 self.parse(path)
 
+    def settled(self, ident: Ident) -> bool:
+        """Whether a file of that identity last changed before the racy window."""
+        return max(ident[3], ident[4]) < self._settled_before
+
     def parse(self, path: str) -> None:
         """Parse one file: its entry for this call, and for the index if it held still."""
         ident, remembered, name = self._idents[path]
@@ -355,7 +381,10 @@ class _IndexedScan:
         self.specs.pop(path, None)
         entry: Entry
         try:
-            spec = self._loader(path)
+            if self._kept is not None:
+                spec = self._kept.load(path, ident, self.settled(ident))
+            else:
+                spec = self._loader(path)
         except CdiError as e:
             entry = ("error", str(e), ())
         else:
@@ -364,7 +393,7 @@ class _IndexedScan:
                 self.specs[path] = spec
         self.entries[path] = entry
         remembered.pop(name, None)
-        if max(ident[3], ident[4]) < self._settled_before and _ident(path) == ident:
+        if self.settled(ident) and _ident(path) == ident:
             remembered[name] = ident + entry
 
     def decide(self, requested: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -407,6 +436,67 @@ class _IndexedScan:
             if len(at_top) > 1:
                 bad.update(at_top)
         return bad
+
+
+class _KeptSpecs:
+    """Reads YAML spec files through their kept decoded documents (the module docstring);
+    keeps those of the requested kinds (not a DRA driver's thousand claim specs of another).
+    A JSON file is read directly: decoding it costs what reading a kept document does."""
+
+    def __init__(self, cache_dir: str, kinds: set[str], warnings: list[str] | None) -> None:
+        self._cache_dir = cache_dir
+        self._kinds = kinds
+        self._warnings = warnings
+
+    def load(self, path: str, ident: Ident, settled: bool) -> Spec:
+        """The spec at ``path``, listed with identity ``ident`` (``settled``: old enough)."""
+        if not path.endswith(_KEPT_SUFFIXES):
+            return load_spec(path)
+        name = _cache.cache_name("cdi-spec", path)
+        kept = _cache.load(self._cache_dir, name, self._warnings)
+        if (
+            type(kept) is tuple
+            and len(kept) == 4
+            and kept[0] == _SPEC_FORMAT
+            and kept[1] == path
+            and kept[2] == ident
+        ):
+            try:
+                return parse_spec(kept[3], source=path)
+            except CdiError:  # cannot be one we wrote: read the file instead
+                pass
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as e:
+            raise CdiSpecError(f"{path}: cannot read: {e.strerror or e}") from e
+        try:
+            data = decode_spec(raw, suffix=os.path.splitext(path)[1])
+        except ValueError as e:
+            raise CdiSpecError(f"{path}: {e}") from None
+        spec = parse_spec(data, source=path)
+        if settled and spec.kind in self._kinds and _ident(path) == ident and _plain(data):
+            _cache.store(self._cache_dir, name, (_SPEC_FORMAT, path, ident, data), self._warnings)
+        return spec
+
+
+#: The spec files kept decoded: YAML (PyYAML's import and parse cost ~45 ms a start).
+_KEPT_SUFFIXES = (".yaml",)
+_PLAIN_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain(data: object, depth: int = 0) -> bool:
+    """Whether ``data`` is plain JSON data (exact dicts with str keys, lists, scalars)."""
+    kind = type(data)
+    if kind in _PLAIN_SCALARS:
+        return True
+    if depth > 64:
+        return False
+    if kind is list and isinstance(data, list):
+        return all(_plain(item, depth + 1) for item in data)
+    if kind is dict and isinstance(data, dict):
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in data.items())
+    return False
 
 
 def _ident(path: str) -> Ident | None:

@@ -118,7 +118,7 @@ def host_tree(top: Path) -> Path:
 
 
 def injected_hooks(
-    bundle: Path, commands: Sequence[str] = ("create-symlinks", "update-ldcache")
+    bundle: Path, commands: Sequence[str] = ("create-container",)
 ) -> list[dict[str, Any]]:
     """The hooks in ``bundle``'s config.json (the shim wrote them), each passed through
     :func:`validate_injected_hook`; their commands must be exactly ``commands`` (sorted)."""

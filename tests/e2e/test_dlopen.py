@@ -2,7 +2,7 @@
 
 The path ``torch.cuda.is_available()`` takes: a dynamically linked program asks the loader
 for the driver by SONAME only, the loader finds it through ``/etc/ld.so.cache``, which the
-injected ``update-ldcache`` hook wrote into the rootfs, and the stub driver counts the GPUs
+injected ``create-container`` hook wrote into the rootfs, and the stub driver counts the GPUs
 whose ``/dev/nvidiaN`` the container may open.
 
 Debian's loader also searches ``/usr/lib/x86_64-linux-gnu`` by itself (a "system search

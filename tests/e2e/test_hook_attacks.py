@@ -2,7 +2,7 @@
 
 Every container asks for GPU 0 of the dgx-a100 mock (``NVIDIA_VISIBLE_DEVICES=0``), so the
 shim bind-mounts the driver's libraries into ``/usr/lib/x86_64-linux-gnu`` and injects the
-``create-symlinks`` and ``update-ldcache`` createContainer hooks, which run as root on the
+``create-container`` createContainer hook (links, then the ld cache), which runs as root on the
 host with the image's rootfs under them. Each test then checks the host, not the hook's
 word: marker files that a payload would write, snapshots of the host directories an image
 aims at (names, contents, modes, mtimes). Every hook found in the resulting config.json
@@ -226,7 +226,7 @@ def test_lib_dir_symlinked_to_a_host_dir(
     targets inside the rootfs; the hooks do too. Absolute and ``..`` forms: the container
     starts with the libraries where the link leads *inside* the rootfs. The procfs form
     (``/proc/self/root/…``, a magic link once the container's /proc is mounted) is refused
-    by create-symlinks, naming the directory."""
+    by the links step of create-container, naming the directory."""
     host = host_tree(tmp_path / "host")
     bundle = hostile_bundle(tmp_path / "b", busybox_copy, READ_LIBCUDA, [GPU0])
     rootfs = (bundle / "rootfs").resolve()
@@ -243,7 +243,7 @@ def test_lib_dir_symlinked_to_a_host_dir(
     assert (inside / "libcuda.so.550.54.15").is_file()  # runc's mount target, inside
     if form == "proc-self-root":
         message = f"refusing {LIBDIR} in {rootfs}: a symlink loop or a /proc magic link (ELOOP)"
-        refused(result.stderr, "create-symlinks", message)
+        refused(result.stderr, "create-container", message)
         not_created(shim_runc, cid)
         assert not (rootfs / "etc" / "ld.so.cache").exists()
         return
@@ -303,7 +303,7 @@ def test_ld_files_symlinked_to_host_files(
         if name == "conf":
             assert link.read_text() == "include /etc/ld.so.conf.d/*.conf\n"
         return
-    refused(result.stderr, "update-ldcache", message)
+    refused(result.stderr, "create-container", message)
     not_created(shim_runc, cid)
     assert link.is_symlink() and os.readlink(link) == target
 
@@ -352,11 +352,9 @@ def _hook_work(bundle: Path) -> tuple[list[str], list[tuple[str, str]]]:
     folders: list[str] = []
     links: list[tuple[str, str]] = []
     for hook in injected_hooks(bundle):
-        command, options = parse_args(hook["args"][1:])
-        if command == "update-ldcache":
-            folders += options["--folder"]
-        else:
-            links += [parse_link(spec) for spec in options["--link"]]
+        _, options = parse_args(hook["args"][1:])
+        folders += options.get("--folder", [])
+        links += [parse_link(spec) for spec in options.get("--link", [])]
     return folders, links
 
 
@@ -454,7 +452,7 @@ def test_create_symlinks_target_outside_the_rootfs_is_refused(
 
     result = shim_runc.run(bundle, cid)
 
-    commands = ("create-symlinks", "create-symlinks", "update-ldcache")
+    commands = ("create-symlinks", "create-container")
     assert injected_hooks(bundle, commands)[0]["args"] == list(hook.args)  # first
     message = (
         f"refusing link {link} -> {target} in {rootfs.resolve()}: the target resolves outside "

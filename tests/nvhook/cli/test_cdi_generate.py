@@ -31,7 +31,7 @@ def test_writes_a_valid_spec_file(
     err = capfd.readouterr().err
     assert err == (
         f"{out}: 23 devices of nvidia.com/gpu (8 GPU(s), 3 MIG device(s), all), cdiVersion 0.5.0,"
-        " capabilities compute,utility,video,graphics,display,ngx,compat32; not found: 13 file(s)\n"
+        " capabilities compute,utility,video,graphics,display,ngx; not found: 13 file(s)\n"
     )
     assert stat.S_IMODE(out.stat().st_mode) == 0o644
     assert out.read_bytes() == dump_spec(generate_spec(Host(root=str(dgx))).spec, format="yaml")

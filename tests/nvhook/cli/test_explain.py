@@ -110,8 +110,10 @@ def test_jit_request_explained_and_bundle_untouched(
     )
     assert lines[start + 10] == "  mounts (11):"
     assert f"    /usr/bin/nvidia-smi  <- {dgx}/usr/bin/nvidia-smi  [ro,nosuid,nodev,bind]" in lines
-    assert "  hooks (2):" in lines
-    assert f"    createContainer: {HOOK} update-ldcache --folder /usr/lib/x86_64-linux-gnu" in lines
+    assert "  hooks (1):" in lines
+    (hook,) = [line for line in lines if line.startswith("    createContainer: ")]
+    assert hook.startswith(f"    createContainer: {HOOK} create-container --link ")
+    assert hook.endswith(" --folder /usr/lib/x86_64-linux-gnu")
     assert lines[lines.index("  env (1):") + 1] == "    NVIDIA_VISIBLE_DEVICES=void"
     assert lines[-2] == (
         "After injection: the container's env says NVIDIA_VISIBLE_DEVICES=void: a second "

@@ -13,6 +13,7 @@ from nvhook.discover.hooks import (
     HOOK_PROGRAM,
     HOOK_TIMEOUT_S,
     LIFECYCLES,
+    create_container_hook,
     default_hook_path,
     ldcache_hook,
     netdev_hook,
@@ -39,10 +40,19 @@ def test_builders(hook_bin: str) -> None:
     assert links.args == (HOOK_PROGRAM, "create-symlinks", "--link",
                           "libcuda.so.1::/usr/lib/libcuda.so")  # fmt: skip
     assert symlinks_hook({"/usr/lib/libcuda.so": "libcuda.so.1"}, hook_path=hook_bin) == links
+    both = create_container_hook(links={"/usr/lib/libcuda.so": "libcuda.so.1"},
+                                 folders=["/lib", "/lib"], hook_path=hook_bin)  # fmt: skip
+    assert (both.hook_name, both.args) == ("createContainer", (
+        HOOK_PROGRAM, "create-container", "--link", "libcuda.so.1::/usr/lib/libcuda.so",
+        "--folder", "/lib"))  # fmt: skip
+    assert create_container_hook(folders=["/lib"], hook_path=hook_bin).args[1:] == (
+        "create-container", "--folder", "/lib")  # fmt: skip
+    with pytest.raises(ValueError, match="at least one link or folder"):
+        create_container_hook(hook_path=hook_bin)
     net = netdev_hook({"enp1s0": "eth1"}, hook_path=hook_bin)
     assert (net.hook_name, net.args) == ("createRuntime", (HOOK_PROGRAM, "netdev", "--device",
                                                            "enp1s0=eth1"))  # fmt: skip
-    for hook in (ld, links, net):
+    for hook in (ld, links, both, net):
         assert hook.env == ("PATH=/usr/sbin:/usr/bin:/sbin:/bin",)
         assert hook.timeout == HOOK_TIMEOUT_S == 90
         assert hook.to_oci()["timeout"] == hook.to_dict()["timeout"] == 90

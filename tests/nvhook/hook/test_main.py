@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,11 @@ def test_parse_args_forms() -> None:
         {"--folder": ["/a", "/b"], "--ldconfig": ["/x"]},
     )
     assert parse_args(["netdev", "--device", "a=b"]) == ("netdev", {"--device": ["a=b"]})
+    assert parse_args(["create-container", "--link", "t::/l", "--folder", "/a"]) == (
+        "create-container",
+        {"--link": ["t::/l"], "--folder": ["/a"], "--ldconfig": []},
+    )
+    assert parse_args(["create-container", "--folder=/a"])[1]["--folder"] == ["/a"]
 
 
 @pytest.mark.parametrize(
@@ -41,6 +47,7 @@ def test_parse_args_forms() -> None:
             "more than once",
         ),
         (["create-symlinks"], "at least one --link"),
+        (["create-container", "--ldconfig", "/x"], "at least one --link or --folder"),
     ],
 )
 def test_parse_args_errors(argv: list[str], message: str) -> None:
@@ -55,7 +62,7 @@ def test_main_usage_error_and_help(
     err = capsys.readouterr().err
     assert err.splitlines() == [
         "nvhook-hook: unknown command 'bogus' "
-        "(one of: update-ldcache, create-symlinks, netdev, prestart)",
+        "(one of: create-container, update-ldcache, create-symlinks, netdev, prestart)",
         "run `nvhook-hook --help` for usage",
     ]
     assert main(["--help"]) == 0
@@ -89,6 +96,31 @@ def test_relative_root_path_is_relative_to_the_bundle(run_hook: HookRunner, tmp_
     proc = run_hook(["create-symlinks", "--link", "t::/l"], bundle=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "rootfs" / "l").is_symlink()
+
+
+def test_create_container_makes_the_links_then_the_cache(
+    run_hook: HookRunner, tmp_path: Path
+) -> None:
+    """One process does both jobs, links first: ldconfig then sees the SONAME link."""
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "lib64").mkdir(parents=True)
+    (rootfs / "lib64" / "ld-linux-x86-64.so.2").write_bytes(b"")  # an image with a loader
+    (tmp_path / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
+    proc = run_hook(
+        ["create-container", "--link", "t::/usr/lib/l", "--folder", "/usr/lib"], bundle=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert os.readlink(tmp_path / "rootfs" / "usr" / "lib" / "l") == "t"
+    assert (rootfs / "etc" / "ld.so.conf.d" / "00-nvhook.conf").read_text().endswith("/usr/lib\n")
+    assert (rootfs / "etc" / "ld.so.cache").is_file()
+    # only links: no ld.so.conf.d is written
+    other = tmp_path / "other"
+    (other / "rootfs").mkdir(parents=True)
+    (other / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
+    proc = run_hook(["create-container", "--link", "t::/l"], bundle=other)
+    assert proc.returncode == 0, proc.stderr
+    assert (other / "rootfs" / "l").is_symlink()
+    assert not (other / "rootfs" / "etc").exists()
 
 
 def test_import_stays_light() -> None:

@@ -138,12 +138,16 @@ def test_write_file_replaces_a_symlink_to_a_host_file(world: tuple[Path, Path], 
     before = snapshot(host)
     with open_root(str(rootfs), impl=impl) as root:
         root.write_file("/etc/ld.so.cache", b"cache", 0o640)
+        (rootfs / "etc" / "conf").symlink_to(host / "dir" / "file")
+        root.write_file("/etc/conf", b"no fsync", sync=False)  # the same, without the fsync
     target = rootfs / "etc" / "ld.so.cache"
     assert not target.is_symlink()
     assert target.read_bytes() == b"cache"
     assert oct(target.stat().st_mode & 0o777) == oct(0o640)
+    assert not (rootfs / "etc" / "conf").is_symlink()
+    assert (rootfs / "etc" / "conf").read_bytes() == b"no fsync"
     assert snapshot(host) == before
-    assert [p.name for p in (rootfs / "etc").iterdir()] == ["ld.so.cache"]  # no temp left
+    assert sorted(p.name for p in (rootfs / "etc").iterdir()) == ["conf", "ld.so.cache"]  # no temp
 
 
 def test_symlink_readlink_lstat_open(world: tuple[Path, Path], impl: Impl) -> None:

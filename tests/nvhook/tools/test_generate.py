@@ -19,7 +19,7 @@ from nvhook.errors import DriverError, RequestError
 from nvhook.mock import list_profiles, load_profile
 from nvhook.mock.model import mig_caps_minor
 from nvhook.settings import Settings, defaults
-from nvhook.tools.generate import device_names, generate_spec
+from nvhook.tools.generate import DEFAULT_CAPABILITIES, device_names, generate_spec
 from oci.cdi.apply import apply
 from oci.cdi.decode import decode_spec
 from oci.cdi.edits import Edits
@@ -144,10 +144,10 @@ def test_spec_edits_hold_control_nodes_driver_files_and_valid_hooks(
         "/usr/lib/x86_64-linux-gnu/libnvcuvid.so.550.54.15",
         "/usr/lib/x86_64-linux-gnu/libGLX_nvidia.so.550.54.15",
         "/usr/lib/x86_64-linux-gnu/libnvidia-ngx.so.550.54.15",
-        "/usr/lib/i386-linux-gnu/libcuda.so.550.54.15",
     } <= destinations
+    assert not any("/i386-linux-gnu/" in d for d in destinations)  # compat32: only when asked
     assert all(m.host_path == f"{root}{m.container_path}" for m in edits.mounts)
-    assert [h.args[1] for h in edits.hooks] == ["create-symlinks", "update-ldcache"]
+    assert [h.args[1] for h in edits.hooks] == ["create-container"]
     for hook in edits.hooks:
         validate_injected_hook(hook)  # absolute launcher that exists, -I, fixed env
 
@@ -169,6 +169,23 @@ def test_capabilities_narrow_the_mounts_and_the_dri_nodes(host: Callable[[str], 
         ("/dev/dri/card2", 226, 2),
         ("/dev/dri/renderD129", 226, 129),
     ]
+
+
+@pytest.mark.parametrize("asked", [["compute", "compat32"], ["all"]])
+def test_compat32_mounts_32_bit_libraries_only_when_asked(
+    host: Callable[[str], Host], asked: list[str]
+) -> None:
+    default = generate_spec(host("dgx-a100"))
+    assert default.capabilities == DEFAULT_CAPABILITIES
+    assert "compat32" not in default.capabilities
+    with32 = generate_spec(host("dgx-a100"), capabilities=asked)
+    assert "compat32" in with32.capabilities
+    lib32 = {
+        m.container_path for m in with32.spec.edits.mounts if "/i386-linux-gnu/" in m.container_path
+    }
+    assert "/usr/lib/i386-linux-gnu/libcuda.so.550.54.15" in lib32
+    (hook,) = with32.spec.edits.hooks
+    assert "/usr/lib/i386-linux-gnu" in hook.args
 
 
 def test_vendor_and_class_make_the_kind(host: Callable[[str], Host]) -> None:
@@ -234,7 +251,7 @@ def test_cdi_mode_with_the_generated_spec_equals_jit(
     base = json.loads((SPECS / "runc-spec.json").read_text())
     base["process"]["env"] += [
         f"NVIDIA_VISIBLE_DEVICES={visible}",
-        "NVIDIA_DRIVER_CAPABILITIES=all",
+        f"NVIDIA_DRIVER_CAPABILITIES={','.join(DEFAULT_CAPABILITIES)}",  # the spec's default
     ]
     jit_mode, jit_edits = _mode_and_edits(base, _settings(root, "jit"))
     cdi_mode, cdi_edits = _mode_and_edits(base, _settings(root, "cdi", tmp_path))
@@ -248,8 +265,10 @@ def test_multi_device_request_same_nodes_as_jit(
 ) -> None:
     """Several devices: the same nodes and rules; only their order differs (per device)."""
     root = mock_machine("l40s-x4")
-    write_spec(tmp_path / "nvidia.json", generate_spec(Host(root=str(root))).spec)
     base = json.loads((SPECS / "runc-spec.json").read_text())
+    write_spec(
+        tmp_path / "nvidia.json", generate_spec(Host(root=str(root)), capabilities=["all"]).spec
+    )
     base["process"]["env"] += ["NVIDIA_VISIBLE_DEVICES=2,0", "NVIDIA_DRIVER_CAPABILITIES=all"]
     jit = apply(with_host_access(_mode_and_edits(base, _settings(root, "jit"))[1]), base)
     cdi = apply(_mode_and_edits(base, _settings(root, "cdi", tmp_path))[1], base)

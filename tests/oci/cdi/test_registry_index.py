@@ -395,7 +395,8 @@ def test_index_is_written_only_when_something_changed(
     write_spec(d / "more.json", "other.io/x", {"0": ["O=0"]})
     resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
     assert index.stat().st_ino != first
-    assert [p.name for p in Path(cache).iterdir()] == [index.name]  # no temp file left
+    kept = [p.name for p in Path(cache).glob("cdi-spec-*.marshal")]  # the winner, decoded
+    assert sorted(p.name for p in Path(cache).iterdir()) == sorted([index.name, *kept])  # no temp
 
 
 def test_one_index_per_set_of_spec_dirs(tmp_path: Path, cache: str, settled: None) -> None:
@@ -547,3 +548,136 @@ def test_runtime_cdi_mode_keeps_its_index_in_the_cache_dir(
     assert (decision.mode, decision.cdi_names) == ("cdi", (f"{GPU}=1",))
     assert decision.edits == Edits(env=("G=1",))
     assert len(index_files(str(tmp_path / "cache"))) == 1
+
+
+# --------------------------------------------------------------------------- kept decoded specs
+
+
+class Decodes:
+    """Counts the spec files the registry decodes (JSON or YAML) itself."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = registry.decode_spec
+
+        def counting(raw: bytes, *, suffix: str) -> object:
+            self.count += 1
+            return real(raw, suffix=suffix)
+
+        monkeypatch.setattr(registry, "decode_spec", counting)
+
+    def take(self) -> int:
+        count, self.count = self.count, 0
+        return count
+
+
+def kept_files(cache: str) -> list[Path]:
+    return sorted(Path(cache).glob("cdi-spec-*.marshal"))
+
+
+YAML_SPEC = """\
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+containerEdits:
+  env: [COMMON=1]
+devices:
+  - name: "0"
+    containerEdits:
+      env: [G=0]
+      deviceNodes: [{path: /dev/nvidia0, type: c, major: 195, minor: 0}]
+"""
+
+
+def test_a_yaml_winner_is_decoded_once_then_kept(
+    tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """YAML costs what JSON does: the decoded document is kept by the file's identity."""
+    d = tmp_path / "cdi"
+    d.mkdir()
+    (d / "gpu.yaml").write_text(YAML_SPEC)
+    decodes = Decodes(monkeypatch)
+    first = resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
+    assert decodes.take() == 1
+    assert first.env == ("COMMON=1", "G=0")
+    assert len(kept_files(cache)) == 1
+    for _ in range(2):
+        assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache) == first
+    assert decodes.take() == 0  # from the kept document, parsed again by the strict parser
+    assert Registry([str(d)]).resolve([f"{GPU}=0"]) == first
+    # edited in place (same size, mtime restored): the ctime changes, so it is read again
+    st = (d / "gpu.yaml").stat()
+    (d / "gpu.yaml").write_text(YAML_SPEC.replace("G=0", "G=1"))
+    os.utime(d / "gpu.yaml", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=1")
+    assert decodes.take() == 1
+
+
+def test_a_json_winner_is_read_directly(
+    tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JSON decodes as fast as a kept document loads: nothing is kept for it."""
+    import yaml
+
+    d = tmp_path / "cdi"
+    d.mkdir()
+    (d / "gpu.json").write_text(json.dumps(yaml.safe_load(YAML_SPEC)))
+    for _ in range(3):
+        assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=0")
+    assert kept_files(cache) == []
+    assert len(index_files(cache)) == 1
+
+
+def test_a_just_written_winner_is_not_kept(
+    tmp_path: Path, cache: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = tmp_path / "cdi"
+    d.mkdir()
+    (d / "gpu.yaml").write_text(YAML_SPEC)
+    decodes = Decodes(monkeypatch)
+    for _ in range(2):
+        assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=0")
+    assert decodes.take() == 2
+    assert kept_files(cache) == []
+
+
+def test_a_kept_document_someone_else_wrote_is_not_believed(
+    tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same hardening as the index: only this user's 0600 files are read."""
+    d = tmp_path / "cdi"
+    d.mkdir()
+    (d / "gpu.yaml").write_text(YAML_SPEC)
+    resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
+    (kept,) = kept_files(cache)
+    fmt, path, ident, data = marshal.loads(kept.read_bytes())
+    data["devices"][0]["containerEdits"]["env"] = ["FORGED=1"]
+    kept.write_bytes(marshal.dumps((fmt, path, ident, data)))
+    decodes = Decodes(monkeypatch)
+    # control: a well-formed kept document of ours is believed as it is
+    assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "FORGED=1")
+    assert decodes.take() == 0
+    if os.geteuid() == 0:
+        os.chown(kept, 65534, 65534)
+    else:
+        kept.chmod(0o644)
+    assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=0")
+    assert decodes.take() == 1
+    # corrupt, or for another path or identity: read from the file
+    for bad in (b"garbage", marshal.dumps((fmt, path + "x", ident, data)),
+                marshal.dumps((fmt, path, (0, 0, 0, 0, 0), data))):  # fmt: skip
+        kept.unlink(missing_ok=True)
+        kept.write_bytes(bad)
+        kept.chmod(0o600)
+        assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=0")
+        assert decodes.take() == 1
+
+
+def test_a_document_with_a_duplicate_key_is_not_kept(
+    tmp_path: Path, cache: str, settled: None
+) -> None:
+    d = tmp_path / "cdi"
+    d.mkdir()
+    (d / "gpu.yaml").write_text(YAML_SPEC + "kind: nvidia.com/gpu\n")  # kind twice
+    outcome_first = outcome(resolve, [str(d)], [f"{GPU}=0"], cache_dir=cache)
+    assert outcome_first == outcome(Registry([str(d)]).resolve, [f"{GPU}=0"])
+    assert kept_files(cache) == []
