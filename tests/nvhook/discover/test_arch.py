@@ -87,6 +87,29 @@ def test_without_a_cache_the_elf_header_decides(tmp_path: Path) -> None:
     assert any("no ld.so.cache" in p for p in files.problems)
 
 
+def test_a_red_hat_aarch64_root_in_usr_lib64(tmp_path: Path) -> None:
+    """RHEL's aarch64 driver packages use /usr/lib64, with /usr/lib holding nothing of it."""
+    lib64 = tmp_path / "usr/lib64"
+    lib64.mkdir(parents=True)
+    (lib64 / f"libnvidia-ml.so.{V}").write_bytes(
+        elfgen.shared_object("aarch64", "libnvidia-ml.so.1")
+    )
+    (lib64 / "libnvidia-ml.so.1").symlink_to(f"libnvidia-ml.so.{V}")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/ld.so.conf").write_text("/usr/lib64\n")
+    ldcache.write_ld_cache(tmp_path, "aarch64")
+    assert read_ld_cache(str(tmp_path / "etc/ld.so.cache")).libraries("aarch64") == [
+        ("libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1")
+    ]
+    files = discover_driver_files(str(tmp_path), ["utility"], driver_version=None)
+    assert (files.arch, files.driver_version) == ("aarch64", V)
+    assert files.capability("utility").libraries == (f"/usr/lib64/libnvidia-ml.so.{V}",)
+    (tmp_path / "etc/ld.so.cache").unlink()  # and by directory search alone
+    files = discover_driver_files(str(tmp_path), ["utility"], driver_version=V)
+    assert files.arch == "aarch64"
+    assert files.capability("utility").libraries == (f"/usr/lib64/libnvidia-ml.so.{V}",)
+
+
 def test_a_cache_without_the_driver_falls_back_to_the_elf_header(tmp_path: Path) -> None:
     lay_out(tmp_path, FOREIGN, ("libnvidia-ml.so",), cache=False)
     lay_out(tmp_path, machine_arch(), ("libfoo.so",))  # a cache, but no driver in it
