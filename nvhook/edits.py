@@ -186,10 +186,19 @@ def nvml_library_dir(driver_root: str) -> str | None:
     """The directory of ``libnvidia-ml.so.1`` under ``driver_root`` (None: the loader's default)."""
     if driver_root in ("", "/"):
         return None
+    from nvhook.discover.arch import driver_arch, machine_arch
+    from nvhook.discover.catalog import DEFAULT_SEARCH_PATHS
     from nvhook.discover.ldsocache import read_ld_cache
+    from nvhook.discover.root import Root
 
     cache = read_ld_cache(os.path.join(driver_root, "etc", "ld.so.cache"))
-    for soname, path in cache.libraries("x86_64"):
+    arch = driver_arch(Root(driver_root), cache, DEFAULT_SEARCH_PATHS)
+    if arch != machine_arch():
+        raise DriverError(
+            f"{driver_root}: the driver is built for {arch}; its NVML cannot be loaded on"
+            f" this {machine_arch()} machine"
+        )
+    for soname, path in cache.libraries(arch):
         if soname == "libnvidia-ml.so.1":
             return os.path.dirname(os.path.join(driver_root, path.lstrip("/")))
     raise DriverError(f"{driver_root}/etc/ld.so.cache: no libnvidia-ml.so.1 (NVML) in the cache")

@@ -45,6 +45,7 @@ import os
 
 from nvhook.constants import ALL_CAPABILITIES, CAPABILITY_ALL
 from nvhook.discover import catalog
+from nvhook.discover.arch import driver_arch, normalize_arch
 from nvhook.discover.catalog import DEFAULT_SEARCH_PATHS
 from nvhook.discover.files import (
     find_binaries,
@@ -83,9 +84,7 @@ DATA_OPTIONS: tuple[str, ...] = ("ro", "nosuid", "nodev", "noexec", "bind")
 #: libnvidia-container's.
 IPC_OPTIONS: tuple[str, ...] = ("nosuid", "nodev", "noexec", "bind")
 
-_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "i686": "i386", "i586": "i386"}
 _COMPAT32_ARCH = {"x86_64": "i386"}
-_SUPPORTED_ARCHES = ("aarch64", "x86_64")
 #: The SONAMEs worth decoding from a host's ld.so.cache: ``<stem>.`` of every driver library.
 _CACHE_PREFIXES = tuple(
     sorted({s.stem + "." for specs in catalog.LIBRARIES.values() for s in specs})
@@ -127,6 +126,8 @@ class DriverFiles(Frozen):
     symlinks: tuple[Symlink, ...] = ()
     #: Things worth telling a person (a corrupt cache, a library of the wrong version).
     problems: tuple[str, ...] = ()
+    #: The architecture whose libraries were looked for (the driver root's; None: not known).
+    arch: str | None = None
 
     def capability(self, name: str) -> CapabilityFiles:
         """The files of capability ``name`` (KeyError if it was not asked for)."""
@@ -205,12 +206,14 @@ def discover_driver_files(
     copies of the requested capabilities' libraries. ``driver_version`` (e.g.
     ``550.54.15``, as ``/proc/driver/nvidia/version`` says) selects
     ``<stem>.<version>`` files; None takes it from the libraries the driver root
-    has. ``arch`` defaults to this machine's. See the module docstring for the
-    decisions on roots, links and options.
+    has. ``arch`` (``x86_64``, ``aarch64``, or ``amd64``/``arm64``) is the driver root's
+    architecture; None finds it from the root (:func:`nvhook.discover.arch.driver_arch`:
+    its ld.so.cache flags, else its libraries' ELF headers, else this machine's). See the
+    module docstring for the decisions on roots, links and options.
     """
     wanted = _capabilities(capabilities)
     want32 = compat32 or "compat32" in wanted
-    machine = _arch(arch)
+    explicit = None if arch is None else normalize_arch(arch)
     if driver_version is not None and not is_version(driver_version):
         raise DriverError(f"driver version {driver_version!r} is not a version (like 550.54.15)")
     root = Root(driver_root)
@@ -220,6 +223,7 @@ def discover_driver_files(
             raise DriverError(f"{r.path}: {what} is not a directory")
     problems: list[str] = []
     cache = _read_cache(root, problems)
+    machine = explicit or driver_arch(root, cache, search_paths)
     finder = LibraryFinder(root, arch=machine, cache=cache, search_paths=search_paths)
     version = driver_version
     if version is None:
@@ -297,6 +301,7 @@ def discover_driver_files(
         mps_pipe_dir=mps,
         symlinks=tuple(sorted(symlinks)),
         problems=tuple(sorted(set(problems))),
+        arch=machine,
     )
 
 
@@ -310,17 +315,6 @@ def _capabilities(capabilities: Collection[str]) -> tuple[str, ...]:
         known = ", ".join(ALL_CAPABILITIES)
         raise RequestError(f"unknown driver capability {unknown[0]!r} (known: {known}, all)")
     return tuple(c for c in ALL_CAPABILITIES if c in names)
-
-
-def _arch(arch: str | None) -> str:
-    name = arch if arch is not None else os.uname().machine
-    name = _ARCH_ALIASES.get(name, name)
-    if name not in _SUPPORTED_ARCHES:
-        raise DriverError(
-            f"unsupported architecture {name!r} for driver discovery"
-            f" (supported: {', '.join(_SUPPORTED_ARCHES)})"
-        )
-    return name
 
 
 def _read_cache(root: Root, problems: list[str]) -> LdCache | None:

@@ -13,7 +13,15 @@ lays one out (with :mod:`~nvhook.mock.userspace`, :mod:`~nvhook.mock.procfs`,
 
 from __future__ import annotations
 
-from nvhook.mock.layout import InstalledLibrary, MockMachine, NodeMode, create, installed_libraries
+from nvhook.mock.layout import (
+    InstalledLibrary,
+    MockMachine,
+    NodeMode,
+    compiled,
+    create,
+    installed_libraries,
+    lib_dirs,
+)
 from nvhook.mock.model import Gpu, GpuModel, MigDevice, MigProfile, Profile
 from nvhook.mock.profiles import list_profiles, load_profile
 
@@ -26,8 +34,10 @@ __all__ = [
     "MockMachine",
     "NodeMode",
     "Profile",
+    "compiled",
     "create",
     "installed_libraries",
+    "lib_dirs",
     "list_profiles",
     "load_profile",
 ]

@@ -16,8 +16,10 @@ build cache, :mod:`nvhook.mock.build`):
   ``driver/nvidia-caps/mig-minors``, as the driver writes them;
 - the driver's user space at the Debian paths (:mod:`nvhook.mock.userspace`): every library of
   the driver's version (``usr/lib/x86_64-linux-gnu``, 32-bit copies in
-  ``usr/lib/i386-linux-gnu``) as an ELF shared object with its real SONAME and SONAME link,
-  ``etc/ld.so.conf`` and an ``etc/ld.so.cache`` made by the real ``ldconfig -r``; binaries in
+  ``usr/lib/i386-linux-gnu``; ``usr/lib/aarch64-linux-gnu`` alone for an aarch64 profile) as
+  an ELF shared object with its real SONAME and SONAME link, ``etc/ld.so.conf`` and an
+  ``etc/ld.so.cache`` made by the real ``ldconfig -r`` (written in Python, with the
+  profile's flags, for an architecture this machine does not compile for); binaries in
   ``usr/bin``; GSP firmware; the OpenCL ICD file; graphics vendor files and the Xorg module
   where the profile has them;
 - ``etc/nvhook-mock/nvml.txt`` (what the fake NVML answers) and ``profile.json``
@@ -46,8 +48,10 @@ from nvhook.mock.userspace import (
     LIB32_DIR,
     LIB_DIR,
     InstalledLibrary,
+    compiled,
     installed_libraries,
-    run_ldconfig,
+    lib_dirs,
+    write_ld_cache,
     write_user_space,
 )
 from oci._frozen import Frozen
@@ -59,8 +63,10 @@ __all__ = [
     "InstalledLibrary",
     "MockMachine",
     "NodeMode",
+    "compiled",
     "create",
     "installed_libraries",
+    "lib_dirs",
 ]
 
 NodeMode = Literal["auto", "char", "file"]
@@ -79,11 +85,13 @@ class MockMachine(Frozen):
     @property
     def lib_dir(self) -> Path:
         """Where the 64-bit driver libraries are (put it in LD_LIBRARY_PATH for the fake NVML)."""
-        return self.root / LIB_DIR
+        return self.root / lib_dirs(self.profile)[0]
 
     @property
-    def lib32_dir(self) -> Path:
-        return self.root / LIB32_DIR
+    def lib32_dir(self) -> Path | None:
+        """Where the 32-bit copies are; None on an architecture without them (aarch64)."""
+        lib32 = lib_dirs(self.profile)[1]
+        return None if lib32 is None else self.root / lib32
 
     @property
     def bin_dir(self) -> Path:
@@ -116,7 +124,7 @@ def create(profile: Profile | str, root: Path | str, *, nodes: NodeMode = "auto"
     write_dev(tree, prof)
     write_run(tree, prof)
     write_data(tree, prof, mode)
-    run_ldconfig(top)
+    write_ld_cache(top, prof)
     return MockMachine(root=top, profile=prof, nodes=mode)
 
 

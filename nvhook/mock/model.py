@@ -33,6 +33,7 @@ __all__ = [
     "MEMORY_SLICES",
     "MIG_CONFIG_MINOR",
     "MIG_MONITOR_MINOR",
+    "MOCK_ARCHES",
     "MODESET_MINOR",
     "NVIDIA_MAJOR",
     "SLICES",
@@ -68,6 +69,9 @@ ARCHITECTURES: Mapping[str, int] = {
     "hopper": 9,
     "blackwell": 10,
 }
+
+#: The architectures a profile may declare (``host.arch``).
+MOCK_ARCHES: tuple[str, ...] = ("aarch64", "x86_64")
 
 #: NVML's ``nvmlBrandType_t`` values by name.
 BRANDS: Mapping[str, int] = {
@@ -316,6 +320,9 @@ class Profile(Frozen):
     numa_nodes: tuple[NumaNode, ...] = ()
     switch_level: str = "single"  # a key of TOPOLOGY_LEVELS: two GPUs behind one PCIe switch
     nvlink: NvLink | None = None  # None: the GPUs have no NVLink
+    #: The driver's architecture (``x86_64``, ``aarch64``): its library directory, ELF machine
+    #: and ld.so.cache flags. None: whatever this machine compiles, at Debian's x86-64 paths.
+    arch: str | None = None
 
     def topology_level(self, a: Gpu, b: Gpu) -> int:
         """NVML's ``nvmlGpuTopologyLevel_t`` between two GPUs (their common PCIe ancestor).

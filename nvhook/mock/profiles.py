@@ -34,6 +34,7 @@ from nvhook.mock.model import (
     MAX_GPU_MINOR,
     MAX_MIG_MINOR_GPU,
     MEMORY_SLICES,
+    MOCK_ARCHES,
     NVIDIA_MAJOR,
     SLICES,
     Binary,
@@ -161,6 +162,9 @@ def _parse_profile(text: str, source: str) -> Profile:
     graphics_config = h.flag("graphics_config", False)
     display = h.flag("display", False)
     switch_level = h.text("switch_level", "single")
+    arch = h.opt_text("arch")
+    if arch is not None and arch not in MOCK_ARCHES:
+        raise h.fail("arch", f"expected one of {', '.join(MOCK_ARCHES)}, got {arch!r}")
     if switch_level not in ("single", "multiple"):
         raise h.fail("switch_level", f"expected 'single' or 'multiple', got {switch_level!r}")
     numa_nodes = []
@@ -205,6 +209,7 @@ def _parse_profile(text: str, source: str) -> Profile:
         numa_nodes=tuple(numa_nodes),
         switch_level=switch_level,
         nvlink=nvlink,
+        arch=arch,
     )
     _check(profile)
     return profile

@@ -1,14 +1,23 @@
 """The driver's user space in a mock machine, at the Debian paths.
 
 Every library of the driver's version from ``driver.toml`` (``usr/lib/x86_64-linux-gnu``,
-32-bit copies in ``usr/lib/i386-linux-gnu``) as an ELF shared object with its real SONAME and
-SONAME link; ``libnvidia-ml.so.1`` is the fake NVML (``csrc/nvml.c``, exporting every name
-of ``csrc/nvml_names.txt``: :func:`nvml_unit`), ``libcuda.so.1`` and
+32-bit copies in ``usr/lib/i386-linux-gnu``; ``usr/lib/aarch64-linux-gnu`` and no 32-bit
+copies for a profile with ``arch = "aarch64"``: :func:`lib_dirs`) as an ELF shared object
+with its real SONAME and SONAME link; ``libnvidia-ml.so.1`` is the fake NVML
+(``csrc/nvml.c``, exporting every name of ``csrc/nvml_names.txt``: :func:`nvml_unit`),
+``libcuda.so.1`` and
 ``usr/bin/nvidia-smi`` count the GPUs whose ``/dev`` nodes the caller can open
 (``csrc/visible.c``, with the profile compiled in as ``mock_profile.h``), the other binaries
 are one small static tool. Then the Wine NGX DLLs, GSP firmware, the OpenCL ICD file,
 ``etc/ld.so.conf``, the graphics vendor files and the Xorg module where the profile has them,
 and an ``etc/ld.so.cache`` made by the real ``ldconfig -r``.
+
+All of that is compiled with this machine's C compiler when the profile's architecture is
+this machine's (or unset: :func:`compiled`). A profile of another architecture gets written
+objects instead (:mod:`nvhook.mock.elfgen`: libraries with the right ELF machine, SONAME and
+``DT_NEEDED``, binaries that exit 0, no NVML or CUDA behaviour) and an ``ld.so.cache``
+written in Python with that architecture's flags (:mod:`nvhook.mock.ldcache`): what
+discovery, ``ldconfig -p`` and a container of that architecture read, nothing that runs here.
 """
 
 from __future__ import annotations
@@ -20,8 +29,9 @@ import subprocess
 from pathlib import Path
 from typing import Literal
 
+from nvhook.discover.arch import machine_arch
 from nvhook.errors import MockError
-from nvhook.mock import build
+from nvhook.mock import build, elfgen, ldcache
 from nvhook.mock._tree import Tree
 from nvhook.mock.model import Profile
 from nvhook.mock.nvmldata import nvml_bus_id
@@ -33,15 +43,34 @@ __all__ = [
     "LIB_DIR",
     "XORG_DIR",
     "InstalledLibrary",
+    "compiled",
     "installed_libraries",
+    "lib_dirs",
     "nvml_unit",
     "run_ldconfig",
+    "write_ld_cache",
     "write_user_space",
 ]
 
 LIB_DIR = "usr/lib/x86_64-linux-gnu"
 LIB32_DIR = "usr/lib/i386-linux-gnu"
 XORG_DIR = "usr/lib/xorg/modules"
+#: Architecture -> (the 64-bit library directory, the 32-bit one or None), Debian's multiarch.
+_LIB_DIRS: dict[str, tuple[str, str | None]] = {
+    "x86_64": (LIB_DIR, LIB32_DIR),
+    "aarch64": ("usr/lib/aarch64-linux-gnu", None),  # NVIDIA ships no 32-bit ARM driver
+}
+
+
+def lib_dirs(profile: Profile) -> tuple[str, str | None]:
+    """Where ``profile``'s libraries go: the 64-bit directory, the 32-bit one (None: none)."""
+    return _LIB_DIRS[profile.arch or "x86_64"]
+
+
+def compiled(profile: Profile) -> bool:
+    """Whether ``profile``'s objects are compiled here (its architecture is this machine's,
+    or unset) rather than written by :mod:`nvhook.mock.elfgen`."""
+    return profile.arch is None or profile.arch == machine_arch()
 
 
 class InstalledLibrary(Frozen):
@@ -77,9 +106,10 @@ def installed_libraries(profile: Profile) -> tuple[InstalledLibrary, ...]:
         version = platforms[lib.platform] if lib.platform else profile.driver.version
         name = f"{lib.stem}.{version}"
         soname = lib.soname.format(version=profile.driver.version)
-        dirs: list[tuple[str, Literal[32, 64]]] = [(LIB_DIR, 64)]
-        if lib.compat32:
-            dirs.append((LIB32_DIR, 32))
+        lib64, lib32 = lib_dirs(profile)
+        dirs: list[tuple[str, Literal[32, 64]]] = [(lib64, 64)]
+        if lib.compat32 and lib32 is not None:
+            dirs.append((lib32, 32))
         for base, bits in dirs:
             folder = f"{base}/{lib.subdir}" if lib.subdir else base
             out.append(InstalledLibrary(f"{folder}/{name}", soname, lib.stem, lib.capability, bits))
@@ -175,8 +205,11 @@ def _units(prof: Profile) -> dict[str, build.Unit]:
     header = ("mock_profile.h", _profile_header(prof))
     visible = ("visible.c", build.csource("visible.c"))
     units: dict[str, build.Unit] = {}
-    standin = build.build([build.libc32_standin()])[0].read_bytes()
-    for lib in installed_libraries(prof):
+    libraries = installed_libraries(prof)
+    standin = b""
+    if any(lib.bits == 32 for lib in libraries):
+        standin = build.build([build.libc32_standin()])[0].read_bytes()
+    for lib in libraries:
         if lib.bits == 32:
             units[lib.path] = _stub32(lib.soname, lib.name, standin)
         elif lib.stem == "libnvidia-ml.so":
@@ -213,12 +246,35 @@ def _units(prof: Profile) -> dict[str, build.Unit]:
     return units
 
 
+def _written(prof: Profile) -> dict[str, bytes]:
+    """What :func:`_units` compiles, as :mod:`.elfgen` objects of ``prof``'s architecture."""
+    arch = prof.arch or machine_arch()
+    out = {lib.path: elfgen.shared_object(arch, lib.soname) for lib in installed_libraries(prof)}
+    if prof.display:
+        out[f"{XORG_DIR}/drivers/nvidia_drv.so"] = elfgen.shared_object(
+            arch, None, name="nvidia_drv.so"
+        )
+        glx = f"libglxserver_nvidia.so.{prof.driver.version}"
+        out[f"{XORG_DIR}/extensions/{glx}"] = elfgen.shared_object(arch, glx)
+    tool = elfgen.executable(arch)
+    for binary in driver_files().binaries:
+        wanted = {None: True, "nvswitch": prof.nvswitches > 0, "imex": prof.imex_channels > 0}
+        if wanted.get(binary.when, False):
+            out[f"usr/bin/{binary.name}"] = tool
+    return out
+
+
 def write_user_space(tree: Tree, prof: Profile) -> None:
     """Libraries, binaries, firmware and configuration files (not yet the ld.so.cache)."""
-    units = _units(prof)
-    built = build.build(list(units.values()))
-    for rel, source in zip(units, built, strict=True):
-        tree.copy(rel, source, 0o755 if rel.startswith("usr/bin/") else 0o644)
+    if compiled(prof):
+        units = _units(prof)
+        built = build.build(list(units.values()))
+        for rel, source in zip(units, built, strict=True):
+            tree.copy(rel, source, 0o755 if rel.startswith("usr/bin/") else 0o644)
+    else:
+        for rel, content in _written(prof).items():
+            tree.write(rel, content, 0o755 if rel.startswith("usr/bin/") else 0o644)
+    lib64, lib32 = lib_dirs(prof)
     version = prof.driver.version
     for lib in installed_libraries(prof):
         if lib.soname != lib.name:
@@ -227,11 +283,11 @@ def write_user_space(tree: Tree, prof: Profile) -> None:
         glx = f"libglxserver_nvidia.so.{version}"
         tree.symlink(f"{XORG_DIR}/extensions/libglxserver_nvidia.so", glx)
     tree.write(
-        f"{LIB_DIR}/nvidia/wine/nvngx.dll",
+        f"{lib64}/nvidia/wine/nvngx.dll",
         _pe_placeholder("nvngx.dll", version),
     )
     tree.write(
-        f"{LIB_DIR}/nvidia/wine/_nvngx.dll",
+        f"{lib64}/nvidia/wine/_nvngx.dll",
         _pe_placeholder("_nvngx.dll", version),
     )
     for fw in prof.driver.firmware:
@@ -240,7 +296,7 @@ def write_user_space(tree: Tree, prof: Profile) -> None:
             f"nvhook mock machine: GSP firmware {fw} of driver {version}\n",
         )
     tree.write("etc/OpenCL/vendors/nvidia.icd", "libnvidia-opencl.so.1\n")
-    tree.write("etc/ld.so.conf", f"/{LIB_DIR}\n/{LIB32_DIR}\n")
+    tree.write("etc/ld.so.conf", "".join(f"/{d}\n" for d in (lib64, lib32) if d))
     if prof.graphics_config:
         _graphics_config(tree, prof)
     if prof.display:
@@ -308,6 +364,14 @@ def _graphics_config(tree: Tree, prof: Profile) -> None:
         "usr/share/nvidia/nvoptix.bin",
         f"nvhook mock machine: OptiX data of driver {prof.driver.version}\n",
     )
+
+
+def write_ld_cache(root: Path, prof: Profile) -> None:
+    """``root/etc/ld.so.cache``: the real ``ldconfig`` over compiled objects, else written."""
+    if compiled(prof):
+        run_ldconfig(root)
+    else:
+        ldcache.write_ld_cache(root, prof.arch or machine_arch())
 
 
 def run_ldconfig(root: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from nvhook.cli import main
 from nvhook.constants import ALL_CAPABILITIES
 from nvhook.edits import Host
-from nvhook.mock import list_profiles, load_profile
+from nvhook.mock import compiled, lib_dirs, list_profiles, load_profile
 from nvhook.tools.info import host_info, render_text
 
 
@@ -26,9 +27,8 @@ def test_info_matches_the_profile(profile: str, mock_machine: Callable[..., Path
     assert driver["version"] == prof.driver.version
     assert [c["name"] for c in info["capabilities"]] == list(ALL_CAPABILITIES)
     utility = info["capabilities"][1]
-    assert (
-        f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{prof.driver.version}" in utility["libraries"]
-    )
+    lib64 = lib_dirs(prof)[0]
+    assert f"/{lib64}/libnvidia-ml.so.{prof.driver.version}" in utility["libraries"]
     assert "/usr/bin/nvidia-smi" in utility["binaries"]
     assert info["searched"][0] == "/etc/ld.so.cache"
     assert len(info["searched"]) == len(set(info["searched"]))
@@ -50,12 +50,19 @@ def test_info_matches_the_profile(profile: str, mock_machine: Callable[..., Path
     missing = {m for c in info["capabilities"] for m in c["missing"]}
     assert ("nv-fabricmanager" in missing) is False
     assert ("nvidia-imex" in missing) is False
+    nvml_here = compiled(prof)  # gh200's aarch64 NVML does not load on x86-64: GPUs from /proc
     assert driver == {
         "loaded": True,
         "version": prof.driver.version,
         "kernel_module": prof.driver.kernel_module,
-        "cuda_version": prof.driver.cuda,
-        "problem": None,
+        "cuda_version": prof.driver.cuda if nvml_here else None,
+        "problem": None
+        if nvml_here
+        else (
+            f"{root}: the driver is built for {prof.arch}; its NVML cannot be loaded on this"
+            f" {os.uname().machine} machine (GPUs from /proc: no MIG UUIDs, no MIG mode,"
+            " no CUDA version)"
+        ),
     }
     expected = [
         {
@@ -65,7 +72,7 @@ def test_info_matches_the_profile(profile: str, mock_machine: Callable[..., Path
             "bus_id": g.bus_id,
             "minor": g.minor,
             "node": f"/dev/nvidia{g.minor}",
-            "mig_enabled": g.mig_enabled,
+            "mig_enabled": g.mig_enabled if nvml_here else None,  # /proc does not say
             "nodes_missing": [],
             "migs": [
                 {

@@ -15,11 +15,12 @@ from nvhook.devices.procfs import read_driver
 from nvhook.discover.nodes import gpu_nodes
 from nvhook.edits import Host, nvml_view
 from nvhook.errors import UnknownDeviceError
-from nvhook.mock import list_profiles, load_profile
+from nvhook.mock import compiled, list_profiles, load_profile
 from nvhook.requests.ids import All, DeviceRequest, Devices, NoGpus
 from nvhook.requests.parse import parse_device_list
 
-LOADED = [p for p in list_profiles() if load_profile(p).driver.loaded]
+#: Profiles whose NVML loads here (gh200's aarch64 one does not on x86-64).
+LOADED = [p for p in list_profiles() if load_profile(p).driver.loaded and compiled(load_profile(p))]
 WITH_MIG = [p for p in LOADED if any(g.mig_devices for g in load_profile(p).gpus)]
 
 

@@ -18,6 +18,7 @@ from nvhook.discover import (
     Symlink,
     discover_driver_files,
 )
+from nvhook.discover.arch import machine_arch
 from nvhook.errors import DriverError, RequestError
 from oci.cdi.edits import Edits, Mount
 from tests.nvhook.discover import fakeroot
@@ -336,7 +337,7 @@ def test_all_and_nothing(driver: FakeRoot) -> None:
     ]
     assert every.capability("ngx").missing == ("libnvidia-ngx.so", "nvidia/wine/*.dll")
     nothing = discover_driver_files(str(driver), [], driver_version=V)
-    assert nothing == DriverFiles(str(driver), str(driver), V)
+    assert nothing == DriverFiles(str(driver), str(driver), V, arch=machine_arch())
     assert nothing.to_edits() == Edits()
     with pytest.raises(KeyError):
         nothing.capability("compute")

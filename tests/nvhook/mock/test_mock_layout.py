@@ -16,14 +16,26 @@ from pathlib import Path
 import pytest
 
 from nvhook.devices.procfs import read_majors
+from nvhook.discover.elf import ARCH_ELF, read_elf
 from nvhook.errors import MockError
-from nvhook.mock import create, list_profiles, load_profile
-from nvhook.mock.layout import LIB32_DIR, LIB_DIR, installed_libraries
+from nvhook.mock import compiled, create, lib_dirs, list_profiles, load_profile
+from nvhook.mock.layout import LIB_DIR, installed_libraries
 from nvhook.mock.model import Profile
 from tests.support.containers import require, require_root
 
 PROFILES = list_profiles()
 LOADED = [p for p in PROFILES if load_profile(p).driver.loaded]
+#: Profiles whose objects are compiled here and run (not gh200's aarch64 ones on x86-64).
+RUNNABLE = [p for p in PROFILES if compiled(load_profile(p))]
+#: How ``ldconfig -p`` and ``readelf -h`` name a profile's 64-bit architecture.
+LDCONFIG_ARCH = {"x86_64": "x86-64", "aarch64": "AArch64"}
+READELF_MACHINE = {"x86_64": "X86-64", "aarch64": "AArch64"}
+
+
+def arch_of(profile: str) -> str:
+    """The architecture of a profile's objects: its own, else this machine's."""
+    return load_profile(profile).arch or os.uname().machine
+
 
 Machine = Callable[..., Path]
 
@@ -40,11 +52,15 @@ def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("profile", PROFILES)
 def test_ldconfig_cache_finds_the_driver(profile: str, mock_machine: Machine) -> None:
     root = mock_machine(profile)
+    lib64, lib32 = lib_dirs(load_profile(profile))
     out = run(require("ldconfig"), "-p", "-C", root / "etc/ld.so.cache")
     assert out.returncode == 0, out.stderr
+    label = LDCONFIG_ARCH[arch_of(profile)]
     for soname in ("libcuda.so.1", "libnvidia-ml.so.1"):
-        assert f"{soname} (libc6,x86-64) => /{LIB_DIR}/{soname}" in out.stdout
-        assert f"{soname} (libc6) => /{LIB32_DIR}/{soname}" in out.stdout
+        assert f"{soname} (libc6,{label}) => /{lib64}/{soname}" in out.stdout
+        if lib32 is not None:
+            assert f"{soname} (libc6) => /{lib32}/{soname}" in out.stdout
+    assert ("(libc6)" in out.stdout) == (lib32 is not None)
     for lib in installed_libraries(load_profile(profile)):
         if "/vdpau/" not in lib.path:  # like the real driver's: vdpau/ is not a linker dir
             assert f"=> /{lib.soname_path}\n" in out.stdout
@@ -55,7 +71,7 @@ def test_every_library_is_an_elf_with_its_real_soname(profile: str, mock_machine
     root = mock_machine(profile)
     readelf = require("readelf")
     libs = installed_libraries(load_profile(profile))
-    assert len(libs) > 50
+    assert len(libs) > 30  # 33 64-bit ones in driver 550; x86-64 adds 32-bit copies
     for lib in libs:
         path = root / lib.path
         dynamic = run(readelf, "-d", path).stdout
@@ -63,7 +79,7 @@ def test_every_library_is_an_elf_with_its_real_soname(profile: str, mock_machine
         assert "Shared library: [libc.so.6]" in dynamic, lib.path
         header = run(readelf, "-h", path).stdout
         if lib.bits == 64:
-            assert "ELF64" in header and "X86-64" in header, lib.path
+            assert "ELF64" in header and READELF_MACHINE[arch_of(profile)] in header, lib.path
         else:
             assert "ELF32" in header and "Intel 80386" in header, lib.path
         link = root / lib.soname_path
@@ -111,13 +127,17 @@ def test_binaries_firmware_and_config(profile: str, mock_machine: Machine) -> No
     assert {p.name for p in (root / "usr/bin").iterdir()} == binaries
     for name in binaries:
         assert os.access(root / "usr/bin" / name, os.X_OK)
-    version = run(root / "usr/bin/nvidia-persistenced", "--version")
-    assert version.returncode == 0 and prof.driver.version in version.stdout
+        info = read_elf(str(root / "usr/bin" / name))
+        assert info is not None and (info.elf_class, info.machine) == ARCH_ELF[arch_of(profile)]
+    if compiled(prof):
+        version = run(root / "usr/bin/nvidia-persistenced", "--version")
+        assert version.returncode == 0 and prof.driver.version in version.stdout
     assert "no dynamic section" in run(require("readelf"), "-d", root / "usr/bin/nvidia-smi").stdout
     firmware = root / "lib/firmware/nvidia" / prof.driver.version
     assert sorted(p.name for p in firmware.iterdir()) == sorted(prof.driver.firmware)
     assert (root / "etc/OpenCL/vendors/nvidia.icd").read_text() == "libnvidia-opencl.so.1\n"
-    assert (root / "etc/ld.so.conf").read_text() == f"/{LIB_DIR}\n/{LIB32_DIR}\n"
+    conf = "".join(f"/{d}\n" for d in lib_dirs(prof) if d)
+    assert (root / "etc/ld.so.conf").read_text() == conf
     data = json.loads((root / "etc/nvhook-mock/profile.json").read_text())
     assert data["profile"] == profile
 
@@ -304,7 +324,7 @@ def smi_listing(prof: Profile, gpus: list[int] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", RUNNABLE)
 def test_nvidia_smi_on_the_host_lists_every_gpu(profile: str, mock_machine: Machine) -> None:
     prof = load_profile(profile)
     out = run(mock_machine(profile) / "usr/bin/nvidia-smi", "-L")
@@ -366,7 +386,7 @@ def cuda_count(lib: Path) -> tuple[int, int, int, int]:
     return version.value, early, init, count.value
 
 
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", RUNNABLE)
 def test_stub_libcuda_counts_visible_devices(profile: str, mock_machine: Machine) -> None:
     prof = load_profile(profile)
     version, early, init, count = cuda_count(mock_machine(profile) / LIB_DIR / "libcuda.so.1")

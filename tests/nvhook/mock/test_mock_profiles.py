@@ -17,7 +17,9 @@ MIG_UUID = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 
 
 def test_the_required_profiles_ship() -> None:
-    assert {"dgx-a100", "h100-pcie", "l40s-x4", "gb200-imex", "no-gpu"} <= set(list_profiles())
+    assert {"dgx-a100", "gb200-imex", "gh200", "h100-pcie", "l40s-x4", "no-gpu"} <= set(
+        list_profiles()
+    )
 
 
 @pytest.mark.parametrize("name", list_profiles())
@@ -67,6 +69,13 @@ def test_other_profiles() -> None:
     assert load_profile("gb200-imex").imex_channels > 0
     no_gpu = load_profile("no-gpu")
     assert no_gpu.gpus == () and not no_gpu.driver.loaded
+    gh200 = load_profile("gh200")
+    assert gh200.arch == "aarch64" and gh200.driver.version.startswith("550.")
+    assert [(g.name, g.model.memory_mib // 1024) for g in gh200.gpus] == [
+        ("NVIDIA GH200 480GB", 95)
+    ]
+    assert gh200.driver.kernel_module == "open"  # Grace Hopper needs the open module
+    assert [p.arch for p in map(load_profile, list_profiles()) if p.arch is not None] == ["aarch64"]
 
 
 def test_some_profile_permutes_minors() -> None:
@@ -278,6 +287,10 @@ cpus = "4-7"
         (
             lambda s: s.replace("[char_majors]", '[host]\nswitch_level = "node"\n[char_majors]'),
             r"host\.switch_level: expected 'single' or 'multiple'",
+        ),
+        (
+            lambda s: s.replace("[char_majors]", '[host]\narch = "arm64"\n[char_majors]'),
+            r"host\.arch: expected one of aarch64, x86_64, got 'arm64'",
         ),
         (
             lambda s: s + 'mig = true\nprocess = [{ pid = 1, name = "x", used_mib = 1 }]\n',
