@@ -151,10 +151,13 @@ def test_both_paths_give_the_same_bytes(
     assert by_click[0] is not None
 
 
-def test_a_run_on_the_fast_path_imports_no_click(places: dict[str, str], tmp_path: Path) -> None:
+def test_a_run_on_the_fast_path_imports_no_click_nor_pynvml(
+    places: dict[str, str], tmp_path: Path
+) -> None:
+    """The dgx-a100 mock has MIG devices, named by UUID: NVML, but through ctypes alone."""
     code = (
         "import sys\nfrom nvhook.cli import main\nrc = main(sys.argv[1:])\n"
-        "print(rc, sorted(m for m in sys.modules if m.split('.')[0] == 'click'))"
+        "print(rc, sorted(m for m in sys.modules if m.split('.')[0] in ('click', 'pynvml')))"
     )
     argv = ["cdi", "generate", "--root", places["root"], "-o", str(tmp_path / "nvidia.json")]
     done = subprocess.run(
