@@ -188,7 +188,7 @@ def nvml_mig_view(host: Host, procfs: HostGpus) -> HostGpus:
     ``pynvml``); :func:`nvml_view` itself when NVML lists other GPUs than ``/proc``.
     """
     from nvhook.devices.gpus import with_nvml_migs
-    from nvhook.devices.nvml import mig_ids
+    from nvhook.devices.nvml_ctypes import mig_ids
 
     found = mig_ids(nvml_library_dir(host.driver_root))
     view = with_nvml_migs(procfs, found, read_mig_minors(host.root))

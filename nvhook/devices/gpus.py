@@ -37,7 +37,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from nvhook.devices.nvml import GpuInfo, GpuMigIds, MigId, MigInfo
+    from nvhook.devices.nvml import GpuInfo, MigInfo
+    from nvhook.devices.nvml_ctypes import GpuMigIds, MigId
     from nvhook.devices.procfs import ProcDriver
     from nvhook.requests.ids import DeviceId, DeviceRequest
 

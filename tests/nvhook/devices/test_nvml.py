@@ -11,7 +11,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from nvhook.devices.nvml import GpuInfo, mig_ids, open_nvml
+from nvhook.devices.nvml import GpuInfo, open_nvml
+from nvhook.devices.nvml_ctypes import mig_ids
 from nvhook.errors import DriverError
 from nvhook.mock import compiled, list_profiles, load_profile
 from nvhook.mock.layout import LIB_DIR

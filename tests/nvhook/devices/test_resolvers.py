@@ -19,7 +19,7 @@ from nvhook.devices.gpus import (
     resolve,
     with_nvml_migs,
 )
-from nvhook.devices.nvml import mig_ids
+from nvhook.devices.nvml_ctypes import mig_ids
 from nvhook.devices.procfs import read_driver, read_mig_minors
 from nvhook.discover.nodes import gpu_nodes
 from nvhook.edits import Host, nvml_view
