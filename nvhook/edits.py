@@ -182,6 +182,19 @@ def nvml_view(host: Host) -> HostGpus:
     return from_nvml(infos, read_mig_minors(host.root))
 
 
+def nvml_mig_view(host: Host, procfs: HostGpus) -> HostGpus:
+    """:func:`nvml_view`'s answer for a host whose ``/proc`` view is ``procfs``, from the few
+    NVML calls that name GPUs and MIG devices (:func:`nvhook.devices.nvml.mig_ids`: no
+    ``pynvml``); :func:`nvml_view` itself when NVML lists other GPUs than ``/proc``.
+    """
+    from nvhook.devices.gpus import with_nvml_migs
+    from nvhook.devices.nvml_ctypes import mig_ids
+
+    found = mig_ids(nvml_library_dir(host.driver_root))
+    view = with_nvml_migs(procfs, found, read_mig_minors(host.root))
+    return view if view is not None else nvml_view(host)
+
+
 def nvml_library_dir(driver_root: str) -> str | None:
     """The directory of ``libnvidia-ml.so.1`` under ``driver_root`` (None: the loader's default)."""
     if driver_root in ("", "/"):

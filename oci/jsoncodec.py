@@ -40,7 +40,16 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["JSONError", "dumpb", "dumps", "loadb", "loads", "type_name"]
+__all__ = [
+    "JSONError",
+    "dumpb",
+    "dumps",
+    "dumps_canonical",
+    "dumps_indented",
+    "loadb",
+    "loads",
+    "type_name",
+]
 
 _WHITESPACE = " \t\n\r"
 
@@ -299,3 +308,102 @@ def dumpb(value: object) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return _encode(value, True).encode("ascii")
+
+
+class _Unusual(Exception):
+    """A value :func:`dumps_indented` leaves to the stdlib (a float, a key that is not a str)."""
+
+
+def dumps_indented(value: object) -> str:
+    """``json.dumps(value, indent=2, ensure_ascii=False)``, the same text, without ``json``.
+
+    For a CDI spec file. CPython 3.11's C encoder cannot indent, so ``json`` indents in Python
+    too; this writes dicts, lists, tuples, str, int, bool and None itself (strings through the
+    C ``encode_basestring``) and hands anything else (floats, keys that are not str, cycles,
+    other types) to ``json.dumps``, with its result or error.
+    """
+    try:
+        from _json import encode_basestring
+    except ImportError:  # pragma: no cover - not CPython
+        pass
+    else:
+        out: list[str] = []
+        try:
+            _indent(value, encode_basestring, "\n", out)
+            return "".join(out)
+        except (_Unusual, RecursionError):
+            pass
+    import json
+
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _indent(value: object, encode: Callable[[str], str], newline: str, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(encode(value))
+    elif value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, list | tuple):
+        if not value:
+            out.append("[]")
+            return
+        inner = newline + "  "
+        out.append("[")
+        separator = inner
+        for item in value:
+            out.append(separator)
+            separator = "," + inner
+            _indent(item, encode, inner, out)
+        out.append(newline + "]")
+    elif isinstance(value, dict):
+        if not value:
+            out.append("{}")
+            return
+        inner = newline + "  "
+        out.append("{")
+        separator = inner
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _Unusual
+            out.append(separator)
+            separator = "," + inner
+            out.append(encode(key))
+            out.append(": ")
+            _indent(item, encode, inner, out)
+        out.append(newline + "}")
+    else:
+        raise _Unusual
+
+
+def dumps_canonical(value: object) -> str:
+    """``json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)`` without
+    ``json``: a key under which equal JSON values compare equal (object keys sorted).
+
+    The same C encoder ``json.dumps`` drives for these arguments, with its errors.
+    """
+    try:
+        import _json
+    except ImportError:  # pragma: no cover - not CPython
+        import json
+
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+    if isinstance(value, str):
+        return _json.encode_basestring_ascii(value)
+    encoder = _json.make_encoder(
+        {},  # markers: cycles are a ValueError
+        repr,  # default
+        _json.encode_basestring_ascii,
+        None,  # indent
+        ":",  # key separator
+        ",",  # item separator
+        True,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+    return "".join(encoder(value, 0))

@@ -5,20 +5,24 @@ Commands parse flags, call one library function and render its result. Expected
 failures (:class:`oci.errors.Error`, the root of the ``oci`` and ``nvhook`` errors) are
 printed as one line on stderr and exit with their code; anything else is a bug and
 shows a traceback (with locals when ``NVHOOK_DEBUG=1``).
+
+This module imports no click: :func:`main` first offers ``nvhook cdi generate …`` to
+:mod:`nvhook.cli.cdi_generate_fast` (the same job, same output, without click's import
+cost), and otherwise runs the group of :mod:`nvhook.cli.group`, which ``cli`` also names.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
 
-import click
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-from nvhook.cli.lazy import LazyGroup
-from oci.errors import Error, ExitCode
+    import click
 
-__all__ = ["COMMANDS", "cli", "main"]
+__all__ = ["COMMANDS", "cli", "main", "report_bug"]
 
 
 #: Every command, imported only when it runs (``nvhook --help`` imports them all).
@@ -37,37 +41,27 @@ COMMANDS: dict[str, str] = {
 }
 
 
-@click.group(
-    cls=LazyGroup,
-    lazy_commands=COMMANDS,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-@click.version_option(package_name="nvhook", prog_name="nvhook")
-def cli() -> None:
-    """Give containers NVIDIA GPUs: CDI specs, a runtime shim, hooks and a mock GPU machine."""
+def __getattr__(name: str) -> click.Group:
+    """``cli``: the click group (:mod:`nvhook.cli.group`), imported when first named."""
+    if name == "cli":
+        from nvhook.cli.group import cli
+
+        return cli
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``nvhook`` console script."""
-    try:
-        rv = cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
-    except Error as e:
-        click.echo(f"nvhook: {e}", err=True)
-        return int(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo("nvhook: aborted", err=True)
-        return int(ExitCode.USAGE)
-    except click.ClickException as e:
-        e.show()
-        return int(ExitCode.USAGE) if e.exit_code == 2 else e.exit_code
-    except click.exceptions.Exit as e:
-        return e.exit_code
-    except BrokenPipeError:
-        return int(ExitCode.OK)
-    except Exception:
-        report_bug()
-        return int(ExitCode.BUG)
-    return rv if isinstance(rv, int) else int(ExitCode.OK)
+    """Entry point of the ``nvhook`` console script and launcher."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    if args[:2] == ["cdi", "generate"]:
+        from nvhook.cli.cdi_generate_fast import main as generate_main
+
+        rc = generate_main(args[2:])
+        if rc is not None:
+            return rc
+    from nvhook.cli.group import run_click
+
+    return run_click(args)
 
 
 def report_bug() -> None:

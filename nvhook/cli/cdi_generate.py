@@ -1,84 +1,41 @@
-"""``nvhook cdi generate``: write a CDI spec for this host's GPUs (:mod:`nvhook.tools.generate`)."""
+"""``nvhook cdi generate``: write a CDI spec for this host's GPUs (:mod:`nvhook.tools.generate`).
+
+The click command: flags, help and usage errors. What it checks and does lives in
+:mod:`nvhook.cli.cdi_generate_fast`, which :func:`nvhook.cli.main` also runs without click for
+the argv it is sure of.
+"""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import click
 
+from nvhook.cli.cdi_generate_fast import (
+    UsageProblem,
+    check,
+    kind_part,
+    output_and_format,
+    run,
+)
 from nvhook.cli.options import host_options
-from nvhook.tools.generate import KINDS, NAME_STRATEGIES, default_output
+from nvhook.tools.generate import KINDS, NAME_STRATEGIES
 
 __all__ = ["generate"]
-
-#: What CDI registries read (the reference library: ``.json`` and ``.yaml``; not ``.yml``).
-_SUFFIX_FORMATS = {".json": "json", ".yaml": "yaml"}
 
 
 def _output_and_format(output: str | None, fmt: str | None, kind: str = "gpu") -> tuple[str, str]:
     """The file to write (``-``: stdout) and its format, from the flags given."""
-    if output is None:
-        chosen = fmt or "json"
-        return default_output(kind, chosen), chosen
-    if output == "-":
-        return output, fmt or "json"
-    by_suffix = _SUFFIX_FORMATS.get(os.path.splitext(output)[1])
-    if by_suffix is None:
-        raise click.BadParameter(
-            f"{output!r} must end in .json or .yaml (CDI registries read only those)",
-            param_hint="--output",
-        )
-    if fmt is not None and fmt != by_suffix:
-        raise click.BadParameter(
-            f"--format {fmt} does not match the extension of {output!r}", param_hint="--format"
-        )
-    return output, by_suffix
+    try:
+        return output_and_format(output, fmt, kind)
+    except UsageProblem as e:
+        raise click.BadParameter(e.message, param_hint=e.param_hint) from None
 
 
 def _kind_part(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """``--vendor`` and ``--class`` as the CDI spec requires them (a bad one is a usage error)."""
-    from oci.cdi.names import class_name_problem, vendor_name_problem
-
-    if value is None:
-        return None
-    problem = (vendor_name_problem if param.name == "vendor" else class_name_problem)(value)
-    if problem is not None:
-        raise click.BadParameter(problem)
-    return value
-
-
-def _kind_choices(
-    kind: str, strategies: tuple[str, ...], no_all_device: bool, capabilities: str | None
-) -> None:
-    """The flags that apply to ``kind`` only (a usage error before any discovery)."""
-    if strategies and kind != "gpu":
-        raise click.BadParameter(
-            f"applies to --kind gpu only, not {kind}", param_hint="--device-name-strategy"
-        )
-    if no_all_device and kind not in ("gpu", "imex-channel"):
-        raise click.BadParameter(
-            f"--kind {kind} has the one device all", param_hint="--no-all-device"
-        )
-    if capabilities is not None and kind not in ("gpu", "management"):
-        raise click.BadParameter(
-            f"applies to --kind gpu and management only, not {kind}",
-            param_hint="--capabilities",
-        )
-
-
-def _capabilities(value: str | None) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    from nvhook.requests.policy import canonical_capabilities
-
-    items = [s.strip() for s in value.split(",") if s.strip()]
-    if not items:
-        raise click.BadParameter("empty list", param_hint="--capabilities")
     try:
-        return canonical_capabilities(items)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--capabilities") from None
+        return kind_part(param.name or "", value)
+    except UsageProblem as e:
+        raise click.BadParameter(e.message) from None
 
 
 @click.command("generate")
@@ -171,35 +128,24 @@ def generate(
     deterministic and cdiVersion is the lowest the content allows (0.5.0), which
     podman 4.3 reads.
     """
-    from nvhook.edits import Host
-    from nvhook.tools.generate import generate_spec, summary
-    from oci.cdi.version import minimum_version
-    from oci.cdi.write import Format, dump_spec, write_spec
-
-    _kind_choices(kind, strategies, no_all_device, capabilities)
-    path, chosen = _output_and_format(output, fmt, kind)
-    if hook_path is not None and not os.path.isabs(hook_path):
-        raise click.BadParameter(f"{hook_path!r} is not absolute", param_hint="--hook-path")
-    host = Host(
-        root=root,
-        driver_root=driver_root or "",
-        dev_root=dev_root or "",
-        hook_path=hook_path or "",
-    )
-    generated = generate_spec(
-        host,
-        vendor=vendor,
-        class_name=class_name,
-        capabilities=_capabilities(capabilities),
-        kind=kind,
-        name_strategies=strategies or None,
-        all_device=not no_all_device,
-    )
-    fmt_: Format = "json" if chosen == "json" else "yaml"
-    if path == "-":
-        sys.stdout.buffer.write(dump_spec(generated.spec, format=fmt_))
-        sys.stdout.flush()
-        return
-    write_spec(path, generated.spec, format=fmt_)
-    version = minimum_version(generated.spec)
-    click.echo(summary(generated, output=path, version=version), err=True)
+    params = {
+        "root": root,
+        "driver_root": driver_root,
+        "dev_root": dev_root,
+        "kind": kind,
+        "output": output,
+        "fmt": fmt,
+        "vendor": vendor,
+        "class_name": class_name,
+        "strategies": strategies,
+        "no_all_device": no_all_device,
+        "capabilities": capabilities,
+        "hook_path": hook_path,
+    }
+    try:
+        job = check(params)
+    except UsageProblem as e:
+        raise click.BadParameter(e.message, param_hint=e.param_hint) from None
+    line = run(job)
+    if line is not None:
+        click.echo(line, err=True)

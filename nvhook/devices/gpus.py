@@ -35,9 +35,10 @@ from oci._frozen import Frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
-    from nvhook.devices.nvml import GpuInfo
+    from nvhook.devices.nvml import GpuInfo, MigInfo
+    from nvhook.devices.nvml_ctypes import GpuMigIds, MigId
     from nvhook.devices.procfs import ProcDriver
     from nvhook.requests.ids import DeviceId, DeviceRequest
 
@@ -50,6 +51,7 @@ __all__ = [
     "from_procfs",
     "needs_nvml",
     "resolve",
+    "with_nvml_migs",
 ]
 
 
@@ -136,40 +138,70 @@ def from_procfs(driver: ProcDriver) -> HostGpus:
 
 def from_nvml(gpus: Iterable[GpuInfo], mig_minors: Mapping[str, int]) -> HostGpus:
     """The NVML view; ``mig_minors`` comes from :func:`.procfs.read_mig_minors`."""
-    out = []
-    for g in gpus:
-        migs = []
-        for m in sorted(g.migs, key=lambda m: m.index):
-            gi_key = f"gpu{g.minor}/gi{m.gi}/access"
-            ci_key = f"gpu{g.minor}/gi{m.gi}/ci{m.ci}/access"
-            if gi_key not in mig_minors or ci_key not in mig_minors:
-                raise UnknownDeviceError(
-                    f"MIG device {g.index}:{m.index} ({m.uuid}): no nvidia-caps minor for "
-                    f"{gi_key if gi_key not in mig_minors else ci_key} in "
-                    "/proc/driver/nvidia-caps/mig-minors"
-                )
-            migs.append(
-                Mig(
-                    gpu_index=g.index,
-                    index=m.index,
-                    gi=m.gi,
-                    ci=m.ci,
-                    gi_caps_minor=mig_minors[gi_key],
-                    ci_caps_minor=mig_minors[ci_key],
-                    uuid=m.uuid,
-                )
+    out = [
+        Gpu(
+            index=g.index,
+            uuid=g.uuid,
+            minor=g.minor,
+            bus_id=g.bus_id,
+            model=g.name,
+            migs=_nvml_migs(g.index, g.minor, g.migs, mig_minors),
+        )
+        for g in gpus
+    ]
+    return HostGpus(tuple(out), "nvml")
+
+
+def with_nvml_migs(
+    view: HostGpus, gpus: Sequence[GpuMigIds], mig_minors: Mapping[str, int]
+) -> HostGpus | None:
+    """The procfs ``view`` with NVML's names and MIG devices (:func:`.nvml.mig_ids`): what
+    :func:`from_nvml` gives, bus ids from ``/proc``. None when NVML lists other GPUs (index,
+    UUID, minor) than ``view``.
+    """
+    if [(g.index, g.uuid, g.minor) for g in gpus] != [
+        (g.index, g.uuid, g.minor) for g in view.gpus
+    ]:
+        return None
+    out = [
+        Gpu(
+            index=g.index,
+            uuid=g.uuid,
+            minor=g.minor,
+            bus_id=seen.bus_id,
+            model=g.name,
+            migs=_nvml_migs(g.index, g.minor, g.migs, mig_minors),
+        )
+        for g, seen in zip(gpus, view.gpus, strict=True)
+    ]
+    return HostGpus(tuple(out), "nvml")
+
+
+def _nvml_migs(
+    gpu_index: int, minor: int, found: Iterable[MigId | MigInfo], mig_minors: Mapping[str, int]
+) -> tuple[Mig, ...]:
+    migs = []
+    for m in sorted(found, key=lambda m: m.index):
+        gi_key = f"gpu{minor}/gi{m.gi}/access"
+        ci_key = f"gpu{minor}/gi{m.gi}/ci{m.ci}/access"
+        if gi_key not in mig_minors or ci_key not in mig_minors:
+            raise UnknownDeviceError(
+                f"MIG device {gpu_index}:{m.index} ({m.uuid}): no nvidia-caps minor for "
+                f"{gi_key if gi_key not in mig_minors else ci_key} in "
+                "/proc/driver/nvidia-caps/mig-minors"
             )
-        out.append(
-            Gpu(
-                index=g.index,
-                uuid=g.uuid,
-                minor=g.minor,
-                bus_id=g.bus_id,
-                model=g.name,
-                migs=tuple(migs),
+        migs.append(
+            Mig(
+                gpu_index=gpu_index,
+                index=m.index,
+                gi=m.gi,
+                ci=m.ci,
+                gi_caps_minor=mig_minors[gi_key],
+                ci_caps_minor=mig_minors[ci_key],
+                uuid=m.uuid,
             )
         )
-    return HostGpus(tuple(out), "nvml")
+    return tuple(migs)
 
 
 def needs_nvml(request: DeviceRequest) -> bool:

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from nvhook.devices.nvml_ctypes import LIBRARY
 from nvhook.devices.procfs import normalize_bus_id
 from nvhook.errors import DriverError
 from oci._frozen import Frozen
@@ -48,7 +49,6 @@ __all__ = [
     "open_nvml",
 ]
 
-LIBRARY = "libnvidia-ml.so.1"
 
 _ARCHITECTURES = {
     2: "kepler",

@@ -9,9 +9,10 @@ one CDI kind and spec file each; ``gpu`` (the default) is ``<vendor>/<class>``:
   chosen strategies (:data:`NAME_STRATEGIES`), always in this order: ``index`` (``0``,
   ``0:1`` for MIG device 1 of GPU 0), ``uuid`` (``GPU-…``, ``MIG-…``), ``type-index``
   (``gpu0``, ``mig0:1``); the default is ``index`` and ``uuid``, the names the shim's cdi
-  mode asks for. MIG UUIDs only NVML knows, so generate resolves through NVML
-  (:func:`nvhook.edits.nvml_view`, loaded from the driver root) when a GPU has MIG devices
-  and ``uuid`` names are asked for, or ``host.resolver`` is ``nvml``; otherwise ``/proc``
+  mode asks for. MIG UUIDs only NVML knows, so generate resolves through NVML (loaded from
+  the driver root) when a GPU has MIG devices and ``uuid`` names are asked for
+  (:func:`nvhook.edits.nvml_mig_view`: the few calls that name them, without ``pynvml``), or
+  through :func:`nvhook.edits.nvml_view` when ``host.resolver`` is ``nvml``; otherwise ``/proc``
   gives the same GPUs (indices, UUIDs, minors, MIG access nodes) without loading NVML;
 - **per-device edits** are the device's nodes and nothing else: ``/dev/nvidia<minor>``
   (the driver's minor, not the index), for a MIG device also its parent's node and
@@ -89,7 +90,7 @@ from nvhook.discover.nodes import (
     nvswitch_nodes,
     with_host_access,
 )
-from nvhook.edits import GRAPHICS_CAPABILITIES, Host, nvml_view, plan
+from nvhook.edits import GRAPHICS_CAPABILITIES, Host, nvml_mig_view, nvml_view, plan
 from nvhook.errors import DriverError, RequestError
 from nvhook.requests.ids import All, NoGpus, Requests
 from nvhook.requests.policy import canonical_capabilities
@@ -242,8 +243,10 @@ def _gpu(
     spec_edits, files = _shared(host, caps)
     driver = read_driver(host.root)
     gpus = from_procfs(driver)
-    if host.resolver == "nvml" or ("uuid" in strategies and any(g.migs for g in gpus.gpus)):
+    if host.resolver == "nvml":
         gpus = nvml_view(host)
+    elif "uuid" in strategies and any(g.migs for g in gpus.gpus):
+        gpus = nvml_mig_view(host, gpus)  # the same view without pynvml's import
     if not gpus.gpus:
         raise DriverError(
             f"{host.root}: the driver shows no GPU ({gpus.source}); nothing to generate"

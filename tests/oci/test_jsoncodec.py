@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oci import jsoncodec
 from oci.jsoncodec import JSONError
@@ -218,3 +220,71 @@ def test_fallback_without_the_accelerator_behaves_the_same() -> None:
         'b\'{"x":"\\\\ud800"}\'',
         "JSONDecoder.raw_decode",
     ]
+
+
+# --- dumps_indented and dumps_canonical: json.dumps's text without importing json -------------
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text()
+)
+_KEYS = st.text() | st.integers() | st.booleans() | st.none() | st.floats(allow_nan=False)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(), inner, max_size=4)
+        | st.dictionaries(_KEYS, inner, max_size=3)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES)
+def test_dumps_indented_is_json_dumps_indent_2(value: Any) -> None:
+    assert jsoncodec.dumps_indented(value) == json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES)
+def test_dumps_canonical_is_json_dumps_sorted(value: Any) -> None:
+    try:
+        expected = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+    except TypeError as e:  # keys of types sort cannot compare
+        with pytest.raises(TypeError) as mine:
+            jsoncodec.dumps_canonical(value)
+        assert str(mine.value) == str(e)
+    else:
+        assert jsoncodec.dumps_canonical(value) == expected
+
+
+def test_dumps_indented_and_canonical_edge_cases() -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    for value in ({}, [], (), 'ä\u2028\x00"', {"a": {}, "b": []}, 10**30, True, {1: "x"}, 1.5):
+        assert jsoncodec.dumps_indented(value) == json.dumps(value, indent=2, ensure_ascii=False)
+    for value in ({"set": {1}}, object()):
+        assert jsoncodec.dumps_canonical(value) == json.dumps(
+            value, sort_keys=True, separators=(",", ":"), default=repr
+        )
+    with pytest.raises(ValueError, match="Circular reference"):
+        jsoncodec.dumps_indented(cycle)
+    with pytest.raises(ValueError, match="Circular reference"):
+        jsoncodec.dumps_canonical(cycle)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        jsoncodec.dumps_indented({"set": {1}})
+
+
+def test_dumps_indented_and_canonical_import_no_json() -> None:
+    out = run_fresh(
+        "from oci import jsoncodec\n"
+        "jsoncodec.dumps_indented({'a': [1, 'b', None, {'c': True}]})\n"
+        "jsoncodec.dumps_canonical({'b': 1, 'a': [2]})\n"
+        "print(sorted(m for m in sys.modules if m in ('json', 're', 'enum')))"
+    )
+    assert out.strip() == "[]"

@@ -12,6 +12,7 @@ import pynvml
 import pytest
 
 from nvhook.devices.nvml import GpuInfo, open_nvml
+from nvhook.devices.nvml_ctypes import mig_ids
 from nvhook.errors import DriverError
 from nvhook.mock import compiled, list_profiles, load_profile
 from nvhook.mock.layout import LIB_DIR
@@ -117,6 +118,62 @@ def test_fault_injection_of_mig_calls_names_the_mig_device(
     assert "nvmlDeviceGetGpuInstanceId" in message and "MIG device 0" in message
     assert "GPU 0 (GPU-ac376f35-2448-4461-a104-b174eb2df7b3)" in message
     assert "GPU is lost" in message
+
+
+@pytest.mark.parametrize("profile", LOADED)
+def test_mig_ids_answer_what_open_nvml_does(profile: str, lib_dir: Callable[[str], Path]) -> None:
+    with open_nvml(lib_dir(profile)) as nvml:
+        full = nvml.gpus()
+        assert mig_ids(lib_dir(profile)) == mig_ids(lib_dir(profile))  # NVML counts its inits
+    lean = mig_ids(lib_dir(profile))
+    assert [(g.index, g.name, g.uuid, g.minor) for g in lean] == [
+        (g.index, g.name, g.uuid, g.minor) for g in full
+    ]
+    assert [[(m.index, m.uuid, m.gi, m.ci) for m in g.migs] for g in lean] == [
+        [(m.index, m.uuid, m.gi, m.ci) for m in g.migs] for g in full
+    ]
+    assert any(g.migs for g in lean) == (profile == "dgx-a100")
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "nvmlInitWithFlags:18",
+        "nvmlDeviceGetCount_v2:999",
+        "nvmlDeviceGetHandleByIndex_v2:15",
+        "nvmlDeviceGetUUID:999",
+        "nvmlDeviceGetMinorNumber:999",
+        "nvmlDeviceGetName:999",
+        "nvmlDeviceGetMigMode:999",
+        "nvmlDeviceGetMaxMigDeviceCount:999",
+        "nvmlDeviceGetMigDeviceHandleByIndex:15",
+        "nvmlDeviceGetGpuInstanceId:15",
+        "nvmlDeviceGetComputeInstanceId:999",
+        "nvmlShutdown:999",
+    ],
+)
+def test_mig_ids_fail_with_open_nvmls_messages(
+    fault: str, lib_dir: Callable[[str], Path], fail: Callable[[str], None]
+) -> None:
+    fail(fault)
+    with pytest.raises(DriverError) as by_pynvml, open_nvml(lib_dir("dgx-a100")) as nvml:
+        nvml.gpus()
+    with pytest.raises(DriverError) as by_ctypes:
+        mig_ids(lib_dir("dgx-a100"))
+    assert str(by_ctypes.value) == str(by_pynvml.value)
+    assert fault.partition(":")[0] in str(by_ctypes.value)
+    if fault.startswith("nvmlShutdown"):  # both left NVML initialised: shut it down
+        fail("")
+        library = ctypes.CDLL(str(lib_dir("dgx-a100") / "libnvidia-ml.so.1"))
+        assert [library.nvmlShutdown() for _ in range(3)] == [0, 0, 1]  # 1: uninitialised
+
+
+def test_mig_ids_without_the_library(tmp_path: Path) -> None:
+    with pytest.raises(DriverError) as by_pynvml, open_nvml(tmp_path):
+        pass
+    with pytest.raises(DriverError) as by_ctypes:
+        mig_ids(tmp_path)
+    assert str(by_ctypes.value) == str(by_pynvml.value)
 
 
 def test_fault_injection_at_init(

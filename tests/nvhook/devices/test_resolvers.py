@@ -10,12 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.devices.gpus import Gpu, HostGpus, Mig, Selected, from_procfs, resolve
-from nvhook.devices.procfs import read_driver
+from nvhook.devices.gpus import (
+    Gpu,
+    HostGpus,
+    Mig,
+    Selected,
+    from_procfs,
+    resolve,
+    with_nvml_migs,
+)
+from nvhook.devices.nvml_ctypes import mig_ids
+from nvhook.devices.procfs import read_driver, read_mig_minors
 from nvhook.discover.nodes import gpu_nodes
 from nvhook.edits import Host, nvml_view
 from nvhook.errors import UnknownDeviceError
 from nvhook.mock import compiled, list_profiles, load_profile
+from nvhook.mock.layout import LIB_DIR
 from nvhook.requests.ids import All, DeviceRequest, Devices, NoGpus
 from nvhook.requests.parse import parse_device_list
 
@@ -117,3 +127,17 @@ def test_mig_uuids_only_through_nvml(
         assert (found.gpu_index, found.index, found.uuid) == (gpu.index, mig.index, mig.uuid)
         with pytest.raises(UnknownDeviceError, match="/proc does not show MIG UUIDs"):
             resolve(request, procfs)
+
+
+def test_with_nvml_migs_refuses_another_gpu_list(mock_machine: Callable[..., Path]) -> None:
+    """NVML listing other GPUs than /proc: no mixed view (nvml_mig_view then asks nvml_view)."""
+    root = str(mock_machine("dgx-a100"))
+    found = mig_ids(Path(root) / LIB_DIR)
+    view = from_procfs(read_driver(root))
+    minors = read_mig_minors(root)
+    mixed = with_nvml_migs(view, found, minors)
+    assert mixed is not None and [m.uuid for m in mixed.gpus[0].migs] == [
+        m.uuid for m in found[0].migs
+    ]
+    assert with_nvml_migs(view, found[1:], minors) is None
+    assert with_nvml_migs(view, found[::-1], minors) is None
