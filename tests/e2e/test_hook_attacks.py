@@ -419,8 +419,10 @@ def test_symlinks_swapped_in_while_the_hooks_run_never_escape(
                 errors.add(str(e)[:200])
     swaps += flipper.swaps
     assert snapshot(host) == before, (outcomes, sorted(errors))
-    # the hooks did their work in some of the tries, through runc and directly
-    assert outcomes.get("runc-started", 0) > 0, (outcomes, sorted(errors))
+    # every raced runc try ran to an outcome (the same bundle started before the race, so a
+    # refusal is the race's: on a quiet machine the swaps can refuse all of them); the hooks
+    # did their work directly in some of the tries
+    assert outcomes.get("runc-started", 0) + outcomes.get("runc-failed", 0) == RUNC_TRIES
     assert outcomes.get("direct-updated", 0) > 0, (outcomes, sorted(errors))
     assert swaps >= 70
 
