@@ -153,9 +153,14 @@ def plan(requests: Requests, host: Host) -> Plan:
     )
 
 
+#: The driver's module parameters, under the host root (docs/architecture.md, section 3).
+DRIVER_PARAMS = "proc/driver/nvidia/params"
+
+
 def _hooks(files: DriverFiles, mounts: Edits, host: Host) -> Edits:
-    """One createContainer hook: the driver's symlinks, then the ld cache over the folders of
-    the mounted libraries (one process for both: docs/architecture.md, section 3)."""
+    """One createContainer hook: the container's driver params with ``ModifyDeviceFiles: 0``
+    (when the host has a params file), the driver's symlinks, then the ld cache over the
+    folders of the mounted libraries (one process for all: docs/architecture.md, section 3)."""
     folders = sorted(
         {
             os.path.dirname(m.container_path)
@@ -165,10 +170,17 @@ def _hooks(files: DriverFiles, mounts: Edits, host: Host) -> Edits:
             and "/vdpau/" not in m.container_path
         }
     )
-    if not files.symlinks and not folders:
+    params = os.path.join(host.root, DRIVER_PARAMS)
+    has_params = os.path.isfile(params)
+    if not files.symlinks and not folders and not has_params:
         return Edits()
     links = [(s.target, s.link) for s in files.symlinks]
-    hook = create_container_hook(links=links, folders=folders, hook_path=host.hook_path)
+    hook = create_container_hook(
+        links=links,
+        folders=folders,
+        params=os.path.normpath(params) if has_params else None,
+        hook_path=host.hook_path,
+    )
     return Edits(hooks=(hook,))
 
 

@@ -119,17 +119,29 @@ def create_container_hook(
     *,
     links: Iterable[tuple[str, str]] | Mapping[str, str] = (),
     folders: Iterable[str] = (),
+    params: str | None = None,
     hook_path: str,
 ) -> Hook:
-    """createContainer ``nvhook-hook create-container --link TARGET::LINK… --folder F…``.
+    """createContainer ``nvhook-hook create-container [--params P] --link T::L… --folder F…``.
 
-    The one hook nvhook injects: the links, then the ld cache, in one process (a Python
-    start costs each container ~15-20 ms). ``links`` as for :func:`symlinks_hook`;
-    both deduplicated, in order; at least one link or folder.
+    The one hook nvhook injects: the private driver params (``params``: the host's
+    ``/proc/driver/nvidia/params``, whose copy with ``ModifyDeviceFiles: 0`` is mounted over
+    the container's), the links, then the ld cache, in one process (a Python start costs
+    each container ~15-20 ms). ``links`` as for :func:`symlinks_hook`; both deduplicated,
+    in order; at least one of the three.
     """
-    args = _link_args(links) + _folder_args(folders)
+    args: list[str] = []
+    if params is not None:
+        if (
+            not params.startswith("/")
+            or posixpath.normpath(params) != params
+            or any(c in params for c in "\0\n")
+        ):
+            raise ValueError(f"params must be a clean absolute path, got {params!r}")
+        args += ["--params", params]
+    args += _link_args(links) + _folder_args(folders)
     if not args:
-        raise ValueError("create_container_hook needs at least one link or folder")
+        raise ValueError("create_container_hook needs params, a link or a folder")
     return _hook("create-container", args, hook_path)
 
 

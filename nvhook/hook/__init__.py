@@ -7,8 +7,9 @@ finds what it needs from it, and does one small job:
 command            lifecycle        what it does
 =================  ===============  ===============================================
 create-container   createContainer  all of a container's createContainer work in one
-                                    process (one interpreter start): the links of
-                                    ``--link``, then the ld cache of ``--folder``; what
+                                    process (one interpreter start): the private driver
+                                    params of ``--params`` (see :mod:`.device_files`), the
+                                    links of ``--link``, then the ld cache of ``--folder``; what
                                     nvhook injects (``create-symlinks`` and
                                     ``update-ldcache`` stay for specs made before)
 update-ldcache     createContainer  writes ``/etc/ld.so.conf.d/00-nvhook.conf`` for the
@@ -65,7 +66,12 @@ PROGRAM = "nvhook-hook"
 
 #: Each command: its options, each mapped to whether it may repeat (every option takes a value).
 COMMANDS: dict[str, dict[str, bool]] = {
-    "create-container": {"--link": True, "--folder": True, "--ldconfig": False},
+    "create-container": {
+        "--params": False,
+        "--link": True,
+        "--folder": True,
+        "--ldconfig": False,
+    },
     "update-ldcache": {"--folder": True, "--ldconfig": False},
     "create-symlinks": {"--link": True},
     "netdev": {"--device": True},
@@ -73,7 +79,7 @@ COMMANDS: dict[str, dict[str, bool]] = {
 }
 #: Each command: the options of which at least one must be given.
 _REQUIRED: dict[str, tuple[str, ...]] = {
-    "create-container": ("--link", "--folder"),
+    "create-container": ("--params", "--link", "--folder"),
     "update-ldcache": ("--folder",),
     "create-symlinks": ("--link",),
     "netdev": ("--device",),
@@ -85,9 +91,12 @@ usage: {PROGRAM} COMMAND OPTIONS < STATE
 The OCI state of the container is read from stdin.
 
 commands:
-  create-container [--link TARGET::LINK]... [--folder DIR]... [--ldconfig PATH]
-      (createContainer) create-symlinks, then update-ldcache, in one process; at least
-      one --link or --folder
+  create-container [--params FILE] [--link TARGET::LINK]... [--folder DIR]...
+                   [--ldconfig PATH]
+      (createContainer) in one process: mount a copy of the host's driver params FILE
+      with ModifyDeviceFiles: 0 read-only over /proc/driver/nvidia/params in the rootfs
+      (skipped when the container has none), then create-symlinks, then update-ldcache;
+      at least one --params, --link or --folder
   update-ldcache --folder DIR [--folder DIR]... [--ldconfig PATH]
       (createContainer) list DIRs in /etc/ld.so.conf.d/00-nvhook.conf in the rootfs and run
       the host's ldconfig against the rootfs (default: /sbin/ldconfig.real, /sbin/ldconfig
@@ -172,6 +181,11 @@ def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
         links = options.get("--link", [])
         folders = options.get("--folder", [])
         rootfs = rootfs_of(state)
+        params = options.get("--params", [])
+        if params:  # first: the driver must not make nodes for a later step's opens
+            from nvhook.hook.device_files import disable_device_file_modification
+
+            disable_device_file_modification(rootfs, params[0], log=log)
         if links:  # first: ldconfig then sees the SONAME links
             from nvhook.hook.create_symlinks import create_symlinks, parse_link
 

@@ -57,6 +57,8 @@ __all__ = [
     "MAX_DEVICES",
     "MAX_MOUNTS",
     "MOUNT_FLAGS",
+    "attach",
+    "clone_fd",
     "clone_mount",
     "inject",
     "mount_attributes",
@@ -130,12 +132,25 @@ def mount_attributes(options: Sequence[str], destination: str) -> tuple[int, boo
 
 def clone_mount(source: str, options: Sequence[str], destination: str) -> int:
     """A detached copy of the host's ``source`` (an fd) with ``options`` applied."""
+    return _clone(-100, source, 0, options, destination)  # AT_FDCWD: a host path
+
+
+def clone_fd(fd: int, options: Sequence[str], destination: str) -> int:
+    """A detached bind mount of the open file ``fd`` with ``options`` applied.
+
+    The file's mount must be in the caller's mount namespace (the kernel clones only those:
+    a memfd's internal mount is refused, an ``O_TMPFILE`` on a visible tmpfs is not)."""
+    return _clone(fd, "", _AT_EMPTY_PATH, options, destination)
+
+
+def _clone(dirfd: int, source: str, at: int, options: Sequence[str], destination: str) -> int:
     bits, recursive = mount_attributes(options, destination)
-    flags = _OPEN_TREE_CLONE | os.O_CLOEXEC | (_AT_RECURSIVE if recursive else 0)
+    flags = _OPEN_TREE_CLONE | os.O_CLOEXEC | at | (_AT_RECURSIVE if recursive else 0)
+    what = source or f"the file of fd {dirfd}"
     try:
         fd = _syscall(
             _SYS_OPEN_TREE,
-            ctypes.c_int(-100),  # AT_FDCWD: a host path, resolved in the host's namespace
+            ctypes.c_int(dirfd),
             ctypes.c_char_p(os.fsencode(source)),
             ctypes.c_uint(flags),
         )
@@ -145,7 +160,7 @@ def clone_mount(source: str, options: Sequence[str], destination: str) -> int:
                 "this kernel lacks open_tree (Linux 5.2+, mount_setattr 5.12+): hook mode "
                 "cannot mount the driver; use nvhook-runtime as the runtime"
             ) from None
-        raise HookError(f"cannot clone {source} for {destination}: {e.strerror}") from None
+        raise HookError(f"cannot clone {what} for {destination}: {e.strerror}") from None
     if bits:
         attr = _MountAttr(bits, 0, 0, 0)
         try:
@@ -160,10 +175,22 @@ def clone_mount(source: str, options: Sequence[str], destination: str) -> int:
         except OSError as e:
             os.close(fd)
             raise HookError(
-                f"cannot set {','.join(options)} on the mount of {source}: {e.strerror} "
+                f"cannot set {','.join(options)} on the mount of {what}: {e.strerror} "
                 "(mount_setattr needs Linux 5.12; else use nvhook-runtime as the runtime)"
             ) from None
     return fd
+
+
+def attach(tree: int, target: int) -> None:
+    """``move_mount`` the detached ``tree`` onto the ``O_PATH`` fd ``target`` (OSError)."""
+    _syscall(
+        _SYS_MOVE_MOUNT,
+        ctypes.c_int(tree),
+        ctypes.c_char_p(b""),
+        ctypes.c_int(target),
+        ctypes.c_char_p(b""),
+        ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH),
+    )
 
 
 def _mount_ns(pid: int | str) -> tuple[int, int]:
@@ -400,13 +427,6 @@ def _attach(root: Any, mount: dict[str, Any], tree: int) -> None:  # pragma: no 
                 f"cannot mount {mount['source']} on {destination} in {root.path}: "
                 f"the target is not {kind}"
             )
-        _syscall(
-            _SYS_MOVE_MOUNT,
-            ctypes.c_int(tree),
-            ctypes.c_char_p(b""),
-            ctypes.c_int(target),
-            ctypes.c_char_p(b""),
-            ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH),
-        )
+        attach(tree, target)
     finally:
         os.close(target)

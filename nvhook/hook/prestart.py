@@ -146,6 +146,7 @@ def _hook_step(hook: Hook, ldconfig: str) -> Callable[[str], None]:
 
     links = [parse_link(spec) for spec in options.get("--link", [])]
     folders = options.get("--folder", [])
+    params = options.get("--params", [])
     given = options.get("--ldconfig", [])
     chosen = given[0] if given else (ldconfig or None)
 
@@ -153,6 +154,12 @@ def _hook_step(hook: Hook, ldconfig: str) -> Callable[[str], None]:
         print(f"{PROGRAM} prestart: update-ldcache: {message}", file=sys.stderr)
 
     def step(rootfs: str) -> None:
+        if params:  # first, as create-container does
+            from nvhook.hook.device_files import disable_device_file_modification
+
+            disable_device_file_modification(
+                rootfs, params[0], log=lambda m: print(f"{PROGRAM} prestart: {m}", file=sys.stderr)
+            )
         if links:  # first, as create-container does: ldconfig then sees the SONAME links
             create_symlinks(rootfs, links)
         if folders:

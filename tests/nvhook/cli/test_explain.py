@@ -112,7 +112,8 @@ def test_jit_request_explained_and_bundle_untouched(
     assert f"    /usr/bin/nvidia-smi  <- {dgx}/usr/bin/nvidia-smi  [ro,nosuid,nodev,bind]" in lines
     assert "  hooks (1):" in lines
     (hook,) = [line for line in lines if line.startswith("    createContainer: ")]
-    assert hook.startswith(f"    createContainer: {HOOK} create-container --link ")
+    params = f"--params {dgx}/proc/driver/nvidia/params"  # ModifyDeviceFiles: 0 in the container
+    assert hook.startswith(f"    createContainer: {HOOK} create-container {params} --link ")
     assert hook.endswith(" --folder /usr/lib/x86_64-linux-gnu")
     assert lines[lines.index("  env (1):") + 1] == "    NVIDIA_VISIBLE_DEVICES=void"
     assert lines[-2] == (

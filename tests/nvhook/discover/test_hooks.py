@@ -47,7 +47,15 @@ def test_builders(hook_bin: str) -> None:
         "--folder", "/lib"))  # fmt: skip
     assert create_container_hook(folders=["/lib"], hook_path=hook_bin).args[1:] == (
         "create-container", "--folder", "/lib")  # fmt: skip
-    with pytest.raises(ValueError, match="at least one link or folder"):
+    params = create_container_hook(params="/proc/driver/nvidia/params", folders=["/lib"],
+                                   hook_path=hook_bin)  # fmt: skip
+    assert params.args[1:] == ("create-container", "--params", "/proc/driver/nvidia/params",
+                               "--folder", "/lib")  # fmt: skip
+    validate_injected_hook(params)
+    for bad in ("proc/driver/nvidia/params", "/proc/../etc/passwd", "/a\nb"):
+        with pytest.raises(ValueError, match="params must be a clean absolute path"):
+            create_container_hook(params=bad, hook_path=hook_bin)
+    with pytest.raises(ValueError, match="needs params, a link or a folder"):
         create_container_hook(hook_path=hook_bin)
     net = netdev_hook({"enp1s0": "eth1"}, hook_path=hook_bin)
     assert (net.hook_name, net.args) == ("createRuntime", (HOOK_PROGRAM, "netdev", "--device",

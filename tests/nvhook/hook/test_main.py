@@ -19,7 +19,7 @@ from .conftest import HookRunner
 
 MODULES = ["nvhook.hook", "nvhook.discover.hooks",
            *(f"nvhook.hook.{m}" for m in ("create_symlinks", "netdev", "safepath",
-                                          "update_ldcache"))]  # fmt: skip
+                                          "update_ldcache", "device_files"))]  # fmt: skip
 
 
 def test_parse_args_forms() -> None:
@@ -30,8 +30,9 @@ def test_parse_args_forms() -> None:
     assert parse_args(["netdev", "--device", "a=b"]) == ("netdev", {"--device": ["a=b"]})
     assert parse_args(["create-container", "--link", "t::/l", "--folder", "/a"]) == (
         "create-container",
-        {"--link": ["t::/l"], "--folder": ["/a"], "--ldconfig": []},
+        {"--params": [], "--link": ["t::/l"], "--folder": ["/a"], "--ldconfig": []},
     )
+    assert parse_args(["create-container", "--params", "/p"])[1]["--params"] == ["/p"]
     assert parse_args(["create-container", "--folder=/a"])[1]["--folder"] == ["/a"]
 
 
@@ -47,7 +48,8 @@ def test_parse_args_forms() -> None:
             "more than once",
         ),
         (["create-symlinks"], "at least one --link"),
-        (["create-container", "--ldconfig", "/x"], "at least one --link or --folder"),
+        (["create-container", "--ldconfig", "/x"], "at least one --params or --link or --folder"),
+        (["create-container", "--params", "/p", "--params=/q"], "--params given more than once"),
     ],
 )
 def test_parse_args_errors(argv: list[str], message: str) -> None:
