@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 from nvhook.errors import HookError
+from nvhook.hook.update_ldcache import unescape_mountinfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def unified_cgroup(pid: int, *, proc: str = "/proc") -> str:
     for fields in _mountinfo(proc):
         sep = fields.index("-")
         if fields[sep + 1] == "cgroup2" and fields[3] == "/":
-            point = _unescape(fields[4])
+            point = unescape_mountinfo(fields[4])
             break
     if point is None:
         raise HookError("no cgroup2 hierarchy is mounted on this host")
@@ -125,23 +126,11 @@ def _devices_mount(proc: str) -> tuple[str, str]:
         except ValueError:
             continue
         if fields[sep + 1] == "cgroup" and "devices" in fields[sep + 3].split(","):
-            return _unescape(fields[3]), _unescape(fields[4])
+            return unescape_mountinfo(fields[3]), unescape_mountinfo(fields[4])
     raise HookError(
         "no cgroup v1 devices hierarchy is mounted on this host: cannot grant the GPUs "
         "in hook mode; use nvhook-runtime as the runtime"
     )
-
-
-def _unescape(field: str) -> str:
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
-            out.append(chr(int(field[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
 
 
 def allow_devices(pid: int, rules: Sequence[dict[str, Any]], *, proc: str = "/proc") -> str:

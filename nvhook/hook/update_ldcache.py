@@ -63,6 +63,7 @@ __all__ = [
     "check_folder",
     "default_ldconfig",
     "procfs_mounts_under",
+    "unescape_mountinfo",
     "update_ldcache",
 ]
 
@@ -211,7 +212,7 @@ def procfs_mounts_under(rootfs: str) -> list[str]:
             sep = fields.index("-", 6)
         except ValueError:
             continue
-        point = _unescape(fields[4])
+        point = unescape_mountinfo(fields[4])
         if fields[sep + 1] == "proc" and (
             point == real or point.startswith(real.rstrip("/") + "/")
         ):
@@ -219,8 +220,8 @@ def procfs_mounts_under(rootfs: str) -> list[str]:
     return found
 
 
-def _unescape(field: str) -> str:
-    # mountinfo writes space, tab, newline and backslash as \ooo
+def unescape_mountinfo(field: str) -> str:
+    """A field of /proc/PID/mountinfo as written: space, tab, newline and backslash are \\ooo."""
     if "\\" not in field:
         return field
     out, i = [], 0

@@ -20,7 +20,15 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-__all__ = ["base_spec", "cannot_run", "explain_bundle", "mock_host", "rootfs", "run_demo"]
+__all__ = [
+    "base_spec",
+    "cannot_run",
+    "explain_bundle",
+    "mock_host",
+    "rootfs",
+    "run_container",
+    "run_demo",
+]
 
 PROFILE = "dgx-a100"
 REQUEST = "0,3"
@@ -88,20 +96,37 @@ def run_demo(workdir: str, echo: Callable[[str], None]) -> int:
     if why_not is None:
         rootfs(os.path.join(bundle, "rootfs"))
         runtime = os.path.join(os.path.dirname(sys.executable), "nvhook-runtime")
-        cid = f"nvhook-demo-{os.getpid()}"
-        argv = [runtime, "--root", os.path.join(workdir, "runc"), "run", "--bundle", bundle, cid]
-        echo(f"== 3. {' '.join(argv[1:])}   (nvhook-runtime, then runc)")
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-        for line in (proc.stdout + proc.stderr).splitlines():
-            echo(f"   | {line}")
-        if proc.returncode != 0:
-            echo(f"   the container failed (exit {proc.returncode})")
-            return proc.returncode
+        code = run_container(runtime, workdir, bundle, f"nvhook-demo-{os.getpid()}", env, echo,
+                             step="== 3.")  # fmt: skip
+        if code != 0:
+            return code
     else:
         echo(f"== 3. not starting a container: {why_not}; showing the edits instead")
 
     echo(f"== 4. why: nvhook explain --bundle {as_written}   (the bundle before it was edited)")
     return explain_bundle(as_written, config, f"{workdir}/cache", echo)
+
+
+def run_container(
+    runtime: str,
+    workdir: str,
+    bundle: str,
+    cid: str,
+    env: dict[str, str],
+    echo: Callable[[str], None],
+    *,
+    step: str,
+) -> int:
+    """``runtime run`` of ``bundle`` (runc's state under ``workdir``), its output echoed;
+    the exit code, with a line saying so when the container failed."""
+    argv = [runtime, "--root", os.path.join(workdir, "runc"), "run", "--bundle", bundle, cid]
+    echo(f"{step} {' '.join(argv[1:])}   (nvhook-runtime, then runc)")
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    for line in (proc.stdout + proc.stderr).splitlines():
+        echo(f"   | {line}")
+    if proc.returncode != 0:
+        echo(f"   the container failed (exit {proc.returncode})")
+    return proc.returncode
 
 
 def cannot_run() -> str | None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -142,15 +141,12 @@ def run_kubernetes_demo(workdir: str, echo: Callable[[str], None]) -> int:
         echo(f"== 6. runtime: not starting a container: {why_not}; what nvhook-runtime would do:")
         return explain_bundle(bundle, settings, cache, echo)
     env = {**os.environ, **shim_env}
+    from nvhook.tools.demo import run_container
+
     cid = f"nvhook-demo-k8s-{os.getpid()}"
-    argv = [runtime, "--root", os.path.join(workdir, "runc"), "run", "--bundle", bundle, cid]
-    echo(f"== 6. runtime: {' '.join(argv[1:])}   (nvhook-runtime, then runc)")
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-    for line in (proc.stdout + proc.stderr).splitlines():
-        echo(f"   | {line}")
-    if proc.returncode != 0:
-        echo(f"   the container failed (exit {proc.returncode})")
-        return proc.returncode
+    code = run_container(runtime, workdir, bundle, cid, env, echo, step="== 6. runtime:")
+    if code != 0:
+        return code
     echo(f"   the container sees the {ALLOCATE} GPUs kubelet allocated, and no other")
     return 0
 
