@@ -17,6 +17,7 @@ the same request sees none, and the shim never hears of it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,14 +38,12 @@ K8S = "k8s.io"
 PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # the busybox image sets none; kubelet adds none
 
 
-@pytest.fixture(scope="module")
-def cri_containerd(
-    shim: Shim, tmp_path_factory: pytest.TempPathFactory, busybox_image: Path
-) -> Iterator[Containerd]:
+@contextlib.contextmanager
+def containerd_with_nvidia(shim: Shim, workdir: Path, busybox_image: Path) -> Iterator[Containerd]:
     """containerd with CRI, its config given the ``nvidia`` runtime by ``nvhook runtime
-    configure``, started with the shim's config in its environment."""
+    configure``, started with the shim's config in its environment, the busybox and pause
+    images imported into the CRI namespace."""
     require("runc")
-    workdir = tmp_path_factory.mktemp("cri")
     pause = pause_image_tar(busybox_image, workdir / "pause")
     helper = Containerd(
         workdir / "containerd", cri=True, sandbox_image=PAUSE_IMAGE, env=shim.extra_env
@@ -55,6 +54,14 @@ def cri_containerd(
     with helper:
         helper.import_image(busybox_image, namespace=K8S)
         helper.import_image(pause, namespace=K8S)
+        yield helper
+
+
+@pytest.fixture(scope="module")
+def cri_containerd(
+    shim: Shim, tmp_path_factory: pytest.TempPathFactory, busybox_image: Path
+) -> Iterator[Containerd]:
+    with containerd_with_nvidia(shim, tmp_path_factory.mktemp("cri"), busybox_image) as helper:
         yield helper
 
 

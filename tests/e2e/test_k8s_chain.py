@@ -32,9 +32,8 @@ from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_c
 from nvhook.edits import Host
 from nvhook.mock import Profile
 from tests.e2e.conftest import Shim, parse_probe
-from tests.e2e.test_cri import K8S, run_pod
-from tests.support.containers import Containerd, require, unique_id
-from tests.support.images import PAUSE_IMAGE, pause_image_tar
+from tests.e2e.test_cri import containerd_with_nvidia, run_pod
+from tests.support.containers import Containerd, unique_id
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime, pytest.mark.slow]
 
@@ -53,18 +52,7 @@ def k8s_shim(shim: Shim) -> Shim:
 def k8s_containerd(
     k8s_shim: Shim, tmp_path_factory: pytest.TempPathFactory, busybox_image: Path
 ) -> Iterator[Containerd]:
-    require("runc")
-    workdir = tmp_path_factory.mktemp("k8s")
-    pause = pause_image_tar(busybox_image, workdir / "pause")
-    helper = Containerd(
-        workdir / "containerd", cri=True, sandbox_image=PAUSE_IMAGE, env=k8s_shim.extra_env
-    )
-    args = ["--runtime", "containerd", "--config", str(helper.config), "--name", "nvidia"]
-    args += ["--runtime-path", k8s_shim.binary, "--backup-dir", str(workdir / "backups")]
-    assert main(["runtime", "configure", *args]) == 0
-    with helper:
-        helper.import_image(busybox_image, namespace=K8S)
-        helper.import_image(pause, namespace=K8S)
+    with containerd_with_nvidia(k8s_shim, tmp_path_factory.mktemp("k8s"), busybox_image) as helper:
         yield helper
 
 
