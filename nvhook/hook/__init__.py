@@ -185,7 +185,7 @@ def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
         if params:  # first: the driver must not make nodes for a later step's opens
             from nvhook.hook.device_files import disable_device_file_modification
 
-            disable_device_file_modification(rootfs, params[0], log=log)
+            disable_device_file_modification(rootfs, params[0])
         if links:  # first: ldconfig then sees the SONAME links
             from nvhook.hook.create_symlinks import create_symlinks, parse_link
 

@@ -40,7 +40,7 @@ from nvhook.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    pass
 
 __all__ = [
     "MOUNT_OPTIONS",
@@ -111,7 +111,6 @@ def disable_device_file_modification(
     rootfs: str,
     host_params: str,
     *,
-    log: Callable[[str], None],
     target: str = PARAMS_PATH,
 ) -> bool:
     """Mount a copy of ``host_params`` with ``ModifyDeviceFiles: 0`` over ``target`` in

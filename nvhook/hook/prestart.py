@@ -157,9 +157,7 @@ def _hook_step(hook: Hook, ldconfig: str) -> Callable[[str], None]:
         if params:  # first, as create-container does
             from nvhook.hook.device_files import disable_device_file_modification
 
-            disable_device_file_modification(
-                rootfs, params[0], log=lambda m: print(f"{PROGRAM} prestart: {m}", file=sys.stderr)
-            )
+            disable_device_file_modification(rootfs, params[0])
         if links:  # first, as create-container does: ldconfig then sees the SONAME links
             create_symlinks(rootfs, links)
         if folders:

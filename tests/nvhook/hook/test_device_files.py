@@ -33,7 +33,7 @@ _CHILD = """
 import os, sys
 from nvhook.hook.device_files import disable_device_file_modification
 root, host, target = sys.argv[1:4]
-done = disable_device_file_modification(root, host, log=lambda m: print("log:", m), target=target)
+done = disable_device_file_modification(root, host, target=target)
 print("done:", done)
 if done:
     print(open(root + target).read(), end="")
