@@ -38,10 +38,6 @@ import stat
 
 from nvhook.errors import HookError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    pass
-
 __all__ = [
     "MOUNT_OPTIONS",
     "PARAMS_PATH",
