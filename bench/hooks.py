@@ -11,7 +11,9 @@ in one process: compare it with the two older commands run one after the other. 
 the last update-ldcache row has a procfs mounted in the rootfs, as at createContainer,
 so ldconfig runs in a private mount namespace with it detached: the difference to the
 first row is that set-up. ``netdev`` (root only) moves a fresh ifb device into a fresh network
-namespace each run; only the hook's run is timed. The machine is shared and noisy:
+namespace each run; only the hook's run is timed. As root, the last two rows run in a private
+mount namespace with a params file in the rootfs's procfs: create-container with and without
+``--params`` (the private copy mounted over it). The machine is shared and noisy:
 compare rows of the same run, not runs.
 """
 
@@ -100,6 +102,46 @@ def _procfs_row(hook: str, rootfs: str, state: str, runs: int) -> list[tuple[str
     return [("update-ldcache, procfs in the rootfs", times)]
 
 
+def _params_rows(
+    hook: str, rootfs: str, state: str, runs: int, options: list[str]
+) -> list[tuple[str, list[float]]]:
+    """create-container with and without ``--params``, over a params file in the rootfs's
+    procfs as on a GPU node (a tmpfs on the container's ``proc/driver``: this machine may
+    have no driver). Runs last: the bench process moves to a private mount namespace, where
+    each run's mount is taken off after it."""
+    if os.geteuid() != 0:
+        return []
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x00020000) != 0:  # CLONE_NEWNS
+        raise SystemExit(f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}")
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    proc = os.path.join(rootfs, "proc")
+    os.makedirs(proc, exist_ok=True)
+    subprocess.run(["mount", "-t", "proc", "proc", proc], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", os.path.join(proc, "driver")], check=True)
+    host = os.path.join(os.path.dirname(rootfs), "params")
+    with open(host, "w") as f:
+        f.write("ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n")
+    os.mkdir(os.path.join(proc, "driver", "nvidia"))
+    target = os.path.join(proc, "driver", "nvidia", "params")
+    shutil.copy(host, target)
+    base = [hook, "create-container", *options]
+
+    def unmount() -> None:  # the next run's target is the file again, not an unlinked copy
+        subprocess.run(["umount", target], check=True)
+
+    try:
+        return [
+            ("create-container, procfs in the rootfs", _time(base, state, runs)),
+            ("create-container --params (the same +)",
+             _time([*base, "--params", host], state, runs, after=unmount)),
+        ]  # fmt: skip
+    finally:
+        subprocess.run(["umount", "-R", proc], check=True)
+
+
 def _netdev_rows(hook: str, runs: int) -> list[tuple[str, list[float]]]:
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
         return []
@@ -160,6 +202,7 @@ def main() -> None:
         ]  # fmt: skip
         rows += _procfs_row(hook, rootfs, state, runs)
         rows += _netdev_rows(hook, runs)
+        rows += _params_rows(hook, rootfs, state, runs, [*links, *folders])
     floor = statistics.median(rows[0][1])
     print(f"{'hook':<38} {'median ms':>10} {'min ms':>8} {'- python':>9}")
     for name, times in rows:

@@ -35,12 +35,10 @@ error saying to use the runtime shim instead.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import posixpath
 import select
-import signal
 import stat
 import sys
 import time
@@ -273,9 +271,11 @@ def _in_child(work: Callable[[], None], *, timeout: float = INJECT_TIMEOUT_S) ->
             os.write(write_end, f"internal error: {type(e).__name__}: {e}".encode())
             status = 2
         finally:
-            with contextlib.suppress(BaseException):
+            try:
                 sys.stdout.flush()
                 sys.stderr.flush()
+            except BaseException:  # the child exits with its status whatever
+                pass
             os._exit(status)
     os.close(write_end)
     try:
@@ -283,6 +283,8 @@ def _in_child(work: Callable[[], None], *, timeout: float = INJECT_TIMEOUT_S) ->
     finally:
         os.close(read_end)
     if chunks is None:
+        import signal  # here: it imports enum (~1 ms), which the params step never needs
+
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         raise HookError(f"the injection did not finish within {timeout:g}s: killed it")
