@@ -34,6 +34,7 @@ from nvhook.discover.nodes import (
     gpu_nodes,
     imex_nodes,
     nvswitch_nodes,
+    with_host_access,
 )
 from nvhook.errors import DriverError
 from nvhook.requests.ids import All, Requests, Void
@@ -133,6 +134,9 @@ def plan(requests: Requests, host: Host) -> Plan:
     enabled = [f for f in ("gds", "mofed", "gdrcopy") if getattr(requests.features, f)]
     if enabled:
         edits += feature_nodes(enabled, dev_root=host.dev_root)
+    # each node as the host has it (a 0660 render node stays 0660, of its group), as a
+    # generated spec records it: without fileMode runc would make every node 0666
+    edits = with_host_access(edits)
     files = discover_driver_files(
         host.driver_root,
         requests.capabilities,

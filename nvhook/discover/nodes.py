@@ -194,7 +194,7 @@ def feature_nodes(features: Iterable[str], *, dev_root: str) -> Edits:
 
 def with_host_access(edits: Edits) -> Edits:
     """``edits`` with each device node's access as the host has it, for a spec written now
-    and applied later (``nvhook cdi generate``; jit mode writes nodes without a ``stat``).
+    and applied later (``nvhook cdi generate``), and for jit mode (one ``stat`` a node).
 
     Every node gets ``fileMode``, the host node's permission bits (what the reference
     library fills in for a node it completes from the host). A node whose owner or group

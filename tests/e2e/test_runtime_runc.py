@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -101,6 +102,7 @@ def test_mig_device(
     profile: Profile,
     request_of: Callable[[str], str],
     gpu_instance: int,
+    dgx: Path,
 ) -> None:
     gpu = profile.gpu_by_minor(0)
     assert gpu is not None
@@ -112,6 +114,13 @@ def test_mig_device(
     assert probe.mig_uuids == [mig.uuid]
     caps = {f"/dev/nvidia-caps/nvidia-cap{n}" for n in (mig.gi_caps_minor, mig.ci_caps_minor)}
     assert probe.caps_nodes == caps
+    # each node with the host's permission bits (runc would make a node without fileMode 0666)
+    listed = [line.split() for line in probe.raw.splitlines() if line.startswith("c")]
+    modes = {fields[-1]: fields[0] for fields in listed if fields[-1].startswith("nvidia-cap")}
+    for path in caps:
+        host_mode = stat.filemode((dgx / path.lstrip("/")).stat().st_mode)
+        assert modes[path.rsplit("/", 1)[1]] == host_mode, (path, host_mode, modes)
+    assert "crw-rw-rw-" not in modes.values()  # the access nodes are 0444, not runc's default
     assert probe.gpu_nodes == {"/dev/nvidia0"}
     assert probe.lib_magic == ELF_MAGIC
 
