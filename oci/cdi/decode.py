@@ -52,7 +52,7 @@ def decode_spec(raw: bytes, *, suffix: str) -> object:
     if suffix in (".yaml", ".yml"):
         return _decode_yaml(raw)
     shown = quote(suffix) if suffix else "none"
-    raise ValueError(f"unsupported file extension {shown} (a CDI spec is .json, .yaml or .yml)")
+    raise ValueError(f"unsupported file extension {shown} (a CDI spec is .json or .yaml)")
 
 
 def _decode_json(raw: bytes) -> object:

@@ -151,7 +151,13 @@ def validate_data(
 
 
 def validate_file(path: str | os.PathLike[str], *, strict: bool = False) -> list[Problem]:
-    """Validate one spec file (``.json``, ``.yaml`` or ``.yml``); no problems means valid."""
+    """Validate one spec file (``.json``, ``.yaml`` or ``.yml``); no problems means valid.
+
+    A name a spec directory would ignore (``.yml``, ``.JSON``: registries read only
+    ``*.json`` and ``*.yaml``) is a warning (an error when ``strict``): its content may be
+    valid, but put where it belongs it would not be read."""
+    from oci.cdi.registry import SPEC_SUFFIXES
+
     source = os.fspath(path)
     try:
         with open(source, "rb") as f:
@@ -162,4 +168,11 @@ def validate_file(path: str | os.PathLike[str], *, strict: bool = False) -> list
         data = decode_spec(raw, suffix=os.path.splitext(source)[1])
     except ValueError as e:
         return [Problem(source, "", str(e))]
-    return validate_data(data, source=source, strict=strict)
+    problems = validate_data(data, source=source, strict=strict)
+    if not source.endswith(SPEC_SUFFIXES):
+        message = (
+            "a CDI spec directory ignores this name (registries read only *.json and "
+            f"*.yaml): rename it to {os.path.splitext(os.path.basename(source))[0]}.yaml"
+        )
+        problems.append(Problem(source, "", message, "error" if strict else "warning"))
+    return problems

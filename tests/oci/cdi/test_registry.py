@@ -138,7 +138,7 @@ def test_which_file_names_are_read(tmp_path: Path) -> None:
     assert [Path(s.source).name for s in reg.specs] == _named("read")  # in name order
     assert reg.errors == {
         str(d / name): (
-            f"{d / name}: unsupported file extension none (a CDI spec is .json, .yaml or .yml)",
+            f"{d / name}: unsupported file extension none (a CDI spec is .json or .yaml)",
         )
         for name in _named("error")
     }

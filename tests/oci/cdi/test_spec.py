@@ -709,8 +709,8 @@ def test_duplicate_yaml_keys_are_errors_at_their_path() -> None:
         (b'{"a" 1}', ".json", "invalid JSON: expecting ':' after a key (line 1, column 6)"),
         (b"\xff\xfe", ".json", "not UTF-8 text: invalid start byte at byte 0"),
         (b"a: [1, 2\n", ".yaml", "invalid YAML:"),
-        (b"{}", ".toml", 'unsupported file extension ".toml" (a CDI spec is .json, .yaml or .yml)'),
-        (b"{}", "", "unsupported file extension none (a CDI spec is .json, .yaml or .yml)"),
+        (b"{}", ".toml", 'unsupported file extension ".toml" (a CDI spec is .json or .yaml)'),
+        (b"{}", "", "unsupported file extension none (a CDI spec is .json or .yaml)"),
     ],
 )
 def test_decode_errors(raw: bytes, suffix: str, message: str) -> None:

@@ -39,6 +39,25 @@ def test_the_schema_bad_examples_are_invalid(path: Path) -> None:
     assert all(p.is_error for p in problems)
 
 
+def test_a_name_spec_directories_ignore_is_a_warning(tmp_path: Path) -> None:
+    """A valid spec named ``.yml`` or ``.JSON`` is reported: a registry would not read it."""
+    import yaml
+
+    (tmp_path / "a.yml").write_text(yaml.safe_dump(VALID))
+    (tmp_path / "b.JSON").write_text(json.dumps(VALID))
+    for name, stem in (("a.yml", "a"), ("b.JSON", "b")):
+        path = tmp_path / name
+        why = (
+            "a CDI spec directory ignores this name (registries read only *.json and *.yaml): "
+            f"rename it to {stem}.yaml"
+        )
+        (problem,) = validate_file(path)
+        assert str(problem) == f"{path}: warning: {why}" and not problem.is_error
+        (strict,) = validate_file(path, strict=True)
+        assert strict.is_error
+    assert validate_file(write(tmp_path, VALID, "c.yaml")) == []
+
+
 def test_empty_file_gives_one_clear_line() -> None:
     path = EXAMPLES / "bad" / "empty.json"
     assert [str(p) for p in validate_file(path)] == [
