@@ -7,7 +7,8 @@ with the OCI state on stdin and exactly the hook's fixed env, against a prepared
 rootfs (a library folder holding one small ``.so``). ``python -I -c pass`` is the
 floor every Python hook pays; ``ldconfig -r`` alone shows what update-ldcache spends
 outside Python. ``create-container`` (what nvhook injects) does the links and the cache
-in one process: compare it with the two older commands run one after the other. As root,
+in one process: compare it with the two older commands run one after the other; its
+next row adds the DRI ``--device-link``s of a generated 4-GPU spec (graphics). As root,
 the last update-ldcache row has a procfs mounted in the rootfs, as at createContainer,
 so ldconfig runs in a private mount namespace with it detached: the difference to the
 first row is that set-up. ``netdev`` (root only) moves a fresh ifb device into a fresh network
@@ -63,6 +64,23 @@ def _prepare(work: Path) -> tuple[Path, str]:
     state = {"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": 1,
              "bundle": str(bundle)}  # fmt: skip
     return bundle, json.dumps(state)
+
+
+def _dri_links(rootfs: str) -> list[str]:
+    """``--device-link``s of a 4-GPU generated spec; the rootfs has the nodes of one GPU
+    (char nodes as root, else plain files, which the hook skips the same way)."""
+    dri = Path(rootfs, "dev", "dri")
+    dri.mkdir(parents=True, exist_ok=True)
+    for name, minor in (("card1", 1), ("renderD128", 128)):
+        if os.geteuid() == 0:
+            os.mknod(dri / name, 0o600 | 0o020000, os.makedev(226, minor))
+        else:
+            (dri / name).write_text("")
+    args = []
+    for n in range(4):
+        for kind, node in (("card", f"card{n + 1}"), ("render", f"renderD{128 + n}")):
+            args += ["--device-link", f"../{node}::/dev/dri/by-path/pci-0000:0{n}:00.0-{kind}"]
+    return args
 
 
 def _time(argv: list[str], stdin: str, runs: int, before: Callable[[], object] | None = None,
@@ -199,6 +217,9 @@ def main() -> None:
                         state, runs)),
             ("create-container (the same, 1 process)",
              _time([hook, "create-container", *links, *folders], state, runs)),
+            ("  + 8 DRI device links (2 nodes there)",
+             _time([hook, "create-container", *links, *_dri_links(rootfs), *folders],
+                   state, runs)),
         ]  # fmt: skip
         rows += _procfs_row(hook, rootfs, state, runs)
         rows += _netdev_rows(hook, runs)

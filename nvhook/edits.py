@@ -29,6 +29,7 @@ from nvhook.discover import discover_driver_files
 from nvhook.discover.hooks import create_container_hook
 from nvhook.discover.nodes import (
     control_nodes,
+    dri_links,
     dri_nodes,
     feature_nodes,
     gpu_nodes,
@@ -100,7 +101,14 @@ class Plan(Frozen, kw_only=True):
 
 
 def plan(requests: Requests, host: Host) -> Plan:
-    """Resolve ``requests`` on ``host`` and build the edits (raises nvhook errors on failure)."""
+    """Resolve ``requests`` on ``host`` and build the edits (raises nvhook errors on failure).
+
+    With graphics or display, the hook carries the DRI ``by-path`` links of every GPU of the
+    host as ``--device-link``s, made only where the container has the node
+    (:mod:`nvhook.hook.create_symlinks`): the same hook then serves every request, so
+    ``nvhook cdi generate`` puts it in its spec-level edits and cdi mode gives a container
+    what jit mode does (docs/architecture.md D1), without a hook process per device.
+    """
     driver = read_driver(host.root)
     if host.resolver == "nvml" or needs_nvml(requests.devices):
         gpus = nvml_view(host)
@@ -120,8 +128,10 @@ def plan(requests: Requests, host: Host) -> Plan:
     majors = driver.majors
     edits = control_nodes(dev_root=host.dev_root, majors=majors)
     edits += gpu_nodes(selected, gpus, dev_root=host.dev_root, majors=majors)
+    device_links: tuple[tuple[str, str], ...] = ()
     if GRAPHICS_CAPABILITIES.intersection(requests.capabilities):
         edits += dri_nodes(selected, gpus, dev_root=host.dev_root)
+        device_links = dri_links(gpus.gpus, gpus, dev_root=host.dev_root)
     channels = requests.imex_channels
     if channels:
         edits += imex_nodes(
@@ -145,7 +155,7 @@ def plan(requests: Requests, host: Host) -> Plan:
     )
     mounts = files.to_edits()
     edits += mounts
-    edits += _hooks(files, mounts, host)
+    edits += _hooks(files, mounts, host, device_links)
     edits += Edits(env=(INJECTED_ENV,))
     return Plan(
         requests=requests,
@@ -161,10 +171,13 @@ def plan(requests: Requests, host: Host) -> Plan:
 DRIVER_PARAMS = "proc/driver/nvidia/params"
 
 
-def _hooks(files: DriverFiles, mounts: Edits, host: Host) -> Edits:
+def _hooks(
+    files: DriverFiles, mounts: Edits, host: Host, device_links: tuple[tuple[str, str], ...]
+) -> Edits:
     """One createContainer hook: the container's driver params with ``ModifyDeviceFiles: 0``
-    (when the host has a params file), the driver's symlinks, then the ld cache over the
-    folders of the mounted libraries (one process for all: docs/architecture.md, section 3)."""
+    (when the host has a params file), the driver's symlinks and the DRI ``by-path`` links of
+    ``device_links``, then the ld cache over the folders of the mounted libraries (one
+    process for all: docs/architecture.md, section 3)."""
     folders = sorted(
         {
             os.path.dirname(m.container_path)
@@ -176,11 +189,12 @@ def _hooks(files: DriverFiles, mounts: Edits, host: Host) -> Edits:
     )
     params = os.path.join(host.root, DRIVER_PARAMS)
     has_params = os.path.isfile(params)
-    if not files.symlinks and not folders and not has_params:
+    if not files.symlinks and not folders and not has_params and not device_links:
         return Edits()
     links = [(s.target, s.link) for s in files.symlinks]
     hook = create_container_hook(
         links=links,
+        device_links=device_links,
         folders=folders,
         params=os.path.normpath(params) if has_params else None,
         hook_path=host.hook_path,

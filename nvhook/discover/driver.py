@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DATA_OPTIONS",
     "EXEC_OPTIONS",
+    "GBM_BACKEND",
     "IPC_OPTIONS",
     "CapabilityFiles",
     "DriverFiles",
@@ -89,6 +90,14 @@ _COMPAT32_ARCH = {"x86_64": "i386"}
 _CACHE_PREFIXES = tuple(
     sorted({s.stem + "." for specs in catalog.LIBRARIES.values() for s in specs})
 )
+
+
+#: The capabilities that bring GBM's NVIDIA backend (:func:`_gbm_backend`), once.
+_GBM_CAPABILITIES = ("graphics", "display")
+_ALLOCATOR = next(s for s in catalog.LIBRARIES["compute"] if s.stem == "libnvidia-allocator.so")
+_ALLOCATOR_SONAME = "libnvidia-allocator.so.1"
+#: The link GBM loads for ``nvidia-drm`` devices, relative to the allocator's directory.
+GBM_BACKEND = "gbm/nvidia-drm_gbm.so"
 
 
 class Symlink(Frozen, order=True):
@@ -231,6 +240,7 @@ def discover_driver_files(
     searched_libs = (catalog.LD_CACHE, *search_paths)
     symlinks: set[Symlink] = set()
     results: list[CapabilityFiles] = []
+    gbm_capability = next((c for c in wanted if c in _GBM_CAPABILITIES), None)
 
     for cap in wanted:
         if cap == "compat32":
@@ -268,6 +278,8 @@ def discover_driver_files(
                     symlinks.add(Symlink(name, f"{directory}/{module.name}"))
             missing += lacking
             searched += catalog.XORG_MODULE_PATHS
+        if cap == gbm_capability:
+            _gbm_backend(finder, version, libraries, symlinks)
         if cap == "ngx":
             dlls = find_wine_dlls(root, search_paths)
             libraries += dlls
@@ -347,6 +359,27 @@ def _find_libraries(
             continue
         libraries.append(library.path)
         symlinks.update(_links(library))
+
+
+def _gbm_backend(
+    finder: LibraryFinder, version: str | None, libraries: list[str], symlinks: set[Symlink]
+) -> None:
+    """GBM's NVIDIA backend: ``<libdir>/gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so.1``.
+
+    Mesa's libgbm loads ``<libdir>/gbm/<drm driver>_gbm.so`` for the DRM driver of the device
+    it opens (``nvidia-drm``); the driver's installer makes that link to the allocator, whose
+    SONAME link (``libnvidia-allocator.so.1``) the same hook creates. NVIDIA's toolkit adds
+    both with graphics or display (``internal/discover/graphics.go``: the allocator among the
+    graphics mounts, the link among its ``create-symlinks``); a driver without the allocator
+    (before 470) gets neither.
+    """
+    library = finder.find(_ALLOCATOR, version)
+    if library is None:
+        return
+    libraries.append(library.path)
+    symlinks.update(_links(library))
+    directory = library.path.rpartition("/")[0]
+    symlinks.add(Symlink(f"../{_ALLOCATOR_SONAME}", f"{directory}/{GBM_BACKEND}"))
 
 
 def _links(library: Library) -> list[Symlink]:

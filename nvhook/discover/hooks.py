@@ -103,7 +103,9 @@ def _folder_args(folders: Iterable[str]) -> list[str]:
     return args
 
 
-def _link_args(links: Iterable[tuple[str, str]] | Mapping[str, str]) -> list[str]:
+def _link_args(
+    links: Iterable[tuple[str, str]] | Mapping[str, str], *, option: str = "--link"
+) -> list[str]:
     from nvhook.hook.create_symlinks import SEPARATOR, parse_link
 
     pairs = [(t, lk) for lk, t in links.items()] if hasattr(links, "items") else list(links)
@@ -111,13 +113,14 @@ def _link_args(links: Iterable[tuple[str, str]] | Mapping[str, str]) -> list[str
     for target, link in dict.fromkeys(pairs):
         spec = f"{target}{SEPARATOR}{link}"
         parse_link(spec)
-        args += ["--link", spec]
+        args += [option, spec]
     return args
 
 
 def create_container_hook(
     *,
     links: Iterable[tuple[str, str]] | Mapping[str, str] = (),
+    device_links: Iterable[tuple[str, str]] = (),
     folders: Iterable[str] = (),
     params: str | None = None,
     hook_path: str,
@@ -127,8 +130,10 @@ def create_container_hook(
     The one hook nvhook injects: the private driver params (``params``: the host's
     ``/proc/driver/nvidia/params``, whose copy with ``ModifyDeviceFiles: 0`` is mounted over
     the container's), the links, then the ld cache, in one process (a Python start costs
-    each container ~15-20 ms). ``links`` as for :func:`symlinks_hook`; both deduplicated,
-    in order; at least one of the three.
+    each container ~15-20 ms). ``links`` as for :func:`symlinks_hook`; ``device_links``
+    (``(target, link)`` pairs, ``--device-link``) are made only where the target is a
+    device node in the container (DRI ``by-path`` links); all deduplicated, in order; at
+    least one of them.
     """
     args: list[str] = []
     if params is not None:
@@ -139,7 +144,8 @@ def create_container_hook(
         ):
             raise ValueError(f"params must be a clean absolute path, got {params!r}")
         args += ["--params", params]
-    args += _link_args(links) + _folder_args(folders)
+    args += _link_args(links) + _link_args(device_links, option="--device-link")
+    args += _folder_args(folders)
     if not args:
         raise ValueError("create_container_hook needs params, a link or a folder")
     return _hook("create-container", args, hook_path)

@@ -33,6 +33,7 @@ __all__ = [
     "NVIDIA_MAJOR",
     "caps_nodes",
     "control_nodes",
+    "dri_links",
     "dri_nodes",
     "feature_nodes",
     "gpu_nodes",
@@ -229,22 +230,53 @@ def with_host_access(edits: Edits) -> Edits:
 
 def dri_nodes(selected: Iterable[Selected], host: HostGpus, *, dev_root: str) -> Edits:
     """The ``/dev/dri`` card and render nodes of the selected GPUs, matched by PCI bus id."""
+    nodes = [
+        _node(dev_root, f"/dev/dri/{name}", DRM_MAJOR, minor)
+        for _, name, minor in _dri_by_path(selected, host, dev_root)
+    ]
+    return Edits(device_nodes=tuple(dict.fromkeys(nodes)))
+
+
+def dri_links(
+    selected: Iterable[Selected], host: HostGpus, *, dev_root: str
+) -> tuple[tuple[str, str], ...]:
+    """``(target, link)`` pairs: ``/dev/dri/by-path/pci-<bus id>-card -> ../cardN`` and
+    ``-render -> ../renderDN`` for each selected GPU whose host has them.
+
+    The links a DRM client (Xorg's ``BusID``, Vulkan and EGL device selection through
+    libdrm) finds a GPU's nodes by; runc creates the nodes, not the links. NVIDIA's toolkit
+    adds the same ones for graphics and display (``internal/discover/graphics.go``,
+    ``newCreateDRMByPathSymlinks``). The target is always ``../<node>``, whatever form the
+    host's link has, so it stays inside the container's ``/dev/dri``.
+    """
+    pairs = [
+        (f"../{name}", f"/dev/dri/by-path/{link}")
+        for link, name, _ in _dri_by_path(selected, host, dev_root)
+    ]
+    return tuple(dict.fromkeys(pairs))
+
+
+def _dri_by_path(
+    selected: Iterable[Selected], host: HostGpus, dev_root: str
+) -> list[tuple[str, str, int]]:
+    """``(by-path link name, node name, minor)`` of each selected GPU's card and render node."""
     by_path = _host(dev_root, "/dev/dri/by-path")
-    nodes: list[DeviceNode] = []
+    found: list[tuple[str, str, int]] = []
     for device in selected:
         gpu = device if isinstance(device, Gpu) else host.gpus[device.gpu_index]
         for kind in ("card", "render"):
-            link = os.path.join(by_path, f"pci-{gpu.bus_id.lower()}-{kind}")
+            name = f"pci-{gpu.bus_id.lower()}-{kind}"
+            link = os.path.join(by_path, name)
             try:
                 target = os.readlink(link)
             except OSError:
                 continue
-            name = os.path.basename(target)
-            minor = _dri_minor(name)
+            node = os.path.basename(target)
+            minor = _dri_minor(node)
             if minor is None:
                 raise DriverError(f"{link}: points to {target!r}, not a DRM card or render node")
-            nodes.append(_node(dev_root, f"/dev/dri/{name}", DRM_MAJOR, minor))
-    return Edits(device_nodes=tuple(dict.fromkeys(nodes)))
+            found.append((name, node, minor))
+    return found
 
 
 def _dri_minor(name: str) -> int | None:

@@ -9,7 +9,8 @@ command            lifecycle        what it does
 create-container   createContainer  all of a container's createContainer work in one
                                     process (one interpreter start): the private driver
                                     params of ``--params`` (see :mod:`.device_files`), the
-                                    links of ``--link``, then the ld cache of ``--folder``; what
+                                    links of ``--link`` and ``--device-link``, then the ld
+                                    cache of ``--folder``; what
                                     nvhook injects (``create-symlinks`` and
                                     ``update-ldcache`` stay for specs made before)
 update-ldcache     createContainer  writes ``/etc/ld.so.conf.d/00-nvhook.conf`` for the
@@ -46,7 +47,7 @@ from oci.errors import Error, ExitCode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from oci.state import State
 
@@ -55,6 +56,7 @@ __all__ = [
     "PROGRAM",
     "USAGE",
     "UsageError",
+    "create_container",
     "main",
     "parse_args",
     "read_state",
@@ -69,6 +71,7 @@ COMMANDS: dict[str, dict[str, bool]] = {
     "create-container": {
         "--params": False,
         "--link": True,
+        "--device-link": True,
         "--folder": True,
         "--ldconfig": False,
     },
@@ -79,7 +82,7 @@ COMMANDS: dict[str, dict[str, bool]] = {
 }
 #: Each command: the options of which at least one must be given.
 _REQUIRED: dict[str, tuple[str, ...]] = {
-    "create-container": ("--params", "--link", "--folder"),
+    "create-container": ("--params", "--link", "--device-link", "--folder"),
     "update-ldcache": ("--folder",),
     "create-symlinks": ("--link",),
     "netdev": ("--device",),
@@ -91,12 +94,13 @@ usage: {PROGRAM} COMMAND OPTIONS < STATE
 The OCI state of the container is read from stdin.
 
 commands:
-  create-container [--params FILE] [--link TARGET::LINK]... [--folder DIR]...
-                   [--ldconfig PATH]
+  create-container [--params FILE] [--link TARGET::LINK]... [--device-link TARGET::LINK]...
+                   [--folder DIR]... [--ldconfig PATH]
       (createContainer) in one process: mount a copy of the host's driver params FILE
       with ModifyDeviceFiles: 0 read-only over /proc/driver/nvidia/params in the rootfs
-      (skipped when the container has none), then create-symlinks, then update-ldcache;
-      at least one --params, --link or --folder
+      (skipped when the container has none), then create-symlinks (a --device-link only
+      when its target is a character device in the rootfs), then update-ldcache; at least
+      one --params, --link, --device-link or --folder
   update-ldcache --folder DIR [--folder DIR]... [--ldconfig PATH]
       (createContainer) list DIRs in /etc/ld.so.conf.d/00-nvhook.conf in the rootfs and run
       the host's ldconfig against the rootfs (default: /sbin/ldconfig.real, /sbin/ldconfig
@@ -167,6 +171,39 @@ def rootfs_of(state: State) -> str:
     return path if os.path.isabs(path) else os.path.join(state.bundle, path)
 
 
+def create_container(
+    rootfs: str,
+    options: dict[str, list[str]],
+    *,
+    ldconfig: str | None = None,
+    log: Callable[[str], None],
+) -> None:
+    """The steps of ``create-container`` (and of the two older commands) over ``rootfs``,
+    from their parsed ``options``, in their order; hook mode (:mod:`.prestart`) runs the same.
+    ``ldconfig`` is the default for a missing ``--ldconfig``."""
+    links = options.get("--link", [])
+    device_links = options.get("--device-link", [])
+    folders = options.get("--folder", [])
+    params = options.get("--params", [])
+    if params:  # first: the driver must not make nodes for a later step's opens
+        from nvhook.hook.device_files import disable_device_file_modification
+
+        disable_device_file_modification(rootfs, params[0])
+    if links or device_links:  # first: ldconfig then sees the SONAME links
+        from nvhook.hook.create_symlinks import create_symlinks, parse_link
+
+        create_symlinks(
+            rootfs,
+            [parse_link(spec) for spec in links],
+            device_links=[parse_link(spec) for spec in device_links],
+        )
+    if folders:
+        from nvhook.hook.update_ldcache import update_ldcache
+
+        given = options.get("--ldconfig", [])
+        update_ldcache(rootfs, folders, ldconfig=given[0] if given else ldconfig, log=log)
+
+
 def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
     state = read_state(stdin)
 
@@ -178,23 +215,7 @@ def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
 
         prestart(state, log=log)
     elif command != "netdev":
-        links = options.get("--link", [])
-        folders = options.get("--folder", [])
-        rootfs = rootfs_of(state)
-        params = options.get("--params", [])
-        if params:  # first: the driver must not make nodes for a later step's opens
-            from nvhook.hook.device_files import disable_device_file_modification
-
-            disable_device_file_modification(rootfs, params[0])
-        if links:  # first: ldconfig then sees the SONAME links
-            from nvhook.hook.create_symlinks import create_symlinks, parse_link
-
-            create_symlinks(rootfs, [parse_link(spec) for spec in links])
-        if folders:
-            from nvhook.hook.update_ldcache import update_ldcache
-
-            ldconfig = options["--ldconfig"][0] if options["--ldconfig"] else None
-            update_ldcache(rootfs, folders, ldconfig=ldconfig, log=log)
+        create_container(rootfs_of(state), options, log=log)
     else:
         from nvhook.hook.netdev import move_devices, parse_device
 

@@ -14,6 +14,13 @@ A createContainer hook. For each ``TARGET::LINK``:
   else at ``LINK`` (another target, a file, a directory) is an error that names it.
 
 Every link is checked before any is created, so a refusal changes nothing.
+
+*Device links* (``--device-link TARGET::LINK`` of ``create-container``) are links to device
+nodes, such as ``/dev/dri/by-path/pci-0000:07:00.0-card -> ../card1``: each is created only
+when ``TARGET``, read from the link's directory as it is in the rootfs, is a character
+device there (runc has created the container's nodes before createContainer hooks run), and
+skipped otherwise. A generated CDI spec lists the links of every GPU in its one spec-level
+hook, and each container gets those of the GPUs it was given.
 """
 
 from __future__ import annotations
@@ -102,20 +109,42 @@ def _existing(root: RootFd, link: str) -> str | None:
 
 
 def create_symlinks(
-    rootfs: str, links: Sequence[tuple[str, str]], *, impl: Impl | None = None
+    rootfs: str,
+    links: Sequence[tuple[str, str]],
+    *,
+    device_links: Sequence[tuple[str, str]] = (),
+    impl: Impl | None = None,
 ) -> list[str]:
-    """Create each ``(target, link)`` in the container at ``rootfs``; return the links created."""
-    wanted: dict[str, str] = {}
-    for target, link in links:
-        if wanted.setdefault(link, target) != target:
-            raise HookError(f"{link} is asked to point to both {wanted[link]} and {target}")
+    """Create each ``(target, link)`` in the container at ``rootfs``, and each of
+    ``device_links`` whose target is a character device there; return the links created."""
     try:
         from nvhook.hook.safepath import open_root  # ctypes: only when a hook runs
 
         with open_root(rootfs, impl=impl) as root:
-            return _create(root, wanted)
+            present = [(t, lk) for t, lk in device_links if _is_device(root, t, lk)]
+            return _create(root, _wanted([*links, *present]))
     except OSError as e:
         raise HookError(f"cannot create links in {rootfs}: {e.filename}: {e.strerror}") from None
+
+
+def _wanted(links: Sequence[tuple[str, str]]) -> dict[str, str]:
+    wanted: dict[str, str] = {}
+    for target, link in links:
+        if wanted.setdefault(link, target) != target:
+            raise HookError(f"{link} is asked to point to both {wanted[link]} and {target}")
+    return wanted
+
+
+def _is_device(root: RootFd, target: str, link: str) -> bool:
+    """Whether ``target``, read by a link at ``link``, names a character device in the root."""
+    directory = _physical_dir(root, posixpath.dirname(link))
+    if target_escapes(target, directory):
+        return False  # refused by _create when asked for as a plain link; skipped here
+    try:
+        st = root.lstat(posixpath.normpath(posixpath.join(directory, target)))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return stat.S_ISCHR(st.st_mode)
 
 
 def _create(root: RootFd, wanted: dict[str, str]) -> list[str]:

@@ -127,7 +127,9 @@ def _rootfs(spec: dict[str, Any], bundle: str) -> str:
 
 def _hook_step(hook: Hook, ldconfig: str) -> Callable[[str], None]:
     """What running ``hook`` at createContainer would do, as a call over the rootfs."""
-    from nvhook.hook import PROGRAM, parse_args
+    from nvhook.hook import PROGRAM, create_container, parse_args
+    from nvhook.hook.create_symlinks import parse_link
+    from nvhook.hook.update_ldcache import check_folder
 
     args = hook.args
     if (
@@ -141,26 +143,15 @@ def _hook_step(hook: Hook, ldconfig: str) -> Callable[[str], None]:
             "mode: use nvhook-runtime as the runtime"
         )
     _, options = parse_args(args[1:])
-    from nvhook.hook.create_symlinks import create_symlinks, parse_link
-    from nvhook.hook.update_ldcache import update_ldcache
-
-    links = [parse_link(spec) for spec in options.get("--link", [])]
-    folders = options.get("--folder", [])
-    params = options.get("--params", [])
-    given = options.get("--ldconfig", [])
-    chosen = given[0] if given else (ldconfig or None)
+    for spec in (*options.get("--link", []), *options.get("--device-link", [])):
+        parse_link(spec)  # a bad one fails before anything is injected
+    for folder in options.get("--folder", []):
+        check_folder(folder)
 
     def note(message: str) -> None:
         print(f"{PROGRAM} prestart: update-ldcache: {message}", file=sys.stderr)
 
-    def step(rootfs: str) -> None:
-        if params:  # first, as create-container does
-            from nvhook.hook.device_files import disable_device_file_modification
-
-            disable_device_file_modification(rootfs, params[0])
-        if links:  # first, as create-container does: ldconfig then sees the SONAME links
-            create_symlinks(rootfs, links)
-        if folders:
-            update_ldcache(rootfs, folders, ldconfig=chosen, log=note)
+    def step(rootfs: str) -> None:  # as create-container: params, links, then the ld cache
+        create_container(rootfs, options, ldconfig=ldconfig or None, log=note)
 
     return step

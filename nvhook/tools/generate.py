@@ -24,7 +24,11 @@ one CDI kind and spec file each; ``gpu`` (the default) is ``<vendor>/<class>``:
   nodes, the driver files of the chosen capabilities, the ``create-container`` hook
   (links, then the ld cache), and ``NVIDIA_VISIBLE_DEVICES=void`` (a second injector then
   adds nothing): exactly what jit mode injects for ``NVIDIA_VISIBLE_DEVICES=none``
-  (:func:`nvhook.edits.plan` computes them, so the two modes cannot drift apart);
+  (:func:`nvhook.edits.plan` computes them, so the two modes cannot drift apart); with
+  graphics or display the hook carries the DRI ``by-path`` links of every GPU as
+  ``--device-link``s, and makes only those whose node the container has, so the links
+  follow the devices without a second hook process per device (NVIDIA puts a
+  ``create-symlinks`` hook in each device instead);
 - **every device node records the host node's access** (:func:`with_host_access`): its
   ``fileMode``, and for a node only its owner or group may open (``nvidia-cap1``, a DRM
   card of group ``video``) its ``uid`` and ``gid``, so the node in the container is

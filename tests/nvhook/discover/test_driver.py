@@ -222,6 +222,30 @@ def test_graphics_video_display(driver: FakeRoot) -> None:
     assert files.ipc == () and files.mps_pipe_dir is None  # neither utility nor compute
 
 
+GBM = Symlink("../libnvidia-allocator.so.1", f"{X86}/gbm/nvidia-drm_gbm.so")
+
+
+def test_gbm_backend_with_graphics_or_display(driver: FakeRoot) -> None:
+    """GBM's backend link comes with graphics or display (once, with the allocator it points
+    to, mounted even without compute), never with compute alone or without the allocator."""
+    assert GBM not in discover_driver_files(str(driver), ["graphics"], driver_version=V).symlinks
+    driver_library(driver, "libnvidia-allocator.so")
+    driver.ldconfig(X86, I386)
+    allocator = f"{X86}/libnvidia-allocator.so.{V}"
+    for caps in (["graphics"], ["display"], ["graphics", "display"]):
+        files = discover_driver_files(str(driver), caps, driver_version=V)
+        assert GBM in files.symlinks, caps
+        assert Symlink(f"libnvidia-allocator.so.{V}", f"{X86}/libnvidia-allocator.so.1") in (
+            files.symlinks
+        )
+        holders = [c.capability for c in files.capabilities if allocator in c.libraries]
+        assert holders == [caps[0]]
+        assert allocator in {m.container_path for m in files.to_edits().mounts}
+    compute = discover_driver_files(str(driver), ["compute"], driver_version=V)
+    assert allocator in compute.capability("compute").libraries
+    assert GBM not in compute.symlinks
+
+
 @pytest.mark.parametrize("how", ["flag", "capability"])
 def test_compat32(driver: FakeRoot, how: str) -> None:
     caps = ["compute", "utility", "graphics"]

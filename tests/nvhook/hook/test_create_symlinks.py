@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -178,3 +180,80 @@ def test_usage_error_exit_code(run_hook: HookRunner, rootfs: Path) -> None:
     proc = run_hook(["create-symlinks", "--link", "nope"], bundle=rootfs.parent)
     assert proc.returncode == ExitCode.USAGE
     assert "TARGET::LINK" in proc.stderr
+
+
+# --device-link (create-container): DRI by-path links, made only where the node is there
+
+BY_PATH = "/dev/dri/by-path"
+
+
+def _dri_rootfs(rootfs: Path, *nodes: str) -> None:
+    """``/dev/dri`` with the char nodes ``nodes`` (card1, renderD128...), as runc makes them."""
+    from tests.support.containers import require_root
+
+    require_root()
+    dri = rootfs / "dev" / "dri"
+    dri.mkdir(parents=True)
+    for name in nodes:
+        minor = int(name.removeprefix("renderD").removeprefix("card"))
+        os.mknod(dri / name, 0o600 | stat.S_IFCHR, os.makedev(226, minor))
+
+
+@pytest.mark.root
+def test_device_links_only_for_nodes_the_container_has(
+    run_hook: HookRunner, rootfs: Path, impl: Impl
+) -> None:
+    _dri_rootfs(rootfs, "card1", "renderD128")
+    args = [
+        "create-container",
+        "--device-link", f"../card1::{BY_PATH}/pci-0000:c1:00.0-card",
+        "--device-link", f"../renderD128::{BY_PATH}/pci-0000:c1:00.0-render",
+        "--device-link", f"../card2::{BY_PATH}/pci-0000:01:00.0-card",  # another GPU's
+        "--device-link", f"../renderD129::{BY_PATH}/pci-0000:01:00.0-render",
+    ]  # fmt: skip
+    for _ in range(2):  # idempotent
+        proc = run_hook(args, bundle=rootfs.parent, impl=impl)
+        assert proc.returncode == 0, proc.stderr
+    by_path = rootfs / BY_PATH.lstrip("/")
+    assert sorted(p.name for p in by_path.iterdir()) == [
+        "pci-0000:c1:00.0-card",
+        "pci-0000:c1:00.0-render",
+    ]
+    assert (by_path / "pci-0000:c1:00.0-card").readlink() == Path("../card1")
+    assert stat.S_ISCHR((by_path / "pci-0000:c1:00.0-render").stat().st_mode)
+
+
+@pytest.mark.root
+def test_device_link_target_must_be_a_char_device_inside(
+    rootfs: Path, tmp_path: Path, impl: Impl
+) -> None:
+    """A regular file, a fifo, a directory or a symlink at the node's name is not a device;
+    a target climbing out of the root is never looked at on the host."""
+    _dri_rootfs(rootfs)
+    dri = rootfs / "dev" / "dri"
+    (dri / "card1").write_text("")
+    os.mkfifo(dri / "card2")
+    (dri / "card3").mkdir()
+    host_node = tmp_path / "card4"
+    os.mknod(host_node, 0o600 | stat.S_IFCHR, os.makedev(226, 4))
+    (dri / "card4").symlink_to(host_node)  # absolute: in-root it dangles
+    escaping = "../" * 8 + str(host_node).lstrip("/")
+    links = [(f"../card{n}", f"{BY_PATH}/pci-0000:0{n}:00.0-card") for n in (1, 2, 3, 4)]
+    links.append((escaping, f"{BY_PATH}/pci-0000:05:00.0-card"))
+    assert create_symlinks(str(rootfs), [], device_links=links, impl=impl) == []
+    assert not (dri / "by-path").exists()
+
+
+@pytest.mark.root
+def test_device_links_beside_plain_links_conflict_is_named(rootfs: Path, impl: Impl) -> None:
+    _dri_rootfs(rootfs, "card1")
+    (rootfs / "dev" / "dri" / "by-path").mkdir()
+    (rootfs / "dev" / "dri" / "by-path" / "pci-0000:c1:00.0-card").symlink_to("../card9")
+    with pytest.raises(HookError, match=r"pci-0000:c1:00.0-card .* already points to \.\./card9"):
+        create_symlinks(
+            str(rootfs),
+            [("libcuda.so.1", f"{LIB}/libcuda.so")],
+            device_links=[("../card1", f"{BY_PATH}/pci-0000:c1:00.0-card")],
+            impl=impl,
+        )
+    assert not _link(rootfs, f"{LIB}/libcuda.so").is_symlink()  # checked before any is made

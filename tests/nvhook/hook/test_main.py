@@ -30,8 +30,17 @@ def test_parse_args_forms() -> None:
     assert parse_args(["netdev", "--device", "a=b"]) == ("netdev", {"--device": ["a=b"]})
     assert parse_args(["create-container", "--link", "t::/l", "--folder", "/a"]) == (
         "create-container",
-        {"--params": [], "--link": ["t::/l"], "--folder": ["/a"], "--ldconfig": []},
+        {
+            "--params": [],
+            "--link": ["t::/l"],
+            "--device-link": [],
+            "--folder": ["/a"],
+            "--ldconfig": [],
+        },
     )
+    assert parse_args(["create-container", "--device-link", "../card1::/dev/dri/c"])[1][
+        "--device-link"
+    ] == ["../card1::/dev/dri/c"]
     assert parse_args(["create-container", "--params", "/p"])[1]["--params"] == ["/p"]
     assert parse_args(["create-container", "--folder=/a"])[1]["--folder"] == ["/a"]
 
@@ -48,7 +57,10 @@ def test_parse_args_forms() -> None:
             "more than once",
         ),
         (["create-symlinks"], "at least one --link"),
-        (["create-container", "--ldconfig", "/x"], "at least one --params or --link or --folder"),
+        (
+            ["create-container", "--ldconfig", "/x"],
+            "at least one --params or --link or --device-link or --folder",
+        ),
         (["create-container", "--params", "/p", "--params=/q"], "--params given more than once"),
     ],
 )

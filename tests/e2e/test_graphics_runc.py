@@ -1,0 +1,121 @@
+"""Graphics links under real runc, on the l40s-x4 mock (it has DRI nodes; the dgx-a100 has none).
+
+A GPU given with the ``graphics`` capability gets its ``/dev/dri`` card and render nodes
+(runc makes them) and, from the createContainer hook, the ``/dev/dri/by-path`` links to
+them and GBM's backend link ``gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so.1``. The
+hook runs after runc has mounted the container's ``/dev`` tmpfs and made its nodes, so the
+links land in the container's ``/dev``; its arguments list every GPU's links (jit and
+generated specs alike) and it makes those of the nodes present, so each container gets only
+its own GPU's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from nvhook.edits import Host
+from nvhook.tools.generate import generate_spec
+from oci.cdi.write import write_spec
+from tests.e2e.conftest import Shim
+from tests.support.containers import Runc, make_bundle, unique_id
+
+pytestmark = [pytest.mark.root, pytest.mark.runtime]
+
+LIB = "/usr/lib/x86_64-linux-gnu"
+#: ``ls -l`` of what a DRM client looks at, one section each.
+LOOK = (
+    "echo '--- dri'; ls -l /dev/dri; echo '--- by-path'; ls -l /dev/dri/by-path; "
+    f"echo '--- gbm'; ls -l {LIB}/gbm; cat {LIB}/gbm/nvidia-drm_gbm.so > /dev/null && echo read"
+)
+
+
+@pytest.fixture(scope="module")
+def l40s(mock_machine: Callable[..., Path]) -> Path:
+    return mock_machine("l40s-x4", as_root_nodes=True)
+
+
+@pytest.fixture
+def l40s_runc(shim: Shim, l40s: Path, tmp_path: Path) -> Iterator[tuple[Shim, Runc]]:
+    ours = dataclasses.replace(shim, machine=l40s).with_config(unique_id("l40s"))
+    helper = ours.runc_for(tmp_path / "state")
+    try:
+        yield ours, helper
+    finally:
+        helper.cleanup()
+
+
+def _sections(output: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in output.splitlines():
+        if line.startswith("--- "):
+            current = out.setdefault(line[4:], [])
+        else:
+            current.append(line)
+    return out
+
+
+def _links(lines: list[str]) -> dict[str, str]:
+    """``ls -l`` lines of symlinks -> {name: target}."""
+    return {
+        line.split(" -> ")[0].split()[-1]: line.split(" -> ")[1]
+        for line in lines
+        if line.startswith("l") and " -> " in line
+    }
+
+
+def _run(helper: Runc, tmp_path: Path, busybox_copy: Path, env: list[str]) -> dict[str, list[str]]:
+    from tests.e2e.conftest import probe_rootfs
+
+    rootfs = probe_rootfs(tmp_path / "b" / "rootfs", busybox_copy)
+    bundle = make_bundle(tmp_path / "b", ["sh", "-c", LOOK], env, rootfs=rootfs)
+    result = helper.run(bundle)
+    assert result.returncode == 0, result.stderr
+    return _sections(result.stdout)
+
+
+def test_jit_graphics_links_in_the_containers_dev(
+    l40s_runc: tuple[Shim, Runc], tmp_path: Path, busybox_copy: Path
+) -> None:
+    """GPU 0 of the L40S x4 is bus 01:00.0, whose nodes are card2 and renderD129."""
+    _, helper = l40s_runc
+    env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=graphics"]
+    seen = _run(helper, tmp_path, busybox_copy, env)
+    assert _links(seen["by-path"]) == {
+        "pci-0000:01:00.0-card": "../card2",
+        "pci-0000:01:00.0-render": "../renderD129",
+    }
+    nodes = {line.split()[-1] for line in seen["dri"] if line.startswith("c")}
+    assert nodes == {"card2", "renderD129"}
+    assert _links(seen["gbm"]) == {"nvidia-drm_gbm.so": "../libnvidia-allocator.so.1"}
+    assert "read" in seen["gbm"]  # the chain resolves to the mounted allocator
+
+
+def test_generated_spec_gives_each_container_its_own_links(
+    l40s_runc: tuple[Shim, Runc], l40s: Path, tmp_path: Path, busybox_copy: Path
+) -> None:
+    """mode cdi with a generated spec: its one hook lists all four GPUs' by-path links; the
+    container given device ``3`` (bus c1:00.0: card1, renderD128) gets those two only."""
+    ours, _ = l40s_runc
+    vendor = f"e2e.nvhook.test{unique_id('g').replace('-', '')}"
+    generated = generate_spec(
+        Host(root=str(l40s)), vendor=vendor, capabilities=["graphics"], name_strategies=["index"]
+    )
+    write_spec(ours.cdi_dir / f"{vendor}.json", generated.spec)
+    cdi = ours.with_config(
+        unique_id("l40s-cdi"), runtime={"mode": "cdi"}, cdi={"default_kind": f"{vendor}/gpu"}
+    )
+    helper = cdi.runc_for(tmp_path / "state-cdi")
+    try:
+        seen = _run(helper, tmp_path, busybox_copy, ["NVIDIA_VISIBLE_DEVICES=3"])
+    finally:
+        helper.cleanup()
+    assert _links(seen["by-path"]) == {
+        "pci-0000:c1:00.0-card": "../card1",
+        "pci-0000:c1:00.0-render": "../renderD128",
+    }
+    assert _links(seen["gbm"]) == {"nvidia-drm_gbm.so": "../libnvidia-allocator.so.1"}
