@@ -8,7 +8,9 @@ rootfs (a library folder holding one small ``.so``). ``python -I -c pass`` is th
 floor every Python hook pays; ``ldconfig -r`` alone shows what update-ldcache spends
 outside Python. ``create-container`` (what nvhook injects) does the links and the cache
 in one process: compare it with the two older commands run one after the other; its
-next row adds the DRI ``--device-link``s of a generated 4-GPU spec (graphics). As root,
+next rows add the DRI ``--device-link``s of a generated 4-GPU spec (graphics), and
+``--cuda-compat`` (the config.json read for the container's env, the compat folder looked
+up, and with a newer ``libcuda`` there one more folder for ldconfig). As root,
 the last update-ldcache row has a procfs mounted in the rootfs, as at createContainer,
 so ldconfig runs in a private mount namespace with it detached: the difference to the
 first row is that set-up. ``netdev`` (root only) moves a fresh ifb device into a fresh network
@@ -81,6 +83,15 @@ def _dri_links(rootfs: str) -> list[str]:
         for kind, node in (("card", f"card{n + 1}"), ("render", f"renderD{128 + n}")):
             args += ["--device-link", f"../{node}::/dev/dri/by-path/pci-0000:0{n}:00.0-{kind}"]
     return args
+
+
+def _compat(rootfs: str) -> None:
+    """A CUDA compat folder with a libcuda of a newer branch (the bench library, renamed)."""
+    compat = Path(rootfs, "usr/local/cuda/compat")
+    if not compat.is_dir():
+        compat.mkdir(parents=True)
+        shutil.copy(Path(rootfs, LIBDIR.lstrip("/"), "libnvhookbench.so.1.0"),
+                    compat / "libcuda.so.575.57.08")  # fmt: skip
 
 
 def _time(argv: list[str], stdin: str, runs: int, before: Callable[[], object] | None = None,
@@ -220,6 +231,12 @@ def main() -> None:
             ("  + 8 DRI device links (2 nodes there)",
              _time([hook, "create-container", *links, *_dri_links(rootfs), *folders],
                    state, runs)),
+            ("  + --cuda-compat, no compat folder",
+             _time([hook, "create-container", *links, *folders, "--cuda-compat", "550.54.15"],
+                   state, runs)),
+            ("  + --cuda-compat, a newer libcuda",
+             _time([hook, "create-container", *links, *folders, "--cuda-compat", "550.54.15"],
+                   state, runs, before=lambda: _compat(rootfs))),
         ]  # fmt: skip
         rows += _procfs_row(hook, rootfs, state, runs)
         rows += _netdev_rows(hook, runs)

@@ -22,7 +22,9 @@ __all__ = [
     "DEVICE_LIST_MOUNT_SOURCE",
     "DEVICE_NONE",
     "DEVICE_VOID",
+    "ENV_CUDA_COMPAT_DIR",
     "ENV_CUDA_VERSION",
+    "ENV_DISABLE_CUDA_COMPAT",
     "ENV_DISABLE_REQUIRE",
     "ENV_DRIVER_CAPABILITIES",
     "ENV_FEATURES",
@@ -56,6 +58,12 @@ ENV_REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA"
 ENV_REQUIRE_IGNORED: tuple[str, ...] = ("NVIDIA_REQUIRE_JETPACK",)
 #: A boolean (Go ``strconv.ParseBool`` spelling) that turns the requirement check off.
 ENV_DISABLE_REQUIRE = "NVIDIA_DISABLE_REQUIRE"
+#: A boolean (``ParseBool`` spelling): true keeps the host's ``libcuda`` even when the image
+#: ships a newer one for CUDA forward compatibility (:mod:`nvhook.hook.cuda_compat`).
+ENV_DISABLE_CUDA_COMPAT = "NVIDIA_DISABLE_CUDA_COMPAT"
+#: Where the image keeps its CUDA forward compatibility libraries (default
+#: ``/usr/local/cuda/compat``), a path inside the container.
+ENV_CUDA_COMPAT_DIR = "NVIDIA_CUDA_COMPAT_DIR"
 #: Set by CUDA images before NVIDIA_REQUIRE_CUDA existed (legacy images).
 ENV_CUDA_VERSION = "CUDA_VERSION"
 #: IMEX channels: ``all`` or a comma list of channel numbers.

@@ -113,7 +113,12 @@ class Decision(Frozen):
         elif requests.disable_require:
             status = "not checked: NVIDIA_DISABLE_REQUIRE is set"
         elif facts is not None:
-            status = f"met (CUDA {facts.cuda_version}, driver {facts.driver_version})"
+            cuda = (
+                f"{facts.cuda_version} from {facts.cuda_from}"
+                if facts.cuda_from
+                else (facts.cuda_version)
+            )
+            status = f"met (CUDA {cuda}, driver {facts.driver_version})"
         elif isinstance(error, RequirementError):
             return tuple(
                 (
@@ -208,7 +213,14 @@ def decide_spec(spec: dict[str, Any], settings: Settings, *, bundle: str = "") -
             else:
                 from nvhook.edits import Host, plan
 
-                planned = plan(requests, Host.from_settings(settings))
+                host = Host.from_settings(settings)
+                if requests.requirements and not requests.disable_require:
+                    from nvhook.hook import container_env  # the compat libcuda's CUDA counts
+
+                    env = container_env(spec)
+                    planned = plan(requests, host, rootfs=_rootfs(spec, bundle), env=env)
+                else:
+                    planned = plan(requests, host)
                 edits = planned.edits
             from oci.cdi.apply import apply  # copy, weakref: not for creates that ask for nothing
 
@@ -230,6 +242,17 @@ def decide_spec(spec: dict[str, Any], settings: Settings, *, bundle: str = "") -
         error,
         tuple(warnings),
     )
+
+
+def _rootfs(spec: dict[str, Any], bundle: str) -> str | None:
+    """The container's rootfs (``root.path``, relative to the bundle), None when unknown."""
+    import os
+
+    root = spec.get("root")
+    path = root.get("path") if isinstance(root, dict) else None
+    if not isinstance(path, str) or not path or not (bundle or os.path.isabs(path)):
+        return None
+    return path if os.path.isabs(path) else os.path.join(bundle, path)
 
 
 def _resolve_cdi(names: tuple[str, ...], settings: Settings, warnings: list[str]) -> Edits:

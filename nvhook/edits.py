@@ -41,15 +41,19 @@ from nvhook.errors import DriverError
 from nvhook.requests.ids import All, Requests, Void
 from oci._frozen import Frozen
 from oci.cdi.edits import Edits
+from oci.errors import Error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from nvhook.devices.procfs import ProcDriver
     from nvhook.discover import DriverFiles
+    from nvhook.hook.cuda_compat import Compat
     from nvhook.requests.requirements import HostFacts
     from nvhook.settings import Settings
 
-__all__ = ["INJECTED_ENV", "Host", "Plan", "plan"]
+__all__ = ["INJECTED_ENV", "Host", "Plan", "cuda_compat_of", "plan"]
 
 GRAPHICS_CAPABILITIES = frozenset({"graphics", "display"})
 #: What the container's env says once its request is served (and what a generated spec sets).
@@ -67,6 +71,8 @@ class Host(Frozen, kw_only=True):
     dev_root: str = ""
     resolver: str = "procfs"  # "procfs" | "nvml"
     hook_path: str = ""
+    #: ``hook.cuda_compat``: the hook gets ``--cuda-compat`` (CUDA forward compatibility).
+    cuda_compat: bool = True
 
     def __post_init__(self) -> None:
         from nvhook.discover.hooks import default_hook_path
@@ -86,6 +92,7 @@ class Host(Frozen, kw_only=True):
             dev_root=settings.host_dev_root,
             resolver=settings.host_resolver,
             hook_path=settings.hook_path,
+            cuda_compat=settings.hook_cuda_compat,
         )
 
 
@@ -100,8 +107,18 @@ class Plan(Frozen, kw_only=True):
     edits: Edits
 
 
-def plan(requests: Requests, host: Host) -> Plan:
+def plan(
+    requests: Requests,
+    host: Host,
+    *,
+    rootfs: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Plan:
     """Resolve ``requests`` on ``host`` and build the edits (raises nvhook errors on failure).
+
+    ``rootfs`` and ``env`` are the container's (None: not known): ``NVIDIA_REQUIRE_CUDA`` is
+    checked against the CUDA version of the image's forward compatibility ``libcuda`` when
+    the hook will put it first (:func:`cuda_compat_of`).
 
     With graphics or display, the hook carries the DRI ``by-path`` links of every GPU of the
     host as ``--device-link``s, made only where the container has the node
@@ -115,7 +132,7 @@ def plan(requests: Requests, host: Host) -> Plan:
     else:
         gpus = from_procfs(driver)
     selected = resolve(requests.devices, gpus)
-    facts = _check_requirements(requests, host, gpus, selected, driver)
+    facts = _check_requirements(requests, host, gpus, selected, driver, rootfs, env or {})
     if isinstance(requests.devices, Void) and not requests.imex_channels:
         return Plan(
             requests=requests,
@@ -155,7 +172,9 @@ def plan(requests: Requests, host: Host) -> Plan:
     )
     mounts = files.to_edits()
     edits += mounts
-    edits += _hooks(files, mounts, host, device_links)
+    compute = any(c.capability == "compute" for c in files.capabilities)
+    compat = driver.version if host.cuda_compat and compute and driver.version else None
+    edits += _hooks(files, mounts, host, device_links, compat)
     edits += Edits(env=(INJECTED_ENV,))
     return Plan(
         requests=requests,
@@ -172,12 +191,17 @@ DRIVER_PARAMS = "proc/driver/nvidia/params"
 
 
 def _hooks(
-    files: DriverFiles, mounts: Edits, host: Host, device_links: tuple[tuple[str, str], ...]
+    files: DriverFiles,
+    mounts: Edits,
+    host: Host,
+    device_links: tuple[tuple[str, str], ...],
+    cuda_compat: str | None,
 ) -> Edits:
     """One createContainer hook: the container's driver params with ``ModifyDeviceFiles: 0``
     (when the host has a params file), the driver's symlinks and the DRI ``by-path`` links of
-    ``device_links``, then the ld cache over the folders of the mounted libraries (one
-    process for all: docs/architecture.md, section 3)."""
+    ``device_links``, then the ld cache over the folders of the mounted libraries, the image's
+    CUDA forward compatibility folder first when it counts (``cuda_compat``: the host driver's
+    version, with compute) (one process for all: docs/architecture.md, section 3)."""
     folders = sorted(
         {
             os.path.dirname(m.container_path)
@@ -190,13 +214,14 @@ def _hooks(
     params = os.path.join(host.root, DRIVER_PARAMS)
     has_params = os.path.isfile(params)
     if not files.symlinks and not folders and not has_params and not device_links:
-        return Edits()
+        return Edits()  # no compute either, so no --cuda-compat
     links = [(s.target, s.link) for s in files.symlinks]
     hook = create_container_hook(
         links=links,
         device_links=device_links,
         folders=folders,
         params=os.path.normpath(params) if has_params else None,
+        cuda_compat=cuda_compat,
         hook_path=host.hook_path,
     )
     return Edits(hooks=(hook,))
@@ -247,17 +272,45 @@ def nvml_library_dir(driver_root: str) -> str | None:
     raise DriverError(f"{driver_root}/etc/ld.so.cache: no libnvidia-ml.so.1 (NVML) in the cache")
 
 
+def cuda_compat_of(
+    requests: Requests, host: Host, driver_version: str, rootfs: str | None, env: Mapping[str, str]
+) -> Compat | str | None:
+    """What the hook's ``--cuda-compat`` will find in the container at ``rootfs``
+    (:func:`nvhook.hook.cuda_compat.find_compat`); None when it does not look (no compute,
+    ``hook.cuda_compat`` off, the container opts out, no rootfs or driver version)."""
+    from nvhook.hook.cuda_compat import compat_dir_of, disabled_by, find_compat
+
+    compute = "compute" in requests.capabilities or "all" in requests.capabilities
+    if not (host.cuda_compat and compute and rootfs and driver_version) or disabled_by(env):
+        return None
+    from nvhook.hook.safepath import open_root
+
+    try:
+        with open_root(rootfs) as root:
+            return find_compat(root, compat_dir_of(env), driver_version)
+    except (OSError, Error) as e:
+        return f"cannot look into {rootfs}: {e}"
+
+
 def _check_requirements(
     requests: Requests,
     host: Host,
     gpus: HostGpus,
     selected: tuple[Selected, ...],
     driver: ProcDriver,
+    rootfs: str | None,
+    env: Mapping[str, str],
 ) -> HostFacts | None:
     if not requests.requirements or requests.disable_require:
         return None
     from nvhook.devices.nvml import open_nvml
-    from nvhook.requests.requirements import GpuFacts, HostFacts, check_requirements
+    from nvhook.hook.cuda_compat import Compat
+    from nvhook.requests.requirements import (
+        GpuFacts,
+        HostFacts,
+        check_requirements,
+        parse_version,
+    )
 
     with open_nvml(nvml_library_dir(host.driver_root)) as nvml:
         info = nvml.driver()
@@ -269,6 +322,20 @@ def _check_requirements(
         if gpu is None:
             raise DriverError(f"GPU {parent.index} ({parent.uuid}) is in /proc but not in NVML")
         chosen.append(GpuFacts(gpu.compute_capability, gpu.brand, gpu.name))
-    facts = HostFacts(info.cuda_version, info.driver_version or driver.version, tuple(chosen))
+    driver_version = info.driver_version or driver.version
+    facts = HostFacts(info.cuda_version, driver_version, tuple(chosen))
+    compat = cuda_compat_of(requests, host, driver_version, rootfs, env)
+    if isinstance(compat, Compat) and compat.used and compat.cuda_version:
+        newer = not info.cuda_version or (
+            parse_version(compat.cuda_version) > parse_version(info.cuda_version)
+        )
+        if newer:  # what the container's libcuda will be (the hook puts it first)
+            facts = facts._replace(
+                cuda_version=compat.cuda_version,
+                cuda_from=(
+                    f"CUDA forward compatibility: {compat.folder}/{compat.library} over the "
+                    f"host's {info.cuda_version or 'unknown'}"
+                ),
+            )
     check_requirements(requests, facts)
     return facts

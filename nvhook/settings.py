@@ -190,6 +190,14 @@ KEYS: dict[str, tuple[Any, str, tuple[str, ...] | None, str]] = {
         "The host's ldconfig for the ld cache hook; empty means /sbin/ldconfig.real where "
         "it exists, else /sbin/ldconfig.",
     ),
+    "hook.cuda_compat": (
+        True,
+        _BOOL,
+        None,
+        "CUDA forward compatibility: the hook puts an image's newer libcuda (in "
+        "/usr/local/cuda/compat or NVIDIA_CUDA_COMPAT_DIR) first in its ld cache; false "
+        "keeps the host's for every container (one opts out with NVIDIA_DISABLE_CUDA_COMPAT).",
+    ),
 }
 
 
@@ -223,6 +231,7 @@ class Settings(Frozen):
     policy_default_capabilities: tuple[str, ...]
     hook_path: str
     hook_ldconfig: str
+    hook_cuda_compat: bool
 
 
 def field_name(key: str) -> str:

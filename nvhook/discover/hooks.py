@@ -123,6 +123,7 @@ def create_container_hook(
     device_links: Iterable[tuple[str, str]] = (),
     folders: Iterable[str] = (),
     params: str | None = None,
+    cuda_compat: str | None = None,
     hook_path: str,
 ) -> Hook:
     """createContainer ``nvhook-hook create-container [--params P] --link T::L… --folder F…``.
@@ -133,7 +134,9 @@ def create_container_hook(
     each container ~15-20 ms). ``links`` as for :func:`symlinks_hook`; ``device_links``
     (``(target, link)`` pairs, ``--device-link``) are made only where the target is a
     device node in the container (DRI ``by-path`` links); all deduplicated, in order; at
-    least one of them.
+    least one of them. ``cuda_compat`` (the host driver's version) adds ``--cuda-compat``:
+    the image's CUDA forward compatibility folder first in the ld cache when its ``libcuda``
+    is newer (:mod:`nvhook.hook.cuda_compat`).
     """
     args: list[str] = []
     if params is not None:
@@ -146,6 +149,12 @@ def create_container_hook(
         args += ["--params", params]
     args += _link_args(links) + _link_args(device_links, option="--device-link")
     args += _folder_args(folders)
+    if cuda_compat is not None:
+        from nvhook.discover.libraries import is_version
+
+        if not is_version(cuda_compat):
+            raise ValueError(f"cuda_compat must be a driver version, got {cuda_compat!r}")
+        args += ["--cuda-compat", cuda_compat]
     if not args:
         raise ValueError("create_container_hook needs params, a link or a folder")
     return _hook("create-container", args, hook_path)

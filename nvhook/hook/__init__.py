@@ -47,7 +47,7 @@ from oci.errors import Error, ExitCode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from oci.state import State
 
@@ -56,6 +56,7 @@ __all__ = [
     "PROGRAM",
     "USAGE",
     "UsageError",
+    "container_env",
     "create_container",
     "main",
     "parse_args",
@@ -74,6 +75,7 @@ COMMANDS: dict[str, dict[str, bool]] = {
         "--device-link": True,
         "--folder": True,
         "--ldconfig": False,
+        "--cuda-compat": False,
     },
     "update-ldcache": {"--folder": True, "--ldconfig": False},
     "create-symlinks": {"--link": True},
@@ -82,7 +84,7 @@ COMMANDS: dict[str, dict[str, bool]] = {
 }
 #: Each command: the options of which at least one must be given.
 _REQUIRED: dict[str, tuple[str, ...]] = {
-    "create-container": ("--params", "--link", "--device-link", "--folder"),
+    "create-container": ("--params", "--link", "--device-link", "--folder", "--cuda-compat"),
     "update-ldcache": ("--folder",),
     "create-symlinks": ("--link",),
     "netdev": ("--device",),
@@ -95,12 +97,15 @@ The OCI state of the container is read from stdin.
 
 commands:
   create-container [--params FILE] [--link TARGET::LINK]... [--device-link TARGET::LINK]...
-                   [--folder DIR]... [--ldconfig PATH]
+                   [--folder DIR]... [--ldconfig PATH] [--cuda-compat HOST_DRIVER_VERSION]
       (createContainer) in one process: mount a copy of the host's driver params FILE
       with ModifyDeviceFiles: 0 read-only over /proc/driver/nvidia/params in the rootfs
       (skipped when the container has none), then create-symlinks (a --device-link only
-      when its target is a character device in the rootfs), then update-ldcache; at least
-      one --params, --link, --device-link or --folder
+      when its target is a character device in the rootfs), then update-ldcache; with
+      --cuda-compat, the image's CUDA forward compatibility folder
+      ($NVIDIA_CUDA_COMPAT_DIR or /usr/local/cuda/compat) comes first in the ld cache when
+      its libcuda is newer than the host driver (not when the container sets
+      NVIDIA_DISABLE_CUDA_COMPAT=true); at least one option besides --ldconfig
   update-ldcache --folder DIR [--folder DIR]... [--ldconfig PATH]
       (createContainer) list DIRs in /etc/ld.so.conf.d/00-nvhook.conf in the rootfs and run
       the host's ldconfig against the rootfs (default: /sbin/ldconfig.real, /sbin/ldconfig
@@ -175,16 +180,21 @@ def create_container(
     rootfs: str,
     options: dict[str, list[str]],
     *,
+    env: Mapping[str, str] | None = None,
     ldconfig: str | None = None,
     log: Callable[[str], None],
 ) -> None:
     """The steps of ``create-container`` (and of the two older commands) over ``rootfs``,
     from their parsed ``options``, in their order; hook mode (:mod:`.prestart`) runs the same.
-    ``ldconfig`` is the default for a missing ``--ldconfig``."""
+    ``env`` is the container's (``--cuda-compat`` reads it), ``ldconfig`` the default for a
+    missing ``--ldconfig``."""
     links = options.get("--link", [])
     device_links = options.get("--device-link", [])
     folders = options.get("--folder", [])
     params = options.get("--params", [])
+    compat = options.get("--cuda-compat", [])
+    if compat:  # the image's newer libcuda before the driver's folders (cuda_compat module)
+        folders = _with_compat(rootfs, compat[0], env or {}, folders)
     if params:  # first: the driver must not make nodes for a later step's opens
         from nvhook.hook.device_files import disable_device_file_modification
 
@@ -204,6 +214,38 @@ def create_container(
         update_ldcache(rootfs, folders, ldconfig=given[0] if given else ldconfig, log=log)
 
 
+def _with_compat(
+    rootfs: str, host_driver: str, env: Mapping[str, str], folders: list[str]
+) -> list[str]:
+    from nvhook.hook.cuda_compat import Compat, compat_dir_of, disabled_by, find_compat
+    from nvhook.hook.safepath import open_root
+    from nvhook.hook.update_ldcache import check_folder
+
+    if disabled_by(env):
+        return folders
+    with open_root(rootfs) as root:
+        found = find_compat(root, compat_dir_of(env), host_driver)
+    if not isinstance(found, Compat) or not found.used:
+        return folders
+    try:
+        check_folder(found.folder)  # a name ld.so.conf cannot hold is not used
+    except Error:
+        return folders
+    return [found.folder, *(f for f in folders if f != found.folder)]
+
+
+def container_env(spec: Mapping[str, object]) -> dict[str, str]:
+    """``process.env`` of a config.json as a dict (the last definition of a name wins)."""
+    process = spec.get("process")
+    items = process.get("env") if isinstance(process, dict) else None
+    env: dict[str, str] = {}
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, str) and "=" in item:
+            name, _, value = item.partition("=")
+            env[name] = value
+    return env
+
+
 def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
     state = read_state(stdin)
 
@@ -215,7 +257,12 @@ def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
 
         prestart(state, log=log)
     elif command != "netdev":
-        create_container(rootfs_of(state), options, log=log)
+        env = None
+        if options.get("--cuda-compat"):
+            from oci.bundle import Bundle
+
+            env = container_env(Bundle(state.bundle).load())
+        create_container(rootfs_of(state), options, env=env, log=log)
     else:
         from nvhook.hook.netdev import move_devices, parse_device
 

@@ -42,7 +42,7 @@ from nvhook.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from oci.cdi.edits import Hook
@@ -91,7 +91,10 @@ def prestart(state: State, *, log: Callable[[str], None]) -> bool:
     if result == spec:
         log(f"{state.bundle}/config.json already carries the edits (nvhook-runtime): nothing to do")
         return False
-    steps = [_hook_step(hook, settings.hook_ldconfig) for hook in edits.hooks]
+    from nvhook.hook import container_env
+
+    environ = container_env(spec)
+    steps = [_hook_step(hook, settings.hook_ldconfig, environ) for hook in edits.hooks]
     from nvhook.edits import INJECTED_ENV  # "served": a process's env cannot change now
 
     env = added_entries(spec.get("process", {}).get("env"), result.get("process", {}).get("env"))
@@ -125,7 +128,7 @@ def _rootfs(spec: dict[str, Any], bundle: str) -> str:
     return path if os.path.isabs(path) else os.path.join(bundle, path)
 
 
-def _hook_step(hook: Hook, ldconfig: str) -> Callable[[str], None]:
+def _hook_step(hook: Hook, ldconfig: str, env: Mapping[str, str]) -> Callable[[str], None]:
     """What running ``hook`` at createContainer would do, as a call over the rootfs."""
     from nvhook.hook import PROGRAM, create_container, parse_args
     from nvhook.hook.create_symlinks import parse_link
@@ -152,6 +155,6 @@ def _hook_step(hook: Hook, ldconfig: str) -> Callable[[str], None]:
         print(f"{PROGRAM} prestart: update-ldcache: {message}", file=sys.stderr)
 
     def step(rootfs: str) -> None:  # as create-container: params, links, then the ld cache
-        create_container(rootfs, options, ldconfig=ldconfig or None, log=note)
+        create_container(rootfs, options, env=env, ldconfig=ldconfig or None, log=note)
 
     return step

@@ -140,11 +140,17 @@ class GpuFacts(Frozen):
 
 class HostFacts(Frozen):
     """What a requirement can ask about the host: the driver's CUDA version (``"12.4"``),
-    the driver version (``"550.54.15"``) and the GPUs that will be injected."""
+    the driver version (``"550.54.15"``) and the GPUs that will be injected.
+
+    ``cuda_from`` names where ``cuda_version`` comes from when it is not the host driver's:
+    the image's CUDA forward compatibility ``libcuda``, which the container will load
+    (:mod:`nvhook.hook.cuda_compat`); ``""``: the host driver.
+    """
 
     cuda_version: str
     driver_version: str
     gpus: tuple[GpuFacts, ...] = ()
+    cuda_from: str = ""
 
     def __post_init__(self) -> None:
         _check_host_version(self.cuda_version, "CUDA version")
@@ -251,6 +257,8 @@ def unmet_condition(
 
 def _host_value(condition: Condition, host: HostFacts, gpu: GpuFacts | None, index: int) -> str:
     if condition.key == "cuda":
+        if host.cuda_from:
+            return f"the container's CUDA version is {host.cuda_version} ({host.cuda_from})"
         return f"the host's CUDA version is {host.cuda_version}"
     if condition.key == "driver":
         return f"the host's driver is {host.driver_version}"

@@ -123,6 +123,7 @@ def describe(
                 f"the container's env says {INJECTED_ENV}: a second injector (a legacy "
                 "nvidia-container-runtime-hook, a nested runtime) adds nothing"
             )
+        out["cuda_compat"] = _cuda_compat(decision)
     if decision.error is not None:
         out["outcome"] = _failure(decision.error)
     elif decision.mode is None:
@@ -170,8 +171,51 @@ def _empty(bundle: str) -> dict[str, Any]:
         "missing_files": {},
         "edits": None,
         "after_injection": None,
+        "cuda_compat": None,
         "outcome": None,
     }
+
+
+def _cuda_compat(decision: Decision) -> str | None:
+    """What the hook's ``--cuda-compat`` will do in this container (None: not asked)."""
+    from nvhook.constants import ENV_DISABLE_CUDA_COMPAT
+    from nvhook.hook import container_env
+    from nvhook.hook.cuda_compat import Compat, compat_dir_of, disabled_by, find_compat
+    from nvhook.hook.safepath import open_root
+
+    assert decision.edits is not None
+    version = next(
+        (
+            h.args[i + 1]
+            for h in decision.edits.hooks
+            for i, a in enumerate(h.args[:-1])
+            if a == "--cuda-compat"
+        ),
+        None,
+    )
+    if version is None or decision.spec is None:
+        return None
+    env = container_env(decision.spec)
+    if disabled_by(env):
+        return f"off: the container sets {ENV_DISABLE_CUDA_COMPAT} (the host's libcuda is used)"
+    root = decision.spec.get("root")
+    path = root.get("path") if isinstance(root, dict) else None
+    if not isinstance(path, str) or not path:
+        return "decided by the hook at createContainer (config.json has no root.path)"
+    rootfs = os.path.join(decision.bundle, path)
+    folder = compat_dir_of(env)
+    try:
+        with open_root(rootfs) as fs:
+            found = find_compat(fs, folder, version)
+    except (OSError, Error) as e:
+        return f"decided by the hook at createContainer (cannot look into {rootfs} now: {e})"
+    if not isinstance(found, Compat):
+        return f"not used: {found} (host driver {version})"
+    cuda = f", CUDA {found.cuda_version}" if found.cuda_version else ""
+    where = f"{found.folder}/{found.library}{cuda}"
+    if found.used:
+        return f"{where} comes first in the container's ld cache: {found.reason}"
+    return f"{where} not used: {found.reason}"
 
 
 def _failure(error: Error) -> dict[str, Any]:
@@ -316,6 +360,8 @@ def render_text(data: dict[str, Any]) -> str:
             lines.append(f"  network device {d['hostInterfaceName']} -> {d['name']}")
     if data["after_injection"]:
         lines.append(f"After injection: {data['after_injection']}")
+    if data["cuda_compat"]:
+        lines.append(f"CUDA forward compatibility: {data['cuda_compat']}")
     outcome = data["outcome"]
     if outcome["result"] == "fail":
         lines.append(f"Result: would fail: {outcome['error']} (exit code {outcome['exit_code']})")

@@ -466,3 +466,66 @@ def test_create_symlinks_target_outside_the_rootfs_is_refused(
         ["find", str(rootfs), "-name", "libnvhook-evil.so"], capture_output=True, text=True
     )
     assert found.stdout == ""
+
+
+# --------------------------------------------------------------------------- CUDA compat
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_cuda_compat_folder_symlinked_to_a_host_dir(
+    form: str, shim_runc: Runc, busybox_copy: Path, tmp_path: Path
+) -> None:
+    """``/usr/local/cuda`` points at a host directory whose ``compat/`` holds a newer
+    ``libcuda``. ``--cuda-compat`` looks inside the rootfs only: the absolute and ``..``
+    forms lead to nothing there, so the host's file is never listed in the container's ld
+    cache; the procfs form (a magic link once the container's /proc is mounted) is refused.
+    Control: followed on the host, each form does reach the host's library."""
+    host = host_tree(tmp_path / "host")
+    (host / "compat").mkdir()
+    (host / "compat" / "libcuda.so.999.1.1").write_bytes(b"\x7fELF the host's")
+    bundle = hostile_bundle(tmp_path / "b", busybox_copy, READ_LIBCUDA, [GPU0])
+    rootfs = (bundle / "rootfs").resolve()
+    cuda = rootfs / "usr/local/cuda"
+    cuda.parent.mkdir(parents=True)
+    cuda.symlink_to(escape_forms(rootfs, host)[FORMS.index(form)])
+    if form != "proc-self-root":  # the control: on the host, the link does lead there
+        assert (cuda / "compat" / "libcuda.so.999.1.1").is_file()
+    before = snapshot(host)
+    cid = unique_id("compat")
+
+    result = _start(shim_runc, bundle, cid)
+
+    assert snapshot(host) == before
+    spec = json.loads((bundle / "config.json").read_text())
+    (hook,) = spec["hooks"]["createContainer"]
+    assert "--cuda-compat" in hook["args"]
+    if form == "proc-self-root":
+        assert "error running hook" in result.stderr and "magic link" in result.stderr
+        not_created(shim_runc, cid)
+        return
+    assert result.returncode == 0, result.stderr
+    conf = (rootfs / "etc/ld.so.conf.d/00-nvhook.conf").read_text()
+    assert "compat" not in conf and str(host) not in conf
+    assert "999" not in json.dumps(cache_entries(rootfs / "etc" / "ld.so.cache"))
+
+
+def test_cuda_compat_names_that_are_not_files(
+    shim_runc: Runc, busybox_copy: Path, tmp_path: Path
+) -> None:
+    """A FIFO, a directory and a symlink to ``/dev/zero`` named like a newer compat
+    ``libcuda``: none is opened or read (a FIFO would block the hook until its timeout,
+    ``/dev/zero`` never end), none is taken for the library, the container starts."""
+    bundle = hostile_bundle(tmp_path / "b", busybox_copy, READ_LIBCUDA, [GPU0])
+    compat = bundle / "rootfs/usr/local/cuda/compat"
+    compat.mkdir(parents=True)
+    os.mkfifo(compat / "libcuda.so.999.1.1")
+    (compat / "libcuda.so.999.1.2").mkdir()
+    (compat / "libcuda.so.999.1.3").symlink_to("/dev/zero")
+    start = time.monotonic()
+
+    result = _start(shim_runc, bundle, unique_id("compat-names"))
+
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - start < 30
+    conf = (bundle / "rootfs/etc/ld.so.conf.d/00-nvhook.conf").read_text()
+    assert "/usr/local/cuda/compat" not in conf

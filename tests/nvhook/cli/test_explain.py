@@ -203,6 +203,61 @@ def test_unmet_requirement(
     )
 
 
+@pytest.mark.parametrize(
+    ("drivers", "extra", "requirement", "compat"),
+    [
+        (
+            (550,),
+            [],
+            "met (CUDA 12.9 from CUDA forward compatibility: /usr/local/cuda/compat/"
+            "libcuda.so.575.57.08 over the host's 12.4, driver 550.54.15)",
+            "/usr/local/cuda/compat/libcuda.so.575.57.08, CUDA 12.9 comes first in the "
+            "container's ld cache: newer than the host driver 550.54.15, whose branch it lists",
+        ),
+        (
+            (570,),
+            [],
+            "NOT MET",
+            "/usr/local/cuda/compat/libcuda.so.575.57.08, CUDA 12.9 not used: its note does "
+            "not list the host's branch 550",
+        ),
+        (
+            (550,),
+            ["NVIDIA_DISABLE_CUDA_COMPAT=1"],
+            "NOT MET",
+            "off: the container sets NVIDIA_DISABLE_CUDA_COMPAT (the host's libcuda is used)",
+        ),
+    ],
+    ids=["used", "branch-not-listed", "opted-out"],
+)
+def test_cuda_compat_explained(
+    dgx: Path,
+    bundle: Callable[..., Path],
+    capfd: pytest.CaptureFixture[str],
+    drivers: tuple[int, ...],
+    extra: list[str],
+    requirement: str,
+    compat: str,
+) -> None:
+    """CUDA forward compatibility: the image's compat libcuda (575, CUDA 12.9) over the
+    dgx-a100's 550 (12.4); ``cuda>=12.9`` holds only when the hook will put it first."""
+    from nvhook.mock.compat import lay_out_compat
+
+    b = bundle(["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.9", *extra])
+    lay_out_compat(b / "rootfs", profile="dgx-a100", version="575.57.08", cuda="12.9",
+                   drivers=drivers)  # fmt: skip
+    code, out, _ = _run(["explain", "-b", str(b), "--root", str(dgx)], capfd)
+    lines = out.splitlines()
+    assert f"Requirement NVIDIA_REQUIRE_CUDA='cuda>=12.9': {requirement}" in lines
+    if requirement == "NOT MET":
+        assert code == 7
+        assert "the host's CUDA version is 12.4" in lines[-1]
+        return
+    assert code == 0
+    assert f"CUDA forward compatibility: {compat}" in lines
+    assert "--cuda-compat 550.54.15" in out
+
+
 def test_strict_policy_from_config_ignores_unprivileged_env(
     dgx: Path,
     bundle: Callable[..., Path],

@@ -36,6 +36,7 @@ def test_parse_args_forms() -> None:
             "--device-link": [],
             "--folder": ["/a"],
             "--ldconfig": [],
+            "--cuda-compat": [],
         },
     )
     assert parse_args(["create-container", "--device-link", "../card1::/dev/dri/c"])[1][
@@ -59,7 +60,7 @@ def test_parse_args_forms() -> None:
         (["create-symlinks"], "at least one --link"),
         (
             ["create-container", "--ldconfig", "/x"],
-            "at least one --params or --link or --device-link or --folder",
+            "at least one --params or --link or --device-link or --folder or --cuda-compat",
         ),
         (["create-container", "--params", "/p", "--params=/q"], "--params given more than once"),
     ],
