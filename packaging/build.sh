@@ -62,22 +62,27 @@ find_nfpm() {
 # only) for MACHINE into STAGE and list it in STAGE's nfpm.yaml as /usr/lib/nvhook/nvhook-runtime
 # (setup installs it in front of /opt/nvhook/bin/nvhook-runtime.py, whose path is compiled
 # in), when a C compiler for MACHINE is here: cc for this machine, MACHINE-linux-gnu-gcc for
-# another; static where its C library allows. Without one the package has none, and setup
+# another, else clang --target=MACHINE-linux-gnu over Debian's cross C library in
+# /usr/MACHINE-linux-gnu; static where its C library allows. Without one the package has none, and setup
 # builds it on the target if a compiler is there (else nvhook-runtime is the Python launcher).
 frontend() {
-    local m="$1" stage="$2" cc="" static
+    local m="$1" stage="$2" static cc=()
     if [[ "$m" == "$(uname -m)" ]]; then
-        cc="$(command -v cc || command -v gcc || true)"
-    else
-        cc="$(command -v "$m-linux-gnu-gcc" || true)"
+        cc=("$(command -v cc || command -v gcc || true)")
+    elif command -v "$m-linux-gnu-gcc" >/dev/null; then
+        cc=("$(command -v "$m-linux-gnu-gcc")")
+    elif command -v clang >/dev/null && [[ -d "/usr/$m-linux-gnu/lib" ]]; then
+        # clang cross-compiles with Debian's cross C library (libc6-dev-arm64-cross) and
+        # binutils; gcc-aarch64-linux-gnu itself conflicts with gcc-multilib on amd64
+        cc=("$(command -v clang)" "--target=$m-linux-gnu")
     fi
-    if [[ -z "$cc" ]]; then
+    if [[ -z "${cc[0]:-}" ]]; then
         say "no C compiler for $m: its packages have no native front-end"
         return 0
     fi
     for static in -static ""; do
         # shellcheck disable=SC2086 # $static: one flag or none
-        if "$cc" -std=c11 -O2 -s $static -Wall -Wextra -Werror \
+        if "${cc[@]}" -std=c11 -O2 -s $static -Wall -Wextra -Werror \
             -DNVHOOK_LAUNCHER='"/opt/nvhook/bin/nvhook-runtime.py"' \
             -o "$stage/nvhook-runtime" "$ROOT/nvhook/frontend/nvhook-runtime.c" 2>"$stage/cc.log"; then
             rm -f "$stage/cc.log"
@@ -86,7 +91,7 @@ frontend() {
             return 0
         fi
     done
-    die "$cc cannot compile nvhook/frontend/nvhook-runtime.c: $(cat "$stage/cc.log")"
+    die "${cc[*]} cannot compile nvhook/frontend/nvhook-runtime.c: $(cat "$stage/cc.log")"
 }
 
 main() {

@@ -31,13 +31,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("NVHOOK_TEST_CACHE", "/var/cache/nvhook-tests"))
 
 
-def debian_root(suite: str, packages: tuple[str, ...], variant: str = "minbase") -> Path:
-    """The cached root of ``suite`` with ``packages``, made first if missing."""
+def debian_root(
+    suite: str, packages: tuple[str, ...], variant: str = "minbase", arch: str | None = None
+) -> Path:
+    """The cached root of ``suite`` with ``packages``, made first if missing; of another
+    Debian architecture ``arch`` (``arm64``: its programs run under qemu-user, through the
+    kernel's binfmt_misc, see :func:`require_foreign`)."""
     recipe = f"{suite} {variant} {' '.join(sorted(packages))} {MIRROR}"
+    if arch is not None:
+        recipe += f" {arch}"
     digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
-    root = cache / f"debian-{suite}-{digest}"
+    root = cache / f"debian-{suite}{'-' + arch if arch else ''}-{digest}"
     with open(cache / f".debian-{suite}-{digest}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (root / "etc/debian_version").is_file():
@@ -46,6 +52,7 @@ def debian_root(suite: str, packages: tuple[str, ...], variant: str = "minbase")
         shutil.rmtree(tmp, ignore_errors=True)
         proc = subprocess.run(
             [require("mmdebstrap"), f"--variant={variant}", f"--include={','.join(packages)}",
+             *([f"--architectures={arch}"] if arch else []),
              "--mode=root", suite, str(tmp), MIRROR],
             capture_output=True, text=True, timeout=900, check=False,
         )  # fmt: skip
@@ -55,6 +62,25 @@ def debian_root(suite: str, packages: tuple[str, ...], variant: str = "minbase")
         (tmp / "etc/nvhook-test-recipe").write_text(recipe + "\n")
         tmp.rename(root)
     return root
+
+
+#: Debian architecture -> the binfmt_misc entry qemu-user-static registers for it.
+QEMU_BINFMT = {"arm64": "qemu-aarch64"}
+
+
+def require_foreign(arch: str) -> None:
+    """Programs of ``arch`` run here: qemu-user-static's binfmt_misc entry is enabled (./dev
+    setup installs it and mounts binfmt_misc); else skip (fail under CI)."""
+    entry = Path("/proc/sys/fs/binfmt_misc") / QEMU_BINFMT[arch]
+    try:
+        enabled = entry.read_text().splitlines()[0] == "enabled"
+    except OSError:
+        enabled = False
+    if not enabled:
+        message = f"{entry} is not enabled: no qemu-user for {arch} (./dev setup installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
 
 
 def _mount(*argv: str) -> None:
