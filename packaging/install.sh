@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # install.sh install|uninstall: put nvhook on a node, or take it off again. Run as root.
 #
-# install, step by step; each step is idempotent, so running it again is safe:
-#   venv    a self-contained Python environment in PREFIX, made by PYTHON (an absolute
-#           interpreter, the node's own), nvhook installed into it from SOURCE, and the
-#           nvhook-runtime / nvhook-hook launchers written with PREFIX/bin/python as their
-#           absolute, isolated interpreter (`nvhook install-entrypoints`)
+# install first runs ./preflight, which changes nothing: without bash, the commands this script
+# runs, or an interpreter (below), it stops there with one line naming what to install. Then,
+# step by step; each step is idempotent, so running it again is safe:
+#   venv    a self-contained Python environment in PREFIX, made by PYTHON, nvhook installed into
+#           it from SOURCE, and the nvhook-runtime / nvhook-hook launchers written with
+#           PREFIX/bin/python as their absolute, isolated interpreter (`nvhook
+#           install-entrypoints`). Without PYTHON, the interpreter is the node's own when it is
+#           supported (as packaging/setup picks it), else the Python bundled next to this script
+#           for the machine (python-$(uname -m)/, packaging/python-bundle.sh), copied to
+#           PREFIX/python first (it runs from there only, so PREFIX must be the one it was made
+#           for); a venv of another interpreter or version, or of another bundle, is made again
 #   config  SYSCONFDIR/config.toml, a copy of the config.toml next to this script, unless the
 #           file exists
 #   cdi     the CDI spec CDI_DIR/nvidia.json (`nvhook cdi generate`); skipped, with a message,
@@ -22,7 +28,8 @@
 # back (it refuses, and uninstall stops, if they were edited since), containerd is restarted
 # likewise, the units are disabled and removed, the spec removed if this nvhook wrote it (it
 # names PREFIX/bin/nvhook-hook), the config removed if it is unchanged from the one install
-# wrote (an edited one is kept), and PREFIX removed if install made it.
+# wrote (an edited one is kept), and PREFIX removed if install made it (the bundled Python in
+# it too).
 #
 # Environment, with defaults:
 #   PREFIX=/opt/nvhook                SYSCONFDIR=/etc/nvhook        CDI_DIR=/var/run/cdi
@@ -33,7 +40,8 @@
 #                         one; installs offline), a project directory or a wheel or sdist file
 #                         (pip fetches the dependencies); default: wheels/ next to this script
 #                         when it exists, else the project this script is part of
-#   PYTHON=/usr/bin/python3           absolute path of a Python 3.11, 3.12 or 3.13
+#   PYTHON=…                          absolute path of a Python 3.11, 3.12 or 3.13 to make the
+#                                     venv with; default: as preflight picks (above)
 #   HOST_ROOT=/                       where the driver's /proc and files are (cdi step)
 #   DRIVER_ROOT=…                     where the driver's libraries and binaries are, for the
 #                                     units (/run/nvidia/driver under the GPU Operator);
@@ -51,13 +59,14 @@ CONTAINERD_CONFIG="${CONTAINERD_CONFIG:-/etc/containerd/config.toml}"
 RUNTIME_NAME="${RUNTIME_NAME:-nvidia}"
 BACKUP_DIR="${BACKUP_DIR:-/var/lib/nvhook/backups}"
 ENGINE="${ENGINE:-containerd}"
-PYTHON="${PYTHON:-/usr/bin/python3}"
+PYTHON="${PYTHON:-}"
 HOST_ROOT="${HOST_ROOT:-/}"
 DRIVER_ROOT_GIVEN="${DRIVER_ROOT+yes}" # set, even empty: the config's driver_root is not read
 DRIVER_ROOT="${DRIVER_ROOT-}"
 SYSTEMD_UNIT_DIR="${SYSTEMD_UNIT_DIR:-/etc/systemd/system}"
 SYSTEMD="${SYSTEMD:-auto}"
 SOURCE="${SOURCE:-}"
+BUNDLE="" # the bundled Python's directory, when it makes the venv (choose_interpreter)
 
 CONFIG_TEMPLATE="$HERE/config.toml"
 CDI_SPEC="nvidia.json"
@@ -85,10 +94,11 @@ check_path() {
 
 check_settings() {
     local name
-    for name in PREFIX SYSCONFDIR CDI_DIR CONTAINERD_CONFIG BACKUP_DIR PYTHON HOST_ROOT \
+    for name in PREFIX SYSCONFDIR CDI_DIR CONTAINERD_CONFIG BACKUP_DIR HOST_ROOT \
         SYSTEMD_UNIT_DIR; do
         check_path "$name" "${!name}"
     done
+    [[ -z "$PYTHON" ]] || check_path PYTHON "$PYTHON"
     [[ "$PREFIX" != / && "$SYSCONFDIR" != / ]] || die "PREFIX and SYSCONFDIR cannot be /"
     [[ "$RUNTIME_NAME" =~ ^[A-Za-z0-9][-A-Za-z0-9_.]*$ ]] ||
         die "RUNTIME_NAME=$RUNTIME_NAME: expected letters, digits and -_."
@@ -106,9 +116,40 @@ ours() {
 
 # ------------------------------------------------------------------------------ install steps
 
+VERSION='import sys; print("%d.%d" % sys.version_info[:2])'
+
+# choose_interpreter: PYTHON when set, else ./preflight's choice (which stops the install, with
+# its one line, when the node has no interpreter nor the tools this script runs). For the
+# bundled Python, BUNDLE is its directory and PYTHON where it will run from, PREFIX/python.
+choose_interpreter() {
+    if [[ -n "$PYTHON" ]]; then
+        "$PYTHON" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' \
+            2>/dev/null || die "PYTHON=$PYTHON is not a supported Python (3.11, 3.12 or 3.13)"
+        return
+    fi
+    [[ -f "$HERE/preflight" && -f "$HERE/setup" ]] ||
+        die "$HERE/preflight or $HERE/setup is missing: set PYTHON to the interpreter to use"
+    local picked
+    picked="$(PREFIX="$PREFIX" sh "$HERE/preflight")" || exit 1
+    case "$picked" in
+        "node "/*) PYTHON="${picked#node }" ;;
+        "bundle "/*)
+            BUNDLE="${picked#bundle }"
+            PYTHON="$PREFIX/python/bin/python3"
+            ;;
+        *) die "$HERE/preflight printed '$picked': expected node PATH or bundle DIR" ;;
+    esac
+}
+
+# same_interpreter VERSION HOME: whether the venv in PREFIX is of Python VERSION at HOME (and,
+# for the bundled Python, of this very bundle).
+same_interpreter() {
+    [[ "$("$PREFIX/bin/python" -c "$VERSION" 2>/dev/null)" == "$1" ]] &&
+        [[ "$(sed -n 's/^home = //p' "$PREFIX/pyvenv.cfg" 2>/dev/null)" == "$2" ]] &&
+        { [[ -z "$BUNDLE" ]] || cmp -s "$BUNDLE/BUNDLE" "$PREFIX/python/BUNDLE"; }
+}
+
 step_venv() {
-    "$PYTHON" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' \
-        2>/dev/null || die "PYTHON=$PYTHON is not a supported Python (3.11, 3.12 or 3.13)"
     if [[ -e "$PREFIX" ]] && ! ours && [[ -n "$(ls -A "$PREFIX")" ]]; then
         die "$PREFIX exists and was not made by this installer (no $MARKER in it): not touching it"
     fi
@@ -124,6 +165,14 @@ step_venv() {
         fi
     fi
     [[ -e "$source" ]] || die "SOURCE=$source does not exist"
+    local want home
+    if [[ -n "$BUNDLE" ]]; then
+        want="$(sed -n 's/^python=\([0-9]*\.[0-9]*\).*/\1/p' "$BUNDLE/BUNDLE")"
+        home="$PREFIX/python/bin"
+    else
+        want="$("$PYTHON" -c "$VERSION")"
+        home="$(dirname "$PYTHON")"
+    fi
 
     local pip_wheel="" wheelhouse=0
     if [[ -d "$source" && ! -f "$source/pyproject.toml" ]]; then
@@ -131,18 +180,29 @@ step_venv() {
         wheelhouse=1
         pip_wheel="$(find "$source" -maxdepth 1 -name 'pip-*.whl' | sort -V | tail -n 1)"
     fi
+    [[ -z "$BUNDLE" || -n "$pip_wheel" ]] ||
+        die "SOURCE=$source: the bundled Python has no pip: use a wheelhouse with pip's wheel (packaging/wheels.sh)"
 
-    # A venv of another Python (the node's python3 was upgraded) is made again from scratch.
-    local venv_args=()
-    local version='import sys; print("%d.%d" % sys.version_info[:2])'
-    if ours && [[ "$("$PREFIX/bin/python" -c "$version" 2>/dev/null)" != \
-        "$("$PYTHON" -c "$version")" ]]; then
-        venv_args+=(--clear)
+    # A venv of another Python (the node's python3 was upgraded or installed since, or the
+    # bundle changed) is made again from scratch; the marker goes in first, so that whatever
+    # follows is removed by uninstall even if it fails half-way.
+    if ours && ! same_interpreter "$want" "$home"; then
+        say "venv: $PREFIX is of another interpreter: making it again"
+        rm -rf "$PREFIX"
     fi
-    [[ -n "$pip_wheel" ]] && venv_args+=(--without-pip)
-    say "venv: $PREFIX (${venv_args[*]:-keeping what is there}) with $PYTHON"
-    "$PYTHON" -m venv "${venv_args[@]}" "$PREFIX"
+    mkdir -p "$PREFIX"
     echo "made by nvhook's install.sh; uninstall removes this directory" >"$PREFIX/$MARKER"
+    if [[ -n "$BUNDLE" && ! -e "$PREFIX/python" ]]; then
+        say "python: the node has no supported Python: copying the bundled" \
+            "$(sed -n 's/^python=//p' "$BUNDLE/BUNDLE") to $PREFIX/python"
+        rm -rf "$PREFIX/python.tmp"
+        cp -a "$BUNDLE" "$PREFIX/python.tmp"
+        mv "$PREFIX/python.tmp" "$PREFIX/python"
+    fi
+    local venv_args=()
+    [[ -n "$pip_wheel" ]] && venv_args+=(--without-pip)
+    say "venv: $PREFIX with $PYTHON ($want)"
+    "$PYTHON" -m venv "${venv_args[@]}" "$PREFIX"
 
     local pip=("$PREFIX/bin/python" -m pip)
     [[ -n "$pip_wheel" ]] && pip=("$PREFIX/bin/python" "$pip_wheel/pip")
@@ -341,6 +401,7 @@ main() {
     case "$command" in
         install)
             check_settings
+            choose_interpreter
             step_venv
             step_config
             step_cdi

@@ -14,6 +14,7 @@ from tests.support.containers import require
 BASH_SCRIPTS = ["install.sh", "wheels.sh", "build.sh", "python-bundle.sh"]
 SH_SCRIPTS = [
     "setup",
+    "preflight",
     "deb/preinst",
     "deb/postinst",
     "deb/prerm",
