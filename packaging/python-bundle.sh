@@ -18,7 +18,11 @@
 #                            readline, _dbm, _sqlite3, nis, ossaudiodev, _test*, xxlimited*)
 #   lib/*.so*                every shared library the binary and the kept extension modules
 #                            need (ldd's closure: glibc and its loader, OpenSSL, libffi, zlib,
-#                            expat, ...), each with DT_RPATH $ORIGIN
+#                            expat, ...), and those the manylinux2014 policy lets a wheel's
+#                            modules link that this machine has beside its libc (libpthread,
+#                            libdl, librt, libutil, libresolv, libgcc_s, libstdc++: rpds-py's
+#                            and pydantic-core's need libgcc_s and libpthread), each with
+#                            DT_RPATH $ORIGIN
 #   licenses/                CPython's LICENSE.txt and, where dpkg knows them, the copyright
 #                            files of the packages the libraries come from
 #   BUNDLE                   what it is: machine=, python=, prefix=, from=
@@ -50,6 +54,9 @@ _testbuffer _testcapi _testclinic _testimportmultiple _testinternalcapi _testmul
 _xxtestfuzz xxlimited xxlimited_35"
 DROP_DIRS="test idlelib tkinter turtledemo lib2to3 pydoc_data ensurepip sqlite3 curses
 site-packages dist-packages __pycache__"
+#: what a manylinux2014 wheel's modules may link from the system, besides libc, libm and libcrypt
+MANYLINUX_LIBS="libpthread.so.0 libdl.so.2 librt.so.1 libutil.so.1 libresolv.so.2 libgcc_s.so.1
+libstdc++.so.6"
 
 # needed ELF...: the absolute paths of the shared libraries ELF... need, the loader included.
 needed() {
@@ -117,8 +124,18 @@ print(v, platform.python_version(), platform.machine(), os.path.realpath(sys.exe
 
     # the libraries: ldd's closure of the binary and every kept extension module
     local modules=("$tmp/lib/python$version/lib-dynload/"*"$suffix") lib
-    local -a libs
+    local -a libs extra=()
     mapfile -t libs < <(needed "$binary" "${modules[@]}")
+    local libdir
+    libdir="$(dirname "$(printf '%s\n' "${libs[@]}" | grep '/libc\.so\.' | head -n 1)")"
+    for lib in $MANYLINUX_LIBS; do
+        [[ -e "$libdir/$lib" ]] && extra+=("$libdir/$lib")
+    done
+    # and what those need: the closure again, with them
+    mapfile -t libs < <({
+        needed "$binary" "${modules[@]}" "${extra[@]}"
+        printf '%s\n' "${extra[@]}"
+    } | sort -u | awk NF)
     for lib in "${libs[@]}"; do
         cp -L "$lib" "$tmp/lib/$(basename "$lib")"
     done
