@@ -51,7 +51,8 @@ def debian_root(
         tmp = cache / f"{root.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         proc = subprocess.run(
-            [require("mmdebstrap"), f"--variant={variant}", f"--include={','.join(packages)}",
+            [require("mmdebstrap"), f"--variant={variant}",
+             *([f"--include={','.join(packages)}"] if packages else []),
              *([f"--architectures={arch}"] if arch else []),
              "--mode=root", suite, str(tmp), MIRROR],
             capture_output=True, text=True, timeout=900, check=False,
