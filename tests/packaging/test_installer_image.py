@@ -294,6 +294,13 @@ def test_daemonset_installs_on_a_node_without_python_and_uninstalls(
         libs = {line.split()[-1] for line in maps.splitlines() if ".so" in line}
         assert libs and {x for x in libs if not x.startswith("/opt/nvhook/")} == set()
         check_nvhook_runs(node)
+        # the next pod (a restart, a rolling update) installs again: nothing changes
+        installed_tree = tree(node)
+        again = chroot(node, "bash /var/lib/nvhook/installer/install.sh install",
+                       {"ENGINE": "none", "SYSTEMD": "no"})  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        assert "making it again" not in again.stderr and "copying the bundled" not in again.stderr
+        assert tree(node) == installed_tree
     stopped = log.read_text()[len(installed) :]
     assert "venv: removed /opt/nvhook" in stopped and "uninstalled" in stopped
     after = tree(node)
@@ -343,5 +350,23 @@ def test_a_node_without_what_install_sh_runs_is_refused(
         f"nvhook preflight: the node lacks {missing}, which install.sh runs: install {package} "
         "(apt-get install or dnf install; the same names on Debian, Ubuntu, RHEL and Fedora); "
         "nothing was changed"
+    ]
+    assert tree(node) == before
+
+
+def test_the_bundle_refuses_another_prefix(context: Path, node: Path, tmp_path: Path) -> None:
+    """The bundled Python runs from /opt/nvhook/python only: another PREFIX on a node without
+    Python is refused in one line, before anything is copied."""
+    before = tree(node)
+    script, _ = daemonset()
+    with pod(context, node, tmp_path) as root:
+        proc = subprocess.run([require("chroot"), str(root), "/bin/sh", "-c", script],
+                              env=pod_env(PREFIX="/srv/nvhook"), capture_output=True, text=True,
+                              timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"nvhook preflight: the node has no supported Python and the bundled one "
+        f"(/nvhook/python-{MACHINE}) runs from /opt/nvhook/python only: set PREFIX=/opt/nvhook, "
+        "or install Python on the node; nothing was changed"
     ]
     assert tree(node) == before
