@@ -35,7 +35,9 @@
 #                  <prefix>/lib/python3.X (default: /usr/bin/python3)
 #   BUNDLE_PREFIX  where the bundle will run from (default: /opt/nvhook/python)
 #   PATCHELF       the patchelf program (default: patchelf; Debian package patchelf)
-# The machine is the build machine's: an arm64 bundle needs an arm64 machine.
+# The machine is the build machine's: an arm64 bundle needs an arm64 machine, or an arm64 root
+# run by qemu-user (tests/packaging/test_installer_arm64.py makes one with mmdebstrap
+# --architectures=arm64 and runs this script in it).
 set -euo pipefail
 
 usage() {

@@ -26,7 +26,7 @@ import pytest
 from nvhook.mock import create, load_profile
 from nvhook.shim import VERSION
 from tests.packaging.debianroot import chroot, debian_root, ok, require_foreign, scratch_copy
-from tests.packaging.test_trixie import STAND_IN, VERSION_LINES
+from tests.packaging.test_trixie import VERSION_LINES, with_stand_in
 from tests.support.containers import make_bundle, require
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -83,14 +83,7 @@ def test_deb_on_debian_12_arm64(root: Path, packages: dict[str, Path]) -> None:
     assert libcuda in mounts
     assert not [m for m in mounts if "x86_64" in m or "/lib32/" in m or "i386" in m], mounts
 
-    stand_in = root / "usr/local/bin/stand-in"
-    stand_in.write_text(STAND_IN)
-    stand_in.chmod(0o755)
-    (root / "tmp/nvhook.toml").write_text(
-        '[runtime]\nruntimes = ["/usr/local/bin/stand-in"]\nlog_file = "/tmp/shim.log"\n'
-        '[host]\nroot = "/mock"\n'
-    )
-    env = {"NVHOOK_CONFIG": "/tmp/nvhook.toml", "NVHOOK_CACHE_DIR": "/tmp/cache"}
+    env = with_stand_in(root)
     assert ok(chroot(root, "nvhook-runtime --version", env)) == VERSION_LINES
     assert VERSION in VERSION_LINES
     ok(chroot(root, "nvhook-runtime --root /run/x state ctr-1", env))

@@ -243,11 +243,12 @@ def running_pod(root: Path, log: Path, script: str, env: dict[str, str]) -> Iter
         proc.wait()
 
 
-def check_nvhook_runs(node: Path) -> None:
+def check_nvhook_runs(node: Path, profile_name: str = PROFILE, machine: str = MACHINE) -> None:
     """``nvhook info``, ``nvhook cdi generate`` and ``nvhook-runtime`` in front of a stand-in
-    runtime, in ``node`` on the mock machine; what it made there removed after."""
-    create(PROFILE, node / "mock", nodes="char")
-    profile = load_profile(PROFILE)
+    runtime, in ``node`` on the mock machine ``profile_name`` (its libraries in ``machine``'s
+    folder); what it made there removed after."""
+    create(profile_name, node / "mock", nodes="char")
+    profile = load_profile(profile_name)
     work = node / "tmp/nvhook-test"
     work.mkdir()
     env = {"NVHOOK_CACHE_DIR": "/tmp/nvhook-test/cache"}
@@ -258,7 +259,7 @@ def check_nvhook_runs(node: Path) -> None:
     spec = json.loads(ok(chroot(node, generate, env)))
     assert spec["kind"] == "nvidia.com/gpu"
     mounts = [m["hostPath"] for m in spec["containerEdits"]["mounts"]]
-    assert f"/mock/usr/lib/{MACHINE}-linux-gnu/libcuda.so.{profile.driver.version}" in mounts
+    assert f"/mock/usr/lib/{machine}-linux-gnu/libcuda.so.{profile.driver.version}" in mounts
     (work / "stand-in").write_text(STAND_IN)
     (work / "stand-in").chmod(0o755)
     (work / "nvhook.toml").write_text(

@@ -43,6 +43,19 @@ esac
 """
 
 
+def with_stand_in(root: Path) -> dict[str, str]:
+    """:data:`STAND_IN` as ``root``'s runtime behind nvhook-runtime, the mock at /mock: the
+    environment that points nvhook-runtime at it."""
+    stand_in = root / "usr/local/bin/stand-in"
+    stand_in.write_text(STAND_IN)
+    stand_in.chmod(0o755)
+    (root / "tmp/nvhook.toml").write_text(
+        '[runtime]\nruntimes = ["/usr/local/bin/stand-in"]\nlog_file = "/tmp/shim.log"\n'
+        '[host]\nroot = "/mock"\n'
+    )
+    return {"NVHOOK_CONFIG": "/tmp/nvhook.toml", "NVHOOK_CACHE_DIR": "/tmp/cache"}
+
+
 @pytest.fixture(scope="module")
 def trixie() -> Path:
     require("mmdebstrap")
@@ -87,14 +100,7 @@ def test_deb_on_debian_13(root: Path, packages: dict[str, Path], tmp_path: Path)
     assert f"/mock/usr/lib/x86_64-linux-gnu/libcuda.so.{profile.driver.version}" in mounts
 
     # nvhook-runtime in front of a stand-in runtime
-    stand_in = root / "usr/local/bin/stand-in"
-    stand_in.write_text(STAND_IN)
-    stand_in.chmod(0o755)
-    (root / "tmp/nvhook.toml").write_text(
-        '[runtime]\nruntimes = ["/usr/local/bin/stand-in"]\nlog_file = "/tmp/shim.log"\n'
-        '[host]\nroot = "/mock"\n'
-    )
-    env = {"NVHOOK_CONFIG": "/tmp/nvhook.toml", "NVHOOK_CACHE_DIR": "/tmp/cache"}
+    env = with_stand_in(root)
     assert ok(chroot(root, "nvhook-runtime --version", env)) == VERSION_LINES
     ok(chroot(root, "nvhook-runtime --root /run/x state ctr-1", env))
     make_bundle(root / "tmp/bundle", ["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
