@@ -124,6 +124,7 @@ def describe(
                 "nvidia-container-runtime-hook, a nested runtime) adds nothing"
             )
         out["cuda_compat"] = _cuda_compat(decision)
+        out["driver_params"] = _driver_params(decision)
     if decision.error is not None:
         out["outcome"] = _failure(decision.error)
     elif decision.mode is None:
@@ -172,8 +173,30 @@ def _empty(bundle: str) -> dict[str, Any]:
         "edits": None,
         "after_injection": None,
         "cuda_compat": None,
+        "driver_params": None,
         "outcome": None,
     }
+
+
+def _driver_params(decision: Decision) -> str | None:
+    """What the hook's ``--params`` will do in this container (None: not asked)."""
+    assert decision.edits is not None
+    host = next(
+        (
+            h.args[i + 1]
+            for h in decision.edits.hooks
+            for i, a in enumerate(h.args[:-1])
+            if a == "--params"
+        ),
+        None,
+    )
+    if host is None:
+        return None
+    return (
+        f"the container's /proc/driver/nvidia/params reads ModifyDeviceFiles: 0 (a private "
+        f"read-only copy of {host}), so its processes cannot make the driver create nodes "
+        "for GPUs it was not given; skipped when the container's procfs has no driver file"
+    )
 
 
 def _cuda_compat(decision: Decision) -> str | None:
@@ -358,6 +381,8 @@ def render_text(data: dict[str, Any]) -> str:
             lines.append(f"  additional GIDs: {', '.join(map(str, edits['additional_gids']))}")
         for d in edits["net_devices"]:
             lines.append(f"  network device {d['hostInterfaceName']} -> {d['name']}")
+    if data["driver_params"]:
+        lines.append(f"Device files: {data['driver_params']}")
     if data["after_injection"]:
         lines.append(f"After injection: {data['after_injection']}")
     if data["cuda_compat"]:

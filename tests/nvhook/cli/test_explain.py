@@ -116,6 +116,7 @@ def test_jit_request_explained_and_bundle_untouched(
     assert hook.startswith(f"    createContainer: {HOOK} create-container {params} --link ")
     assert hook.endswith(" --folder /usr/lib/x86_64-linux-gnu")
     assert lines[lines.index("  env (1):") + 1] == "    NVIDIA_VISIBLE_DEVICES=void"
+    assert lines[-3].startswith("Device files: the container's /proc/driver/nvidia/params ")
     assert lines[-2] == (
         "After injection: the container's env says NVIDIA_VISIBLE_DEVICES=void: a second "
         "injector (a legacy nvidia-container-runtime-hook, a nested runtime) adds nothing"
@@ -256,6 +257,21 @@ def test_cuda_compat_explained(
     assert code == 0
     assert f"CUDA forward compatibility: {compat}" in lines
     assert "--cuda-compat 550.54.15" in out
+
+
+def test_driver_params_step_explained(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The host has /proc/driver/nvidia/params: the hook's --params step is said in words."""
+    b = bundle(["NVIDIA_VISIBLE_DEVICES=0"])
+    code, out, _ = _run(["explain", "-b", str(b), "--root", str(dgx)], capfd)
+    assert code == 0
+    params = dgx / "proc/driver/nvidia/params"
+    assert f"--params {params}" in out
+    line = next(x for x in out.splitlines() if x.startswith("Device files: "))
+    assert "ModifyDeviceFiles: 0" in line and f"copy of {params})" in line
+    code, out, _ = _run(["explain", "-b", str(b), "--root", str(dgx), "--json"], capfd)
+    assert code == 0 and str(params) in json.loads(out)["driver_params"]
 
 
 def test_strict_policy_from_config_ignores_unprivileged_env(
