@@ -33,7 +33,7 @@ from tests.packaging.debianroot import (
     require_foreign,
     scratch_copy,
 )
-from tests.packaging.test_arm64 import EM_AARCH64, elf_machine
+from tests.packaging.test_arm64 import EM_AARCH64, ROOT_PACKAGES, elf_machine
 from tests.packaging.test_installer_image import (
     MAPS,
     check_nvhook_runs,
@@ -50,8 +50,6 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 ARCH = "arm64"
 MACHINE = "aarch64"
 PROFILE = "gh200"
-#: what the builder root needs to run python-bundle.sh, and the image's busybox
-BUILDER_PACKAGES = ("python3", "patchelf", "busybox-static", "file")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +57,7 @@ def builder() -> Path:
     """A Debian 12 arm64 root to build on: python3, patchelf, busybox-static."""
     require("mmdebstrap")
     require_foreign(ARCH)
-    return debian_root("bookworm", BUILDER_PACKAGES, arch=ARCH)
+    return debian_root("bookworm", ROOT_PACKAGES, arch=ARCH)
 
 
 @pytest.fixture(scope="module")
