@@ -19,6 +19,11 @@ fail only a ``create`` that asks for GPUs; every other call is passed through wi
 one warning line (:func:`_without_settings`; README, "When the settings cannot be
 loaded"), so one typo cannot stop every container on a node. ``--version`` prints
 nvhook's version, then the runtime's.
+
+:func:`main` is :func:`handle` (everything up to the exec: the decision, the edit, the
+messages) then :meth:`Exec.run` (the exec). ``nvhook-shim-server`` runs :func:`handle`
+alone, in a forked child, for the native front-end (:mod:`nvhook.server`,
+docs/architecture.md D12): one implementation, two ways to start it.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ if TYPE_CHECKING:
     from nvhook.settings import Settings
     from oci.argv import RuntimeArgs
 
-__all__ = ["FALLBACK_RUNTIMES", "VERSION", "find_runtime", "main"]
+__all__ = ["FALLBACK_RUNTIMES", "VERSION", "Exec", "find_runtime", "handle", "main"]
 
 PROG = "nvhook-runtime"
 #: nvhook's version, as in pyproject.toml (a test keeps them equal): printed by
@@ -45,10 +50,73 @@ VERSION = "0.1.0"
 FALLBACK_RUNTIMES = ("/usr/sbin/runc", "/usr/bin/runc")
 #: PATH when the caller gave none (podman's cleanup call).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: The pid the log names: the process that execs the runtime. Set by :mod:`nvhook.server`,
+#: whose child runs a call for the native front-end (that process); 0: this one.
+_caller_pid = 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one runtime call; returns an exit code only when it fails (success execs)."""
+    step = handle(argv)
+    return step if isinstance(step, int) else step.run()
+
+
+class Exec:
+    """How a call ends when nothing failed: ``runtime`` exec'd with the original ``argv``.
+
+    :func:`handle` returns it; :meth:`run` is the shim's last step. ``nvhook-shim-server``
+    (:mod:`nvhook.server`, docs/architecture.md D12) runs :func:`handle` in a child of its
+    own and calls only :meth:`announce`: the native front-end execs the runtime itself.
+    """
+
+    __slots__ = ("args", "argv", "runtime", "settings", "started")
+
+    def __init__(
+        self,
+        runtime: str,
+        argv: Sequence[str],
+        args: RuntimeArgs | None,
+        settings: Settings | None,
+        started: float,
+    ) -> None:
+        self.runtime = runtime
+        self.argv = tuple(argv)
+        self.args = args
+        self.settings = settings
+        self.started = started
+
+    def announce(self) -> None:
+        """What is written before the exec: ``--version`` first prints nvhook's version.
+
+        The runtime's own lines follow (Docker, which reads the default runtime's
+        ``--version``, takes the last line naming a version). Flushes both streams.
+        """
+        if self.args is not None and self.args.version:
+            sys.stdout.write(f"{PROG} version {VERSION}\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    def run(self) -> int:
+        """Replace this process with the runtime; returns an exit code only if exec fails."""
+        self.announce()
+        try:
+            os.execv(self.runtime, [self.runtime, *self.argv])
+        except OSError as e:
+            from nvhook.errors import RuntimeNotFound
+
+            error = RuntimeNotFound(f"cannot exec {self.runtime}: {e.strerror}")
+            return _fail(error, self.args, self.settings, self.started)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def handle(argv: Sequence[str] | None = None) -> Exec | int:
+    """Everything a call does up to the exec: the :class:`Exec` to run, or an exit code.
+
+    Messages are written to stderr (and the caller's ``--log``) as they happen; a
+    failure's code is returned after its message. ``argv``: after the program name
+    (default ``sys.argv[1:]``); the cwd, the environment and ``sys.argv[0]`` (this program,
+    never chosen as the runtime) are the process's.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     started = time.monotonic()
     from oci.argv import RuntimeArgs
@@ -80,12 +148,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             _log(settings, args, started, {"msg": "pass-through"})
     except Exception as e:
         return _fail(e, args, settings, started)
-    return exec_runtime(runtime, argv, args, settings, started)
+    return Exec(runtime, argv, args, settings, started)
 
 
 def _without_settings(
     error: Exception, argv: Sequence[str], args: RuntimeArgs | None, started: float
-) -> int:
+) -> Exec | int:
     """The settings cannot be loaded (``error``): fail a create that asks for GPUs, pass the rest.
 
     Passed through with :func:`nvhook.settings.fallback_settings` (the configured runtime
@@ -132,7 +200,7 @@ def _without_settings(
         write_runc_log(
             args.log_path, "warning", f"{PROG}: {message}", log_format=args.log_format or "text"
         )
-    return exec_runtime(runtime, argv, args, settings, started)
+    return Exec(runtime, argv, args, settings, started)
 
 
 def find_runtime(candidates: Sequence[str]) -> str:
@@ -159,33 +227,6 @@ def find_runtime(candidates: Sequence[str]) -> str:
         + ", ".join(FALLBACK_RUNTIMES)
         + "): install runc or set runtime.runtimes in the configuration"
     )
-
-
-def exec_runtime(
-    runtime: str,
-    argv: Sequence[str],
-    args: RuntimeArgs | None,
-    settings: Settings | None,
-    started: float,
-) -> int:
-    """Replace this process with ``runtime`` and the original ``argv``.
-
-    ``--version`` first prints nvhook's version: the runtime's own lines follow (Docker,
-    which reads the default runtime's ``--version``, takes the last line naming a version).
-    """
-    if args is not None and args.version:
-        sys.stdout.write(f"{PROG} version {VERSION}\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execv(runtime, [runtime, *argv])
-    except OSError as e:
-        from nvhook.errors import RuntimeNotFound
-
-        return _fail(
-            RuntimeNotFound(f"cannot exec {runtime}: {e.strerror}"), args, settings, started
-        )
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _realpath(path: str) -> str | None:
@@ -256,7 +297,7 @@ def _log(
             "command": args.command if args else None,
             **{k: v for k, v in fields.items() if k != "level"},
             "duration_ms": round((time.monotonic() - started) * 1000, 2),
-            "pid": os.getpid(),
+            "pid": _caller_pid or os.getpid(),
         }
         line = jsoncodec.dumpb(record) + b"\n"
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
