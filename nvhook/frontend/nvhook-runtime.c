@@ -18,19 +18,29 @@
  *   - the runtime is found as nvhook.shim.find_runtime finds it, from the candidates in
  *     that file and PATH, and exec succeeds.
  *
- * Any doubt (a parse error, a missing or foreign file, a limit, a failed exec) execs the
- * Python shim with the argv unchanged, which then decides as it always has.
+ * Any doubt (a parse error, a missing or foreign file, a limit, a failed exec) hands the
+ * call over: first to nvhook-shim-server (nvhook/server.py, docs/architecture.md D12), the
+ * Python shim pre-forked, when its socket is in the cache directory (shim.sock, root's,
+ * in a directory only root may write) and the server is root; it runs the shim's code
+ * with this process's argv, environment, cwd, umask and stdio, and replies with the
+ * runtime to exec (this process execs it) or an exit code. Any failure before that reply
+ * (no socket, a foreign one, no ack within NVHOOK_SERVER_DEADLINE_MS, a closed connection,
+ * a malformed reply) execs the Python shim with the argv unchanged, which then decides as
+ * it always has.
  * libc only; no allocation that is not bounded; build with -DNVHOOK_LAUNCHER='"/path"'.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +56,18 @@
 #define MAX_SPEC (16 * 1024 * 1024)
 #define MAX_ITEMS 64
 #define EXIT_RUNTIME 10 /* oci.errors.ExitCode.RUNTIME */
+/* How long the server may take to acknowledge a request (connect, send, its peer checks):
+ * a server that does not answer by then is a fallback. After its ack it runs the call, and
+ * is waited for as long as the Python shim would be (a child that dies is a fallback). */
+#ifndef NVHOOK_SERVER_DEADLINE_MS
+#define NVHOOK_SERVER_DEADLINE_MS 3000
+#endif
+#define SERVER_SOCKET "shim.sock" /* nvhook.server.SOCKET_NAME, in the cache directory */
+#define SERVER_PROTOCOL "1"       /* nvhook.server.PROTOCOL */
+#define SERVER_MAGIC "nvhz"       /* nvhook.server.MAGIC */
+#define MAX_REQUEST (4 * 1024 * 1024) /* nvhook.server.MAX_REQUEST */
+
+extern char **environ;
 
 static char **original;  /* argv as given: argv[0] is replaced just before each exec */
 static int original_argc;
@@ -59,6 +81,194 @@ static void handover(void) {
     execv(NVHOOK_LAUNCHER, argv);
     dprintf(2, "nvhook-runtime: cannot exec %s: %s\n", NVHOOK_LAUNCHER, strerror(errno));
     _exit(EXIT_RUNTIME);
+}
+
+/* --- nvhook-shim-server (nvhook/server.py has the protocol) ------------------------- */
+
+static long long now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Wait until fd is ready for events (or hung up); deadline in now_ms() terms, -1: none. */
+static int wait_for(int fd, short events, long long deadline) {
+    for (;;) {
+        int timeout = -1;
+        if (deadline >= 0) {
+            long long left = deadline - now_ms();
+            if (left <= 0) return -1;
+            timeout = left > INT_MAX ? INT_MAX : (int)left;
+        }
+        struct pollfd p = {fd, events, 0};
+        int r = poll(&p, 1, timeout);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0 || (p.revents & (POLLERR | POLLNVAL))) return -1;
+        return 0; /* ready, or POLLHUP: the next read says EOF */
+    }
+}
+
+static int read_exact(int fd, char *buf, size_t n, long long deadline) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = recv(fd, buf + got, n - got, 0);
+        if (r > 0) {
+            got += (size_t)r;
+        } else if (r == 0) {
+            return -1; /* closed */
+        } else if (errno == EINTR) {
+            continue;
+        } else if ((errno != EAGAIN && errno != EWOULDBLOCK) || wait_for(fd, POLLIN, deadline)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One frame's body into buf (at most cap bytes, NUL added): its length, or -1. */
+static long read_frame(int fd, char *buf, size_t cap, long long deadline) {
+    unsigned char head[8];
+    if (read_exact(fd, (char *)head, sizeof head, deadline) || memcmp(head, SERVER_MAGIC, 4))
+        return -1;
+    size_t len = (size_t)head[4] | (size_t)head[5] << 8 | (size_t)head[6] << 16 |
+                 (size_t)head[7] << 24;
+    if (len > cap || read_exact(fd, buf, len, deadline)) return -1;
+    buf[len] = '\0';
+    return (long)len;
+}
+
+/* The request frame (nvhook.server.parse_request), malloc'd; NULL if it would be too big. */
+static char *build_request(int argc, char **argv, const char *me, size_t *size) {
+    mode_t mask = umask(0);
+    umask(mask);
+    char numbers[3][32];
+    int envc = 0;
+    size_t body = 0;
+    for (char **e = environ; e && *e; e++, envc++) body += strlen(*e) + 1;
+    for (int i = 1; i < argc; i++) body += strlen(argv[i]) + 1;
+    snprintf(numbers[0], sizeof numbers[0], "%o", (unsigned)mask);
+    snprintf(numbers[1], sizeof numbers[1], "%d", argc - 1);
+    snprintf(numbers[2], sizeof numbers[2], "%d", envc);
+    body += sizeof SERVER_PROTOCOL + strlen(me) + 1;
+    for (int i = 0; i < 3; i++) body += strlen(numbers[i]) + 1;
+    if (body > MAX_REQUEST) return NULL;
+    char *buf = malloc(8 + body);
+    if (buf == NULL) return NULL;
+    memcpy(buf, SERVER_MAGIC, 4);
+    for (int i = 0; i < 4; i++) buf[4 + i] = (char)((body >> (8 * i)) & 0xff);
+    char *p = buf + 8;
+#define PUT(s) (p = stpcpy(p, (s)) + 1)
+    PUT(SERVER_PROTOCOL);
+    PUT(numbers[0]);
+    PUT(me);
+    PUT(numbers[1]);
+    for (int i = 1; i < argc; i++) PUT(argv[i]);
+    PUT(numbers[2]);
+    for (char **e = environ; e && *e; e++) PUT(*e);
+#undef PUT
+    *size = (size_t)(p - buf);
+    return buf;
+}
+
+/* Send the request, with cwd and stdio as SCM_RIGHTS on its first bytes. */
+static int send_request(int sock, const char *buf, size_t size, int cwd, long long deadline) {
+    size_t sent = 0;
+    while (sent < size) {
+        ssize_t r;
+        if (sent == 0) {
+            int fds[4] = {cwd, 0, 1, 2};
+            union {
+                char buf[CMSG_SPACE(sizeof fds)];
+                struct cmsghdr align;
+            } control;
+            memset(&control, 0, sizeof control);
+            struct iovec iov = {(void *)buf, size};
+            struct msghdr msg = {0};
+            msg.msg_iov = &iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.buf;
+            msg.msg_controllen = sizeof control.buf;
+            struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_RIGHTS;
+            c->cmsg_len = CMSG_LEN(sizeof fds);
+            memcpy(CMSG_DATA(c), fds, sizeof fds);
+            r = sendmsg(sock, &msg, MSG_NOSIGNAL);
+        } else {
+            r = send(sock, buf + sent, size - sent, MSG_NOSIGNAL);
+        }
+        if (r > 0) {
+            sent += (size_t)r;
+        } else if (r < 0 && errno == EINTR) {
+            continue;
+        } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) ||
+                   wait_for(sock, POLLOUT, deadline)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The server's verdict: exec the runtime it names (never returns), exit with its code
+ * (never returns), or return: any failure before a well-formed reply, for the caller to
+ * hand the call to the Python shim. */
+static void try_server(const char *dir) {
+    struct stat st;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    int n = snprintf(path, sizeof path, "%s/" SERVER_SOCKET, dir);
+    if (dir[0] != '/' || n < 0 || (size_t)n >= sizeof path) return;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022))
+        return;
+    if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != 0) return;
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0) return; /* a closed stdio: the shim's own business */
+    char me[PATH_MAX];
+    if (realpath("/proc/self/exe", me) == NULL) return;
+    size_t size = 0;
+    char *request = build_request(original_argc, original, me, &size);
+    if (request == NULL) return;
+    long long deadline = now_ms() + NVHOOK_SERVER_DEADLINE_MS;
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    struct sockaddr_un addr = {0};
+    addr.sun_family = AF_UNIX;
+    memcpy(addr.sun_path, path, (size_t)n + 1);
+    struct ucred cred;
+    socklen_t credlen = sizeof cred;
+    static char reply[PATH_MAX + 64];
+    long len = -1;
+    if (sock >= 0 && cwd >= 0 && connect(sock, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+        getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &credlen) == 0 &&
+        credlen == sizeof cred && cred.uid == 0 &&
+        send_request(sock, request, size, cwd, deadline) == 0 &&
+        read_frame(sock, reply, sizeof reply - 1, deadline) == 3 && memcmp(reply, "ack", 3) == 0)
+        len = read_frame(sock, reply, sizeof reply - 1, -1); /* the call runs: as long as it takes */
+    free(request);
+    if (cwd >= 0) close(cwd);
+    if (sock >= 0) close(sock);
+    if (len > 5 && memcmp(reply, "exec", 5) == 0 && strlen(reply + 5) == (size_t)len - 5) {
+        original[0] = reply + 5;
+        execv(reply + 5, original);
+        handover(); /* the shim reports why exec failed (the call is idempotent: D12) */
+    }
+    if (len > 5 && len <= 8 && memcmp(reply, "exit", 5) == 0) {
+        char *end;
+        long code = strtol(reply + 5, &end, 10);
+        if (end == reply + len && reply[5] >= '0' && reply[5] <= '9' && code <= 255)
+            _exit((int)code);
+    }
+}
+
+static const char *cache_dir(void) {
+    const char *dir = getenv("NVHOOK_CACHE_DIR");
+    return dir == NULL || dir[0] == '\0' ? DEFAULT_CACHE_DIR : dir;
+}
+
+/* Hand the call over: to the server if one answers, else to the Python shim. */
+static void delegate(void) __attribute__((noreturn));
+static void delegate(void) {
+    try_server(cache_dir());
+    handover();
 }
 
 /* --- argv, as oci/argv.py reads it -------------------------------------------------- */
@@ -308,8 +518,7 @@ static int load_data(struct data *d) {
     const char *named = getenv("NVHOOK_CONFIG");
     int explicit = named != NULL && named[0] != '\0';
     const char *config = explicit ? named : DEFAULT_CONFIG;
-    const char *dir = getenv("NVHOOK_CACHE_DIR");
-    if (dir == NULL || dir[0] == '\0') dir = DEFAULT_CACHE_DIR;
+    const char *dir = cache_dir();
     if (!normalised(config) || dir[0] != '/') return -1;
 
     char identity[128];
@@ -480,13 +689,13 @@ int main(int argc, char **argv) {
     if (argc < 1) handover();
     const char *bundle = NULL, *id = NULL, *command = NULL;
     int kind = classify(argc, argv, &bundle, &id, &command);
-    if (kind < 0) handover();
+    if (kind < 0) delegate();
     static struct data d;
-    if (load_data(&d) != 0) handover();
-    if (kind == 1 && asks_for_nothing(bundle, &d) != 0) handover();
+    if (load_data(&d) != 0) delegate();
+    if (kind == 1 && asks_for_nothing(bundle, &d) != 0) delegate();
     static char path[PATH_MAX];
-    if (find_runtime(&d, path) != 0) handover(); /* the shim says what is missing */
-    if (kind == 1 && log_create(&d, command, id, &started) != 0) handover();
+    if (find_runtime(&d, path) != 0) delegate(); /* the shim says what is missing */
+    if (kind == 1 && log_create(&d, command, id, &started) != 0) delegate();
     original[0] = path;
     execv(path, original);
     handover(); /* the shim reports why exec failed */

@@ -17,7 +17,9 @@ Where a C compiler exists, ``nvhook-runtime`` is the native front-end instead
 (:mod:`nvhook.frontend`, issue 16): it runs the calls that ask for nothing without
 starting Python and hands every other call to the Python launcher, written as
 ``nvhook-runtime.py`` beside it (which tells the shim that ``nvhook-runtime`` is
-itself, so that the shim never picks it as the low-level runtime). ``frontend``
+itself, so that the shim never picks it as the low-level runtime). ``nvhook-shim-server``
+is the same shim pre-forked (:mod:`nvhook.server`), which the front-end tries first when
+it listens; a launcher like the others, so it runs the same code with the same paths. ``frontend``
 chooses: ``"auto"`` (build it when a compiler works, else the Python launcher as
 ``nvhook-runtime``), ``"off"``, or the path of one built beforehand for this
 directory (the packages ship it compiled).
@@ -55,6 +57,8 @@ FRONTEND_LAUNCHER = "nvhook-runtime.py"
 ENTRYPOINTS: tuple[Entrypoint, ...] = (
     Entrypoint("nvhook-runtime", "nvhook.shim", "main"),
     Entrypoint("nvhook-hook", "nvhook.hook", "main"),
+    # the runtime shim pre-forked for the native front-end (docs/architecture.md D12)
+    Entrypoint("nvhook-shim-server", "nvhook.server", "main"),
 )
 #: The CLI, over pip's console script: without ``site`` and ``.pth`` files it starts sooner.
 #: Not in :data:`ENTRYPOINTS`, the container-start path (tests/test_layers.py rule B).

@@ -514,7 +514,8 @@ def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path:
     bin_dir = tmp_path / "bin"
     written = install_entrypoints(str(bin_dir), sys.executable)
     names = sorted(p.name for p in written)
-    assert names == ["nvhook", "nvhook-hook", "nvhook-runtime", "nvhook-runtime.py", LEGACY_HOOK]
+    assert names == ["nvhook", "nvhook-hook", "nvhook-runtime", "nvhook-runtime.py",
+                     "nvhook-shim-server", LEGACY_HOOK]  # fmt: skip
     assert (bin_dir / "nvhook-runtime").read_bytes()[:4] == b"\x7fELF"
     launcher = (bin_dir / "nvhook-runtime.py").read_text()
     assert launcher.startswith(f"#!{sys.executable} -IS\n")
@@ -552,7 +553,8 @@ def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path:
     assert bin_dir / "nvhook-runtime.py" in again
     off = install_entrypoints(str(tmp_path / "off"), sys.executable, frontend="off")
     assert (tmp_path / "off" / "nvhook-runtime").read_text().startswith("#!")
-    assert sorted(p.name for p in off) == ["nvhook", "nvhook-hook", "nvhook-runtime", LEGACY_HOOK]
+    assert sorted(p.name for p in off) == ["nvhook", "nvhook-hook", "nvhook-runtime",
+                                           "nvhook-shim-server", LEGACY_HOOK]  # fmt: skip
 
 
 def test_build_refuses_a_launcher_path_it_cannot_compile_in(tmp_path: Path) -> None:

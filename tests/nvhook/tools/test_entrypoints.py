@@ -40,6 +40,7 @@ def test_installed_launchers_run_from_another_directory(tmp_path: Path) -> None:
         "nvhook",
         "nvhook-hook",
         "nvhook-runtime",
+        "nvhook-shim-server",
         "nvidia-container-runtime-hook",
     ]
     for path in written:
@@ -104,7 +105,12 @@ def test_legacy_hook_name_never_overwrites_a_foreign_file(tmp_path: Path) -> Non
     notes: list[str] = []
     written = install_entrypoints(str(tmp_path), notes=notes, frontend="off")
     assert foreign.read_bytes() == b"\x7fELF not ours"
-    assert sorted(p.name for p in written) == ["nvhook", "nvhook-hook", "nvhook-runtime"]
+    assert sorted(p.name for p in written) == [
+        "nvhook",
+        "nvhook-hook",
+        "nvhook-runtime",
+        "nvhook-shim-server",
+    ]
     (note,) = notes
     assert str(foreign) in note and "--runtime nvidia" in note
     # our own launcher under that name is rewritten (an upgrade)

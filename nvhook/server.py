@@ -1,0 +1,603 @@
+"""``nvhook-shim-server``: the runtime shim, imported once and forked per call (D12).
+
+CPython's start and the shim's imports cost more than issue 16's 12 ms budget for a
+``create`` with a GPU, whatever the shim does. This server imports the start path's
+modules once (:data:`PRELOAD`), listens on a unix socket (:data:`SOCKET_NAME` in the
+cache directory: ``/run/nvhook/shim.sock`` by default, a directory only root may write)
+and, for each connection, **forks** a child that runs :func:`nvhook.shim.handle`, the
+very code the Python shim runs, with the caller's argv, environment, working directory,
+umask and standard streams. The parent never reads a request: it accepts, checks that
+its own code is still the code on disk, and forks. The native front-end
+(``nvhook/frontend/nvhook-runtime.c``) is its only client: it sends the calls it would
+hand to the Python shim, and execs the runtime the reply names itself (containerd waits
+on its pid, runc inherits its stdio), or exits with the code. Anything that goes wrong
+before the reply makes the front-end exec the Python shim with the call unchanged.
+
+Protocol (version :data:`PROTOCOL`), over ``SOCK_STREAM``; every message is a frame,
+``b"nvhz"``, the body's length (4 bytes, little-endian), the body:
+
+- request (front-end → server), at most :data:`MAX_REQUEST` bytes, NUL-terminated fields:
+  ``1``, the umask (octal), the front-end's own path (the program the shim must never
+  pick as the runtime), the number of arguments, each argument (after the program
+  name), the number of environment entries, each entry; sent with ``SCM_RIGHTS``
+  carrying exactly four descriptors: the caller's working directory, stdin, stdout,
+  stderr;
+- ``ack`` (server → front-end): the child checked the peer and the request and starts
+  running the call: until then the front-end waits at most its deadline (a server
+  that does not answer is a fallback), after it as long as the call takes (the
+  Python shim would take as long);
+- the outcome: ``exec\\0PATH`` (exec the runtime at PATH with the original argv) or
+  ``exit\\0CODE`` (exit with CODE, 0-255; the messages are already written).
+
+Who may ask: only a peer whose ``SO_PEERCRED`` is uid 0 and gid 0, in the server's
+mount, pid and user namespaces, with the server's effective capabilities, seccomp
+mode and no_new_privs flag (:func:`peer_problem`): then the child can do nothing the
+Python shim would not do for that caller. Anything else is refused before a byte of the
+request is read, and the front-end falls back to the Python shim, which runs with the
+caller's own privileges.
+
+Upgrades: the identity (device, inode, size, mtime) of every file and directory of the
+``oci`` and ``nvhook`` packages, of this server's launcher and of the interpreter is
+recorded at start; before each fork it is compared again, and a server whose code
+changed on disk stops (exit :data:`STALE_EXIT`, so that systemd's ``Restart=on-failure``
+starts the new code) without serving the call: the front-end falls back meanwhile.
+Settings, the CDI index and specs are the shim's business: each child loads them as the
+shim does (by file identity), so a changed file counts from the next call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import struct
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "MAGIC",
+    "MAX_REQUEST",
+    "PRELOAD",
+    "PROTOCOL",
+    "SOCKET_NAME",
+    "STALE_EXIT",
+    "Request",
+    "RequestError",
+    "code_identity",
+    "default_socket",
+    "frame",
+    "main",
+    "parse_request",
+    "peer_problem",
+    "serve",
+]
+
+PROG = "nvhook-shim-server"
+#: The protocol version, first field of every request; the front-end has it compiled in.
+PROTOCOL = b"1"
+#: The first bytes of every frame.
+MAGIC = b"nvhz"
+#: The socket's name in the cache directory (``$NVHOOK_CACHE_DIR``, default ``/run/nvhook``).
+SOCKET_NAME = "shim.sock"
+#: The largest request body read (argv and environment; Linux's own limit is ~2 MiB).
+MAX_REQUEST = 4 * 1024 * 1024
+#: Calls served at once; a connection beyond is closed unread (the front-end falls back).
+MAX_CHILDREN = 64
+#: How long a child waits for the rest of a request.
+RECEIVE_TIMEOUT_S = 5.0
+#: The exit status of a server whose code changed on disk (EX_TEMPFAIL: restart me).
+STALE_EXIT = 75
+#: The descriptors a request carries: cwd, stdin, stdout, stderr.
+FDS = 4
+_HEADER = struct.Struct("<4sI")
+#: The modules a create imports (jit and cdi, errors included), imported before forking:
+#: a child then imports nothing (tests/nvhook/test_server.py checks the list).
+PRELOAD = (
+    "nvhook.cdihints",
+    "nvhook.constants",
+    "nvhook.create",
+    "nvhook.devices.gpus",
+    "nvhook.devices.procfs",
+    "nvhook.discover.arch",
+    "nvhook.discover.catalog",
+    "nvhook.discover.driver",
+    "nvhook.discover.elf",
+    "nvhook.discover.files",
+    "nvhook.discover.hooks",
+    "nvhook.discover.ldsocache",
+    "nvhook.discover.libraries",
+    "nvhook.discover.nodes",
+    "nvhook.discover.root",
+    "nvhook.edits",
+    "nvhook.errors",
+    "nvhook.frontend",
+    "nvhook.hook.create_symlinks",
+    "nvhook.hook.update_ldcache",
+    "nvhook.legacyhook",
+    "nvhook.requests.ids",
+    "nvhook.requests.parse",
+    "nvhook.requests.policy",
+    "nvhook.requests.requirements",
+    "nvhook.settings",
+    "nvhook.shim",
+    "oci._cache",
+    "oci._frozen",
+    "oci.argv",
+    "oci.bundle",
+    "oci.cdi.apply",
+    "oci.cdi.decode",
+    "oci.cdi.edits",
+    "oci.cdi.hostcheck",
+    "oci.cdi.names",
+    "oci.cdi.parse",
+    "oci.cdi.registry",
+    "oci.cdi.spec",
+    "oci.cdi.version",
+    "oci.errors",
+    "oci.jsoncodec",
+    "oci.runclog",
+    "tomllib",
+    "traceback",
+)
+
+
+class RequestError(Exception):
+    """A request that is not one (the child closes the connection: the front-end falls back)."""
+
+
+class Request:
+    """One call, as the front-end sent it."""
+
+    __slots__ = ("argv", "env", "program", "umask")
+
+    def __init__(self, umask: int, program: str, argv: list[str], env: list[str]) -> None:
+        self.umask = umask
+        self.program = program
+        self.argv = argv
+        self.env = env
+
+
+def frame(body: bytes) -> bytes:
+    """``body`` as one message: :data:`MAGIC`, its length, itself."""
+    return _HEADER.pack(MAGIC, len(body)) + body
+
+
+def parse_request(body: bytes) -> Request:
+    """The request in ``body`` (a frame's body); :class:`RequestError` if malformed."""
+    if not body.endswith(b"\0"):
+        raise RequestError("the request does not end with a NUL")
+    fields = body[:-1].split(b"\0")
+    if fields[0] != PROTOCOL:
+        raise RequestError(f"protocol {fields[0][:16]!r}, expected {PROTOCOL!r}")
+    try:
+        umask = int(fields[1], 8)
+        argc = int(fields[3])
+        envc = int(fields[4 + argc]) if argc >= 0 else -1
+    except (IndexError, ValueError):
+        raise RequestError("a count or the umask is not a number") from None
+    if not 0 <= umask <= 0o777 or argc < 0 or envc < 0 or len(fields) != 5 + argc + envc:
+        raise RequestError("the umask or a count does not match the request")
+    program = os.fsdecode(fields[2])
+    if not program.startswith("/"):
+        raise RequestError("the program path is not absolute")
+    argv = [os.fsdecode(a) for a in fields[4 : 4 + argc]]
+    env = [os.fsdecode(e) for e in fields[5 + argc :]]
+    return Request(umask, program, argv, env)
+
+
+# --------------------------------------------------------------------------- the peer
+
+
+def _status(pid: int | str) -> dict[bytes, bytes]:
+    with open(f"/proc/{pid}/status", "rb") as f:
+        lines = f.read().splitlines()
+    return dict((k, v.strip()) for k, _, v in (line.partition(b":") for line in lines))
+
+
+#: What must be the same for the peer as for the server: namespaces, and status fields.
+_NAMESPACES = ("mnt", "pid", "user")
+_STATUS = (b"CapEff", b"Seccomp", b"NoNewPrivs")
+
+
+def peer_problem(conn: socket.socket) -> tuple[int, str | None]:
+    """The peer's pid, and why it may not be served (None: it may).
+
+    Only root (uid and gid 0) in this server's mount, pid and user namespaces, with its
+    effective capabilities, seccomp mode and no_new_privs flag: anything the child does
+    for it, the Python shim would have done in the caller's own process.
+    """
+    pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    if uid != 0 or gid != 0:
+        return pid, f"the peer is uid {uid} gid {gid}, not root"
+    try:
+        for ns in _NAMESPACES:
+            theirs, ours = os.stat(f"/proc/{pid}/ns/{ns}"), os.stat(f"/proc/self/ns/{ns}")
+            if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
+                return pid, f"the peer (pid {pid}) is in another {ns} namespace"
+        theirs_status, ours_status = _status(pid), _status("self")
+    except OSError as e:
+        return pid, f"cannot inspect the peer (pid {pid}): {e.strerror}"
+    for key in _STATUS:
+        if theirs_status.get(key) != ours_status.get(key):
+            return pid, f"the peer's (pid {pid}) {key.decode()} differs from the server's"
+    return pid, None
+
+
+# --------------------------------------------------------------------------- the child
+
+
+def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
+    """One request frame's body and its descriptors; :class:`RequestError` if malformed."""
+    fds: list[int] = []
+    try:
+        data, ancillary, flags, _ = conn.recvmsg(
+            65536, socket.CMSG_SPACE(FDS * 4), socket.MSG_CMSG_CLOEXEC
+        )
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(payload) - len(payload) % 4
+                fds += struct.unpack(f"{usable // 4}i", payload[:usable])
+        if flags & socket.MSG_CTRUNC or len(fds) != FDS:
+            raise RequestError(f"{len(fds)} descriptors, expected {FDS}")
+        while len(data) < _HEADER.size:
+            more = conn.recv(_HEADER.size - len(data))
+            if not more:
+                raise RequestError("the connection closed in the header")
+            data += more
+        magic, length = _HEADER.unpack(data[: _HEADER.size])
+        if magic != MAGIC or length > MAX_REQUEST:
+            raise RequestError("not a request frame, or too long")
+        chunks = [data[_HEADER.size :]]
+        got = len(chunks[0])
+        while got < length:
+            more = conn.recv(min(length - got, 1 << 20))
+            if not more:
+                raise RequestError("the connection closed in the request")
+            chunks.append(more)
+            got += len(more)
+        if got != length:
+            raise RequestError("more bytes than the frame holds")
+        return b"".join(chunks), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _streams() -> None:
+    """Fresh ``sys.std*`` over descriptors 0-2, as CPython makes them (UTF-8 mode)."""
+    sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
+    line = 1 if os.isatty(1) else -1
+    sys.stdout = open(1, "w", line, "utf-8", "surrogateescape", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", 1, "utf-8", "backslashreplace", closefd=False)  # noqa: SIM115
+
+
+def _become(request: Request, fds: list[int], pid: int) -> None:
+    """Take on the caller's umask, working directory, streams, environment and argv."""
+    import stat
+
+    cwd, *streams = fds
+    if any(fd <= 2 for fd in fds) or not stat.S_ISDIR(os.fstat(cwd).st_mode):
+        raise RequestError("a descriptor is not what it should be")
+    os.umask(request.umask)
+    os.fchdir(cwd)
+    for target, fd in enumerate(streams):
+        os.dup2(fd, target)
+    for fd in fds:
+        os.close(fd)
+    os.environ.clear()
+    for entry in request.env:  # as CPython reads its environ: the first of a name wins
+        name, eq, value = entry.partition("=")
+        if eq and name and name not in os.environ:
+            os.environ[name] = value
+    sys.argv = [request.program, *request.argv]
+    _streams()
+    import nvhook.shim
+
+    nvhook.shim._caller_pid = pid
+
+
+def _run(argv: Sequence[str]) -> bytes:
+    """:func:`nvhook.shim.handle` as the Python shim runs it; the reply's body."""
+    from nvhook.shim import handle
+
+    try:
+        step = handle(argv)
+        if isinstance(step, int):
+            code = step
+        else:
+            step.announce()
+            return b"exec\0" + os.fsencode(step.runtime)
+    except SystemExit as e:  # as the interpreter ends on one
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            sys.stderr.write(f"{e.code}\n")
+            code = 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()  # as the interpreter ends on an uncaught exception
+        code = 1
+    return b"exit\0" + str(code & 0xFF).encode()
+
+
+def _child(conn: socket.socket) -> None:
+    """Serve the call on ``conn`` (in the forked child; never returns)."""
+    for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        pid, problem = peer_problem(conn)
+        if problem is not None:
+            raise RequestError(problem)
+        conn.settimeout(RECEIVE_TIMEOUT_S)
+        body, fds = _receive(conn)
+        try:
+            request = parse_request(body)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        conn.sendall(frame(b"ack"))
+        conn.settimeout(None)
+        _become(request, fds, pid)
+    except (RequestError, OSError) as e:
+        _say(f"refused a request: {e}")
+        os._exit(0)
+    reply = _run(request.argv)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):  # the caller's streams: its reader sees EOF when we are done
+        os.dup2(null, target)
+    with contextlib.suppress(OSError):
+        conn.sendall(frame(reply))
+    os._exit(0)
+
+
+# --------------------------------------------------------------------------- the parent
+
+
+#: One entry of :func:`code_identity`: ``("f", path, device, inode, size, mtime)`` for a
+#: file, ``("d", path, names…)`` for a directory (``__pycache__`` left out, sorted),
+#: ``("-", path)`` for a path that was not there.
+_Identity = tuple[object, ...]
+
+
+def code_identity() -> tuple[_Identity, ...]:
+    """What identifies the code a child would run: every file of the ``oci`` and ``nvhook``
+    packages (``__pycache__`` left out) and the names in each of their directories (a new
+    or removed module), the launcher, the interpreter. Directories are compared by their
+    names, not their mtime: the interpreter may add a ``__pycache__`` to one."""
+    import nvhook
+    import oci
+
+    files = [sys.executable, os.path.abspath(sys.argv[0])] if sys.argv[0] else [sys.executable]
+    found: list[_Identity] = []
+    for package in (oci, nvhook):
+        root = os.path.dirname(os.path.abspath(package.__file__ or ""))
+        for directory, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            entries = sorted(n for n in (*dirs, *names) if n != "__pycache__")
+            found.append(("d", directory, *entries))
+            files += [os.path.join(directory, n) for n in sorted(names)]
+    for path in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            found.append(("-", path))
+            continue
+        found.append(("f", path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(found)
+
+
+def _unchanged(recorded: tuple[_Identity, ...]) -> bool:
+    """Whether :func:`code_identity` would still return ``recorded``."""
+    for kind, path, *rest in recorded:
+        assert isinstance(path, str)
+        try:
+            if kind == "f":
+                st = os.stat(path)
+                now: list[object] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+            elif kind == "d":
+                now = [n for n in sorted(os.listdir(path)) if n != "__pycache__"]
+            else:
+                now = [] if not os.path.lexists(path) else ["there"]
+        except OSError:
+            return False
+        if now != rest:
+            return False
+    return True
+
+
+def default_socket() -> str:
+    """``shim.sock`` in the cache directory (``$NVHOOK_CACHE_DIR``, else ``/run/nvhook``)."""
+    from nvhook.settings import cache_directory
+
+    return os.path.join(cache_directory(), SOCKET_NAME)
+
+
+class ServerError(Exception):
+    """Why the server cannot start (one line naming the fault and the fix)."""
+
+
+def _listen(path: str) -> tuple[socket.socket, tuple[int, int]]:
+    """A socket listening at ``path``, mode 0600, in a directory only root may write."""
+    import stat
+
+    directory = os.path.dirname(path) or "."
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+    st = os.stat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise ServerError(
+            f"{directory}: not a directory that only root may write: "
+            f"chown root {directory} && chmod go-w {directory}, or choose another --socket"
+        )
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ServerError(f"{path} exists and is not a socket: remove it")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)  # left by a server that is gone
+        else:
+            raise ServerError(f"{path}: another server listens there: stop it first")
+        finally:
+            probe.close()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    listener.listen(128)
+    st = os.stat(path)
+    return listener, (st.st_dev, st.st_ino)
+
+
+def _say(message: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(2, f"{PROG}: {message}\n".encode(errors="backslashreplace"))
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop(number: int, frame: object) -> None:
+    raise _Stop
+
+
+def serve(path: str, *, ready: int = -1) -> int:
+    """Serve calls at ``path`` until SIGTERM (0) or a code change on disk (:data:`STALE_EXIT`).
+
+    ``ready``: a descriptor to write one byte to and close once listening (tests).
+    """
+    import importlib
+
+    if os.geteuid() != 0:
+        raise ServerError("must run as root: the front-end talks only to a root server")
+    recorded = code_identity()
+    for name in PRELOAD:
+        importlib.import_module(name)
+    if not _unchanged(recorded):
+        _say("the code changed on disk while starting: exiting to be started again")
+        return STALE_EXIT
+    listener, identity = _listen(path)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
+    _say(f"listening on {path} (pid {os.getpid()})")
+    if ready >= 0:
+        os.write(ready, b"1")
+        os.close(ready)
+    children: set[int] = set()
+    listener.settimeout(1.0)
+    code = 0
+    try:
+        while True:
+            _reap(children)
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                if not _unchanged(recorded):
+                    _say("nvhook's code changed on disk: exiting to be started again")
+                    code = STALE_EXIT
+                    break
+                continue
+            with conn:
+                if not _unchanged(recorded):
+                    _say("nvhook's code changed on disk: exiting to be started again")
+                    code = STALE_EXIT
+                    break
+                if len(children) >= MAX_CHILDREN:
+                    _reap(children)
+                    if len(children) >= MAX_CHILDREN:
+                        continue  # closed unread: that caller falls back
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        listener.close()
+                        _child(conn)
+                    except BaseException:  # a bug here: said where the call's stderr is
+                        import traceback
+
+                        traceback.print_exc()
+                    finally:
+                        os._exit(1)
+                children.add(pid)
+    except (_Stop, KeyboardInterrupt):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            st = os.lstat(path)
+            if (st.st_dev, st.st_ino) == identity:
+                os.unlink(path)
+        except OSError:
+            pass
+        listener.close()
+    return code
+
+
+def _reap(children: set[int]) -> None:
+    while children:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            children.clear()
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+
+
+USAGE = f"""usage: {PROG} [--socket PATH]
+
+Serve nvhook-runtime's calls for its native front-end from a pre-forked server
+(docs/architecture.md D12). PATH: default $NVHOOK_CACHE_DIR/{SOCKET_NAME}, else
+/run/nvhook/{SOCKET_NAME}; its directory must be root's and not group/other-writable.
+Runs as root, until SIGTERM; exits {STALE_EXIT} when nvhook's code changed on disk.
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``nvhook-shim-server [--socket PATH]``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    path = None
+    if args[:1] in (["-h"], ["--help"]):
+        sys.stdout.write(USAGE)
+        return 0
+    if len(args) == 2 and args[0] == "--socket":
+        path = args[1]
+    elif len(args) == 1 and args[0].startswith("--socket="):
+        path = args[0].partition("=")[2]
+    elif args:
+        sys.stderr.write(f"{PROG}: unexpected arguments {args}: see --help\n")
+        return 2
+    if path is not None and not os.path.isabs(path):
+        sys.stderr.write(f"{PROG}: --socket {path}: give an absolute path\n")
+        return 2
+    try:
+        return serve(path or default_socket())
+    except (ServerError, OSError) as e:
+        sys.stderr.write(f"{PROG}: {e}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

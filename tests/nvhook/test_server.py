@@ -1,0 +1,655 @@
+"""nvhook-shim-server (nvhook/server.py) and the native front-end as its client (D12).
+
+The front-end is built here with the sanitizers, a recording stand-in for the Python
+launcher (so a call handed to Python shows as ``launcher``) and a short server deadline
+(:data:`DEADLINE_MS`). The server is the real one (``python -m nvhook.server``), as root.
+
+- equality: for a table of calls (jit and cdi, errors included), what a call through the
+  front-end and the server does equals what the Python shim does with the same argv,
+  environment and cwd, byte for byte: exit code, stdout, stderr, config.json, the
+  ``--log`` file, the runtime's argv and cwd, the shim's log line;
+- idempotency: the Python shim run again on a bundle the server edited changes nothing
+  (what the front-end's fallback does when a reply is lost after the edit);
+- the front-end's fallbacks: no socket, a foreign one, a regular file or symlink in its
+  place, a directory others may write, a server that is not root, never acknowledges,
+  dies mid-request or replies nonsense: each hands the call to the Python launcher,
+  the unanswered one within the deadline;
+- the server's side: malformed requests and a peer that is not root are refused
+  unread, and the server goes on serving; a server whose code changed on disk stops;
+  :data:`nvhook.server.PRELOAD` holds every module a create imports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvhook.frontend import SOURCE
+from nvhook.server import MAGIC, MAX_REQUEST, PRELOAD, STALE_EXIT, RequestError, parse_request
+from nvhook.shim import VERSION
+from tests.nvhook.test_shim_imports import Shim as ImportProbe
+from tests.nvhook.test_shim_imports import loaded
+from tests.support.basics import require_root
+from tests.support.unprivileged import NOBODY, call_unprivileged
+
+REPO = Path(__file__).resolve().parents[2]
+DEADLINE_MS = 400
+#: The stand-in runtime and launcher: who ran, the cwd, the pid, then argv; a line on each stream.
+RECORDER = (
+    '#!/bin/sh\nprintf "%s\\n" "{who}" "$PWD" "$$" "$@" > "$FRONTEND_RECORD"\n'
+    'echo "{who} stdout"\necho "{who} stderr" >&2\n'
+)
+PRISTINE: dict[str, Any] = {
+    "ociVersion": "1.0.2",
+    "process": {"args": ["sh"], "cwd": "/", "env": ["PATH=/usr/bin:/bin"]},
+    "root": {"path": "rootfs"},
+}
+
+pytestmark = pytest.mark.root
+
+
+def _cc() -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    return cc
+
+
+def start_server(sock: Path, *, python_path: Path = REPO) -> subprocess.Popen[bytes]:
+    """``nvhook-shim-server --socket SOCK`` from the packages under ``python_path``, listening."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(python_path)!r}); "
+        "from nvhook.server import main; raise SystemExit(main())"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-c", code, "--socket", str(sock)],
+        env={"PATH": "/usr/bin:/bin"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate()
+            pytest.fail(f"the server did not start: {err.decode()}")
+        time.sleep(0.02)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        return proc.wait(timeout=10)
+    finally:
+        if proc.stderr:
+            proc.stderr.close()
+
+
+class Node:
+    """A work directory: the mock, a CDI spec, configs, the stand-ins, a cache with a server."""
+
+    def __init__(self, work: Path, machine: Path, client: Path, launcher: Path) -> None:
+        self.work = work
+        self.machine = machine
+        self.client = client  # the front-end, handing over to the recording launcher
+        self.record = work / "record"
+        self.runtime = work / "runc"
+        self.runtime.write_text(RECORDER.format(who="runtime"))
+        self.runtime.chmod(0o755)
+        self.cache = work / "cache"
+        self.cache.mkdir(mode=0o700)
+        self.sock = self.cache / "shim.sock"
+        self.cdi = work / "cdi"
+        subprocess.run(
+            [sys.executable, "-m", "nvhook", "cdi", "generate", "--root", str(machine),
+             "--output", str(self.cdi / "nvidia.json")],
+            check=True, capture_output=True, cwd=REPO,
+        )  # fmt: skip
+        # the Python shim as the launcher runs it, in front of the same front-end
+        self.shim = work / "nvhook-runtime.py"
+        self.shim.write_text(
+            f"#!{sys.executable} -I\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
+            f"sys.argv[0] = {str(client)!r}\nfrom nvhook.shim import main\n"
+            "raise SystemExit(main())\n"
+        )
+        self.shim.chmod(0o755)
+        self.launcher = launcher
+
+    def config(self, name: str, extra: str = "", *, runtime: str = "") -> Path:
+        path = self.work / f"{name}.toml"
+        path.write_text(
+            f'[runtime]\nruntimes = ["{self.runtime}"]\nlog_file = "{self.work / name}.log"\n'
+            f'{runtime}[host]\nroot = "{self.machine}"\n[cdi]\nspec_dirs = ["{self.cdi}"]\n'
+            f"{extra}"
+        )
+        return path
+
+    def env(self, config: Path) -> dict[str, str]:
+        return {
+            "PATH": "/usr/bin:/bin",
+            "NVHOOK_CONFIG": str(config),
+            "NVHOOK_CACHE_DIR": str(self.cache),
+            "FRONTEND_RECORD": str(self.record),
+            "ASAN_OPTIONS": "detect_leaks=0",
+        }
+
+    def bundle(self, name: str, spec: dict[str, Any]) -> Path:
+        b = self.work / name
+        b.mkdir(exist_ok=True)
+        (b / "pristine.json").write_text(json.dumps(spec, indent=1))
+        self.reset(b)
+        return b
+
+    def reset(self, b: Path) -> None:
+        shutil.copyfile(b / "pristine.json", b / "config.json")
+        (b / "log.json").unlink(missing_ok=True)
+
+    def call(self, program: Path, argv: list[str], env: dict[str, str], cwd: Path) -> Outcome:
+        self.record.unlink(missing_ok=True)
+        proc = subprocess.run([str(program), *argv], env=env, cwd=cwd, capture_output=True,
+                              timeout=60, check=False)  # fmt: skip
+        record = self.record.read_text().split("\n")[:-1] if self.record.exists() else None
+        return Outcome(proc.returncode, proc.stdout, proc.stderr, record)
+
+
+class Outcome:
+    def __init__(self, code: int, out: bytes, err: bytes, record: list[str] | None) -> None:
+        self.code, self.out, self.err, self.record = code, out, err, record
+
+    def who(self) -> str | None:
+        return self.record[0] if self.record else None
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The front-end with the sanitizers and a short deadline, and its recording launcher."""
+    cc = _cc()
+    work = tmp_path_factory.mktemp("client")
+    launcher = work / "launcher"
+    launcher.write_text(RECORDER.format(who="launcher"))
+    launcher.chmod(0o755)
+    binary = work / "nvhook-runtime"
+    subprocess.run(
+        [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
+         "-fno-sanitize-recover=all", f'-DNVHOOK_LAUNCHER="{launcher}"',
+         f"-DNVHOOK_SERVER_DEADLINE_MS={DEADLINE_MS}", "-o", str(binary), SOURCE],
+        check=True,
+    )  # fmt: skip
+    return binary, launcher
+
+
+@pytest.fixture(scope="module")
+def node(
+    client: tuple[Path, Path],
+    mock_machine: Callable[..., Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Node]:
+    """A node whose cache directory has a server listening."""
+    require_root()
+    work = tmp_path_factory.mktemp("node")
+    n = Node(work, mock_machine("dgx-a100"), *client)
+    server = start_server(n.sock)
+    try:
+        yield n
+    finally:
+        stop(server)
+
+
+# -- equality: through the server, what the Python shim does --------------------------------
+
+
+def _spec(env: list[str] = [], **more: Any) -> dict[str, Any]:  # noqa: B006
+    spec = json.loads(json.dumps(PRISTINE))
+    spec["process"]["env"] += env
+    spec.update(more)
+    return spec
+
+
+CONTAINERD = ["--root", "/r", "--log", "{b}/log.json", "--log-format", "json", "create",
+              "--bundle", "{b}", "--pid-file", "{b}/init.pid", "c1"]  # fmt: skip
+MOUNTS_ON = "[policy]\naccept_volume_mounts = true\n"
+DEVICE_LIST = {"destination": "/var/run/nvidia-container-devices/1", "source": "/dev/null"}
+
+#: name: (config extra, spec, argv (``{b}``: the bundle; None: containerd's), cwd is bundle)
+CASES: dict[str, tuple[str, dict[str, Any], list[str] | None, bool]] = {
+    "jit 1 GPU": ("", _spec(["NVIDIA_VISIBLE_DEVICES=1"]), None, False),
+    "jit all, capabilities": (
+        "",
+        _spec(["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility,video"]),
+        None,
+        False,
+    ),
+    "jit MIG device": ("", _spec(["NVIDIA_VISIBLE_DEVICES=0:0"]), None, False),
+    "jit unknown GPU (error)": ("", _spec(["NVIDIA_VISIBLE_DEVICES=9"]), None, False),
+    "jit requirement not met (error)": (
+        "",
+        _spec(["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=99.0"]),
+        None,
+        False,
+    ),
+    "void: nothing to add": ("", _spec(["NVIDIA_VISIBLE_DEVICES=void"]), None, False),
+    "cdi annotation": ("", _spec(annotations={"cdi.k8s.io/x": "nvidia.com/gpu=1"}), None, False),
+    "cdi plain id, mode cdi": ("MODE_CDI", _spec(["NVIDIA_VISIBLE_DEVICES=1"]), None, False),
+    "cdi unknown device (error)": (
+        "",
+        _spec(annotations={"cdi.k8s.io/x": "nvidia.com/gpu=99"}),
+        None,
+        False,
+    ),
+    "device-list mount": (MOUNTS_ON, _spec(mounts=[DEVICE_LIST]), None, False),
+    "relative bundle, cwd": (
+        "",
+        _spec(["NVIDIA_VISIBLE_DEVICES=1"]),
+        ["create", "--bundle", ".", "c1"],
+        True,
+    ),
+    "default bundle (cwd)": ("", _spec(["NVIDIA_VISIBLE_DEVICES=1"]), ["create", "c1"], True),
+    "--version": ("", _spec(), ["--version"], False),
+    "argv runc refuses": (
+        "",
+        _spec(["NVIDIA_VISIBLE_DEVICES=1"]),
+        ["create", "--bundle", "{b}"],
+        False,
+    ),
+    "settings broken, GPU create (error)": (
+        "BROKEN",
+        _spec(["NVIDIA_VISIBLE_DEVICES=1"]),
+        None,
+        False,
+    ),
+    "settings broken, plain create": ("BROKEN", _spec(), None, False),
+}
+
+
+def _config(node: Node, name: str, extra: str) -> Path:
+    slug = "".join(c if c.isalnum() else "-" for c in name)
+    if extra == "MODE_CDI":
+        return node.config(slug, runtime='mode = "cdi"\n')
+    if extra == "BROKEN":
+        return node.config(slug, runtime="bogus = 1\n")  # an unknown key: a ConfigError
+    return node.config(slug, extra)
+
+
+def _observed(node: Node, b: Path, outcome: Outcome, config: Path) -> dict[str, Any]:
+    """What a call did, without what must differ (times, the log line's pid and duration)."""
+    log = b / "log.json"
+    runc_log = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    for entry in runc_log:
+        entry.pop("time")
+    shim_log = config.with_suffix(".log")
+    lines = (
+        [json.loads(line) for line in shim_log.read_text().splitlines()]
+        if shim_log.exists()
+        else []
+    )
+    shim_log.unlink(missing_ok=True)
+    for line in lines:
+        line.pop("time"), line.pop("duration_ms")
+        if outcome.record:  # the pid is the process that execs the runtime
+            assert line.pop("pid") == int(outcome.record[2])
+        else:
+            line.pop("pid")
+    record = outcome.record and [outcome.record[0], outcome.record[1], *outcome.record[3:]]
+    return {
+        "code": outcome.code,
+        "stdout": outcome.out,
+        "stderr": outcome.err,
+        "config.json": (b / "config.json").read_bytes(),
+        "--log": runc_log,
+        "runtime": record,
+        "shim log": lines,
+    }
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_through_the_server_as_through_the_python_shim(node: Node, name: str) -> None:
+    extra, spec, argv, in_bundle = CASES[name]
+    config = _config(node, name, extra)
+    b = node.bundle("b-" + "".join(c if c.isalnum() else "-" for c in name), spec)
+    args = [a.replace("{b}", str(b)) for a in (argv or CONTAINERD)]
+    cwd = b if in_bundle else node.work
+    env = node.env(config)
+
+    served = node.call(node.client, args, env, cwd)
+    assert served.who() in ("runtime", None), f"not served by the server: {served.err!r}"
+    through_server = _observed(node, b, served, config)
+    node.reset(b)
+    direct = node.call(node.shim, args, env, cwd)
+    assert through_server == _observed(node, b, direct, config)
+    # and the case is what its name says
+    error = "(error)" in name
+    assert (served.code != 0) == error
+    if name.startswith(("jit", "cdi", "device-list", "relative", "default")) and not error:
+        assert through_server["config.json"] != (b / "pristine.json").read_bytes()
+    if name == "--version":
+        assert served.out.startswith(f"nvhook-runtime version {VERSION}\nruntime stdout".encode())
+    if error:
+        assert served.err.startswith(b"nvhook-runtime: ") and through_server["--log"]
+
+
+@pytest.mark.parametrize(
+    "name", ["jit 1 GPU", "cdi annotation", "cdi plain id, mode cdi", "device-list mount"]
+)
+def test_the_python_shim_after_the_server_adds_nothing(node: Node, name: str) -> None:
+    """The front-end's fallback after a lost reply re-runs the call on the edited bundle."""
+    extra, spec, _, _ = CASES[name]
+    config = _config(node, name, extra)
+    b = node.bundle("again-" + "".join(c if c.isalnum() else "-" for c in name), spec)
+    args = [a.replace("{b}", str(b)) for a in CONTAINERD]
+    served = node.call(node.client, args, node.env(config), node.work)
+    assert (served.code, served.who()) == (0, "runtime")
+    edited = (b / "config.json").read_bytes()
+    assert edited != (b / "pristine.json").read_bytes()
+    again = node.call(node.shim, args, node.env(config), node.work)
+    assert again.code == 0 and (b / "config.json").read_bytes() == edited
+
+
+def test_a_pass_through_never_reaches_the_server(node: Node) -> None:
+    config = node.config("pass")
+    node.call(node.shim, ["state", "x"], node.env(config), node.work)  # writes the data file
+    outcome = node.call(node.client, ["state", "x"], node.env(config), node.work)
+    assert outcome.who() == "runtime" and outcome.record and outcome.record[3:] == ["state", "x"]
+
+
+# -- the front-end falls back -------------------------------------------------------------
+
+FAKE_SERVER = r"""
+import os, socket, struct, sys, time
+path, mode = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(path)
+if mode == "nobody":
+    os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
+s.listen(8)
+print("ready", flush=True)
+def frame(body):
+    return b"nvhz" + struct.pack("<I", len(body)) + body
+while True:
+    conn, _ = s.accept()
+    if mode == "close":
+        conn.close(); continue
+    _, ancillary, _, _ = conn.recvmsg(1 << 20, socket.CMSG_SPACE(16))
+    for _, _, data in ancillary:  # the caller's stdio: held, its reader would never see EOF
+        for fd in struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]):
+            os.close(fd)
+    if mode == "silent":
+        time.sleep(3600)
+    conn.sendall(frame(b"ack"))
+    if mode == "ack-close":
+        conn.close(); continue
+    if mode == "nobody":
+        conn.sendall(frame(b"exit\0" + b"7")); conn.close(); continue
+    conn.sendall(bytes.fromhex(mode)); conn.close()
+"""
+
+
+def _fake(node: Node, directory: Path, mode: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-c", FAKE_SERVER, str(directory / "shim.sock"), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout and proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def _stop_fake(fake: subprocess.Popen[str]) -> None:
+    fake.kill()
+    fake.wait()
+    if fake.stdout:
+        fake.stdout.close()
+
+
+@pytest.fixture
+def bare(node: Node, tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], list[str]]]:
+    """A cache directory of its own (no server), and a create the front-end hands over."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    config = node.config("bare")
+    env = {**node.env(config), "NVHOOK_CACHE_DIR": str(cache)}
+    b = node.bundle(f"bare-{tmp_path.name}", _spec(["NVIDIA_VISIBLE_DEVICES=1"]))
+    yield cache, env, ["create", "--bundle", str(b), "c1"]
+
+
+def _frame(body: bytes) -> str:
+    return (MAGIC + struct.pack("<I", len(body)) + body).hex()
+
+
+@pytest.mark.parametrize(
+    "mode",
+    ["close", "ack-close", "nobody", _frame(b"exec\0"), _frame(b"exec\0/bin/true\0x"),
+     _frame(b"exit\0300"), _frame(b"exit\0x"), _frame(b"exit\0-1"), _frame(b"what\0"),
+     (b"nvhx" + struct.pack("<I", 6) + b"exit\x000").hex(),
+     (MAGIC + struct.pack("<I", 1 << 30)).hex()],
+    ids=["closes unread", "dies after ack", "not root", "exec nothing", "exec with a NUL",
+         "exit 300", "exit x", "exit -1", "unknown reply", "bad magic", "huge frame"],
+)  # fmt: skip
+def test_a_bad_server_is_a_fallback(
+    node: Node, bare: tuple[Path, dict[str, str], list[str]], mode: str
+) -> None:
+    cache, env, argv = bare
+    fake = _fake(node, cache, mode)
+    try:
+        if mode == "nobody":
+            assert (cache / "shim.sock").stat().st_uid == 0  # bound as root, listening as nobody
+        outcome = node.call(node.client, argv, env, node.work)
+        assert (outcome.code, outcome.who()) == (0, "launcher"), outcome.err
+        assert outcome.record and outcome.record[3:] == argv
+    finally:
+        _stop_fake(fake)
+
+
+def test_a_server_that_never_answers_is_a_fallback_within_the_deadline(
+    node: Node, bare: tuple[Path, dict[str, str], list[str]]
+) -> None:
+    cache, env, argv = bare
+    fake = _fake(node, cache, "silent")
+    try:
+        started = time.monotonic()
+        outcome = node.call(node.client, argv, env, node.work)
+        elapsed = time.monotonic() - started
+        assert (outcome.code, outcome.who()) == (0, "launcher")
+        assert DEADLINE_MS / 1000 <= elapsed < DEADLINE_MS / 1000 + 10
+    finally:
+        _stop_fake(fake)
+
+
+@pytest.mark.parametrize(
+    "change", ["missing", "regular file", "symlink", "foreign socket", "directory writable"]
+)
+def test_a_socket_in_doubt_is_not_used(
+    node: Node, bare: tuple[Path, dict[str, str], list[str]], change: str
+) -> None:
+    """The real server listens elsewhere; what is at this cache's socket path is not it."""
+    cache, env, argv = bare
+    sock = cache / "shim.sock"
+    server = None
+    if change == "regular file":
+        sock.write_bytes(b"")
+    elif change == "symlink":
+        sock.symlink_to(node.sock)
+    elif change in ("foreign socket", "directory writable"):
+        server = start_server(sock)
+        if change == "foreign socket":
+            os.chown(sock, NOBODY, NOBODY)
+        else:
+            cache.chmod(0o770)
+    try:
+        outcome = node.call(node.client, argv, env, node.work)
+        assert (outcome.code, outcome.who()) == (0, "launcher")
+    finally:
+        if server is not None:
+            cache.chmod(0o700)
+            stop(server)
+
+
+# -- the server's side ----------------------------------------------------------------------
+
+
+def _request(argv: list[str], env: list[str], *, program: str = "/x/nvhook-runtime") -> bytes:
+    fields = [b"1", b"22", program.encode(), str(len(argv)).encode(), *map(str.encode, argv),
+              str(len(env)).encode(), *map(str.encode, env)]  # fmt: skip
+    return b"".join(f + b"\0" for f in fields)
+
+
+def _ask(sock: Path, data: bytes, fds: list[int]) -> bytes:
+    """Send ``data`` with ``fds``; all that comes back until the server closes (or resets:
+    a server that refuses closes without reading, and unread data makes that a reset)."""
+    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+    got = b""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(str(sock))
+        try:
+            s.sendmsg([data], rights if fds else [])
+            while chunk := s.recv(65536):
+                got += chunk
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+    return got
+
+
+@pytest.fixture
+def stdio() -> Iterator[list[int]]:
+    fds = [os.open("/", os.O_RDONLY | os.O_DIRECTORY)] + [
+        os.open(os.devnull, os.O_RDWR) for _ in range(3)
+    ]
+    yield fds
+    for fd in fds:
+        os.close(fd)
+
+
+def test_parse_request_refuses_what_is_not_a_request() -> None:
+    good = _request(["state", "x"], ["A=1"])
+    request = parse_request(good)
+    assert (request.umask, request.program, request.argv, request.env) == (
+        0o22,
+        "/x/nvhook-runtime",
+        ["state", "x"],
+        ["A=1"],
+    )
+    bad = [good[:-1], b"2" + good[1:], good.replace(b"\x0022\x00", b"\x009\x00", 1),
+           good.replace(b"\x002\x00state", b"\x003\x00state", 1), good + b"extra\0",
+           _request(["x"], [], program="relative"), b"\0", b"1\0"]  # fmt: skip
+    for body in bad:
+        with pytest.raises(RequestError):
+            parse_request(body)
+
+
+def test_malformed_requests_are_refused_and_the_server_goes_on(
+    node: Node, stdio: list[int]
+) -> None:
+    config = node.config("proto")
+    env = [f"{k}={v}" for k, v in node.env(config).items()]
+    body = _request(["state", "x"], env)
+    frame = MAGIC + struct.pack("<I", len(body)) + body
+    for data, fds in [
+        (b"GET / HTTP/1.0\r\n\r\n", stdio),
+        (frame, stdio[:3]),  # three descriptors, not four
+        (MAGIC + struct.pack("<I", MAX_REQUEST + 1) + body, stdio),
+        (MAGIC + struct.pack("<I", len(body)) + b"2" + body[1:], stdio),
+        (frame[:20], stdio),  # closed mid-request
+    ]:
+        assert _ask(node.sock, data, fds) == b"", data[:40]
+    reply = _ask(node.sock, frame, stdio)
+    ack = MAGIC + struct.pack("<I", 3) + b"ack"
+    runtime = b"exec\0" + str(node.runtime).encode()
+    assert reply == ack + MAGIC + struct.pack("<I", len(runtime)) + runtime
+
+
+def test_a_peer_that_is_not_root_is_refused(node: Node, tmp_path: Path) -> None:
+    directory = Path(f"/tmp/nvhook-server-{os.getpid()}")
+    directory.mkdir(mode=0o755)
+    server = start_server(directory / "shim.sock")
+    try:
+        (directory / "shim.sock").chmod(0o666)  # let nobody connect: the server must refuse
+        body = _request(["state", "x"], ["PATH=/bin"])
+        frame = MAGIC + struct.pack("<I", len(body)) + body
+
+        def ask() -> bytes:
+            fds = [os.open("/", os.O_RDONLY)] + [os.open(os.devnull, os.O_RDWR)] * 3
+            return _ask(directory / "shim.sock", frame, fds)
+
+        assert call_unprivileged(ask) == b""
+        root_fds = [os.open("/", os.O_RDONLY)] + [os.open(os.devnull, os.O_RDWR) for _ in range(3)]
+        assert _ask(directory / "shim.sock", frame, root_fds).startswith(MAGIC)  # root is served
+        for fd in root_fds:
+            os.close(fd)
+    finally:
+        assert stop(server) == 0
+        shutil.rmtree(directory)
+
+
+def test_a_server_whose_code_changed_stops(node: Node, tmp_path: Path, stdio: list[int]) -> None:
+    """An upgrade: the server exits (for systemd to start the new code), serving nothing."""
+    packages = tmp_path / "packages"
+    for name in ("oci", "nvhook"):
+        shutil.copytree(REPO / name, packages / name, ignore=shutil.ignore_patterns("__pycache__"))
+    directory = tmp_path / "sock"
+    directory.mkdir(mode=0o700)
+    server = start_server(directory / "shim.sock", python_path=packages)
+    try:
+        body = _request(["state", "x"], ["PATH=/bin"])
+        frame = MAGIC + struct.pack("<I", len(body)) + body
+        assert _ask(directory / "shim.sock", frame, stdio).startswith(MAGIC)  # serving
+        edited = packages / "nvhook" / "create.py"
+        edited.write_text(edited.read_text() + "\n# upgraded\n")
+        assert _ask(directory / "shim.sock", frame, stdio) == b""
+        assert server.wait(timeout=30) == STALE_EXIT
+        assert not (directory / "shim.sock").exists()
+    finally:
+        stop(server)
+
+
+def test_preload_holds_every_module_a_create_imports(
+    mock_machine: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A child imports nothing from disk: a jit and a cdi create load only PRELOAD's modules."""
+    machine = mock_machine("dgx-a100")
+    probe = ImportProbe(tmp_path, host_root=str(machine))
+    cdi = tmp_path / "cdi"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nvhook",
+            "cdi",
+            "generate",
+            "--root",
+            str(machine),
+            "--output",
+            str(cdi / "nvidia.json"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    probe.config.write_text(probe.config.read_text() + f'[cdi]\nspec_dirs = ["{cdi}"]\n')
+    seen: set[str] = set()
+    for n, annotation in enumerate([b"x/x", b"cdi.k8s.io/x"]):  # jit, then cdi
+        config = (b'{"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": '
+                  b'["NVIDIA_VISIBLE_DEVICES=1", "PATH=/bin"]}, "annotations": {"' + annotation +
+                  b'": "nvidia.com/gpu=1"}}')  # fmt: skip
+        for m in range(2):  # cold caches, then warm ones
+            b = probe.bundle(f"b{n}{m}", config)
+            seen |= set(probe.modules_at_exec("create", "--bundle", str(b), "c1"))
+    ours = {m for m in seen if m.split(".")[0] in ("oci", "nvhook")}
+    assert "nvhook.edits" in ours and "oci.cdi.registry" in ours
+    missing = [
+        m for m in ours if m not in PRELOAD and not any(p.startswith(m + ".") for p in PRELOAD)
+    ]
+    assert not missing, f"add to nvhook.server.PRELOAD: {missing}"
+    assert not loaded("click", sorted(seen))
