@@ -31,7 +31,12 @@ Cases, on the ``dgx-a100`` mock machine (laid out in a temporary directory):
 Those rows run the Python shim (``nvhook-runtime.py`` where ``nvhook-runtime`` is the native
 front-end, else ``nvhook-runtime``). Where the front-end is installed, ``front-end:`` rows
 run it for pass-through, the create that asks for nothing (both execed by it) and the 1-GPU
-creates (handed to the Python shim), against issue 16's budgets (2, 3 and 12 ms).
+creates (handed to the Python shim), against issue 16's budgets (2, 3 and 12 ms). Where
+``nvhook-shim-server`` is installed too, it is started on ``shim.sock`` in a cache directory
+of its own (0700, in the work directory), and ``front-end + server:`` rows run the 1-GPU
+creates with ``NVHOOK_CACHE_DIR`` naming it: the front-end hands them to the server
+(docs/architecture.md D12), against the same 12 ms. Their peak RSS is the front-end's (then
+the stand-in's); the server's own is printed above the table.
 
 config.json is restored from a pristine copy before every run, outside the timed region.
 The settings cache is warmed first, and ``oci``/``nvhook`` are byte-compiled with
@@ -109,6 +114,7 @@ class Case:
     visible: str | None = None  # NVIDIA_VISIBLE_DEVICES in config.json; None: no request
     expect_gpus: int | None = None  # /dev/nvidiaN nodes the shim must add (None: not a create)
     program: str | None = None  # reference rows, front-end rows: what runs instead of the shim
+    env_extra: dict[str, str] = field(default_factory=dict)  # server rows: their cache dir
     shim_ms: list[float] = field(default_factory=list)
     direct_ms: list[float] = field(default_factory=list)
     rss_kb: list[int] = field(default_factory=list)
@@ -119,6 +125,7 @@ class Setup:
     work: Path
     shim: str  # the Python shim's launcher
     frontend: str | None  # the native front-end, when installed
+    server: str | None  # nvhook-shim-server's launcher, when installed with the front-end
     noop: str
     noop_kind: str
     measure: str | None  # the C helper, None without a compiler
@@ -274,6 +281,7 @@ def other_spec(i: int) -> dict[str, Any]:
 
 
 def prepare(work: Path, shim: str, frontend: str | None) -> Setup:
+    server = Path(shim).with_name("nvhook-shim-server")
     from nvhook.mock import create
     from oci.cdi.registry import RACY_NS
 
@@ -318,10 +326,47 @@ def prepare(work: Path, shim: str, frontend: str | None) -> Setup:
     }
     measure = build_c(work, "measure", MEASURE_C)
     time.sleep(max(0.0, settled_at - time.monotonic()))  # the crowded and YAML specs settle
-    return Setup(work, shim, frontend, noop, noop_kind, measure, machine, configs, env_base)
+    server_path = str(server) if frontend and server.is_file() else None
+    return Setup(work, shim, frontend, server_path, noop, noop_kind, measure, machine, configs,
+                 env_base)  # fmt: skip
 
 
-def make_cases(setup: Setup) -> list[Case]:
+#: The cache directory of the server rows (the server's socket is in it).
+SERVER_CACHE = "server-cache"
+
+
+def start_server(setup: Setup) -> subprocess.Popen[bytes] | None:
+    """``nvhook-shim-server`` on ``shim.sock`` in :data:`SERVER_CACHE`, listening; None
+    where it is not installed or cannot run (then the server rows are left out)."""
+    if setup.server is None or os.geteuid() != 0:
+        return None
+    cache = setup.work / SERVER_CACHE
+    cache.mkdir(mode=0o700)
+    sock = cache / "shim.sock"
+    proc = subprocess.Popen([setup.server, "--socket", str(sock)], env=setup.env_base,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            print(f"{setup.server} did not start: no server rows")
+            return None
+        time.sleep(0.05)
+    return proc
+
+
+def server_rss(proc: subprocess.Popen[bytes] | None) -> str:
+    if proc is None:
+        return "not running (no server rows)"
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+    )
+    return (f"pid {proc.pid}, RSS {fields['VmRSS'].strip()}, peak {fields['VmHWM'].strip()} "
+            "(the parent; each call's child shares its pages copy-on-write)")  # fmt: skip
+
+
+def make_cases(setup: Setup, *, server: bool = False) -> list[Case]:
     state_root = str(setup.work / "state")
     python = sys.executable
     cases = [
@@ -373,6 +418,19 @@ def make_cases(setup: Setup) -> list[Case]:
                 Case(f"front-end: {case.name}", argv, fronted[case.name], case.mode, bundle,
                      case.visible, case.expect_gpus, program=setup.frontend)
             )  # fmt: skip
+    if not server:
+        return cases
+    for case in list(cases):
+        if case.name in ("create 1 GPU, jit", "create 1 GPU, cdi"):
+            assert case.bundle is not None
+            bundle = setup.work / f"server-{case.bundle.name}"
+            shutil.copytree(case.bundle, bundle)
+            argv = [a.replace(str(case.bundle), str(bundle)) for a in case.argv]
+            cases.append(
+                Case(f"front-end + server: {case.name}", argv, 12, case.mode, bundle,
+                     case.visible, case.expect_gpus, program=setup.frontend,
+                     env_extra={"NVHOOK_CACHE_DIR": str(setup.work / SERVER_CACHE)})
+            )  # fmt: skip
     return cases
 
 
@@ -413,7 +471,8 @@ def run_shim(setup: Setup, case: Case) -> tuple[float, int | None]:
     reset(case)
     err = setup.work / "stderr"
     program = case.program or setup.shim
-    elapsed, code, rss = spawn(setup, [program, *case.argv], setup.env(case.mode), err)
+    env = {**setup.env(case.mode), **case.env_extra}
+    elapsed, code, rss = spawn(setup, [program, *case.argv], env, err)
     if code != 0:
         raise SystemExit(f"{case.name}: the shim failed ({code}):\n{err.read_text()}")
     return elapsed, rss
@@ -422,7 +481,8 @@ def run_shim(setup: Setup, case: Case) -> tuple[float, int | None]:
 def run_direct(setup: Setup, case: Case) -> float:
     reset(case)
     argv = [setup.noop, *case.argv]
-    elapsed, code, _ = spawn(setup, argv, setup.env(case.mode), setup.work / "stderr")
+    env = {**setup.env(case.mode), **case.env_extra}
+    elapsed, code, _ = spawn(setup, argv, env, setup.work / "stderr")
     if code != 0:
         raise SystemExit(f"{case.name}: the stand-in runtime failed ({code})")
     return elapsed
@@ -430,7 +490,9 @@ def run_direct(setup: Setup, case: Case) -> float:
 
 def check(setup: Setup, case: Case) -> None:
     """One untimed run that proves the case does what it says (and warms caches)."""
-    run_shim(setup, case)
+    _, rss = run_shim(setup, case)
+    if case.env_extra and rss is not None and rss > 4 * 1024:  # Python started: no server
+        raise SystemExit(f"{case.name}: the server did not serve the call (peak RSS {rss} KiB)")
     if case.bundle is None:
         return
     written = (case.bundle / "config.json").read_bytes()
@@ -460,29 +522,30 @@ def measure(setup: Setup, cases: list[Case], runs: int) -> None:
                 case.direct_ms.append(run_direct(setup, case) * 1000)
 
 
-def report(setup: Setup, cases: list[Case], runs: int) -> None:
+def report(setup: Setup, cases: list[Case], runs: int, server: str) -> None:
     load = os.getloadavg()
     print(f"nvhook-runtime overhead, {runs} runs per row, medians; machine {PROFILE} (mock)")
     print(f"  shim: {setup.shim}")
     print(f"  native front-end: {setup.frontend or 'not installed (no front-end rows)'}")
+    print(f"  nvhook-shim-server: {server}")
     print(f"  runtime behind it: {setup.noop_kind} ({setup.noop}), also timed directly")
     print("  bytecode: oci/ and nvhook/ compiled with compileall first (PYTHONDONTWRITEBYTECODE)")
     print(f"  cpus {os.cpu_count()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print()
     floor = statistics.median(next(c for c in cases if c.name == "python -I -c pass").shim_ms)
-    header = (f"{'case':<36} {'ms':>6} {'direct':>7} {'overhead':>9} {'budget':>7}  "
+    header = (f"{'case':<40} {'ms':>6} {'direct':>7} {'overhead':>9} {'budget':>7}  "
               f"{'':<4}  {'-floor':>6}  {'peak RSS':>9} {'budget':>7}")  # fmt: skip
     print(header)
     print("-" * len(header))
     for case in cases:
         shim = statistics.median(case.shim_ms)
         if case.budget_ms is None:
-            line = f"{case.name:<36} {shim:>6.1f} {'-':>7} {'-':>9} {'-':>7}  {'':<4}  {'-':>6}"
+            line = f"{case.name:<40} {shim:>6.1f} {'-':>7} {'-':>9} {'-':>7}  {'':<4}  {'-':>6}"
         else:
             direct = statistics.median(case.direct_ms)
             overhead = shim - direct
             verdict = "PASS" if overhead <= case.budget_ms else "OVER"
-            line = (f"{case.name:<36} {shim:>6.1f} {direct:>7.1f} {overhead:>9.1f} "
+            line = (f"{case.name:<40} {shim:>6.1f} {direct:>7.1f} {overhead:>9.1f} "
                     f"{case.budget_ms:>5.0f}ms  {verdict:<4}  {shim - floor:>6.1f}")  # fmt: skip
         if case.rss_kb:
             rss = max(case.rss_kb) / 1024
@@ -579,11 +642,13 @@ def main() -> None:
     args = parser.parse_args()
     compile_bytecode()
     work = Path(tempfile.mkdtemp(prefix="nvhook-bench-runtime-"))
+    server = None
     try:
         setup = prepare(work, *shim_launcher(args.shim))
-        cases = make_cases(setup)
+        server = start_server(setup)
+        cases = make_cases(setup, server=server is not None)
         measure(setup, cases, args.runs)
-        report(setup, cases, args.runs)
+        report(setup, cases, args.runs, server_rss(server))
         if args.profile:
             print()
             for case in cases:
@@ -591,6 +656,9 @@ def main() -> None:
                     importtime(setup, case)
                     cprofile(setup, case)
     finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
         if args.keep:
             print(f"work directory kept: {work}")
         else:
