@@ -433,3 +433,65 @@ def test_native_front_end_runs_plain_containers_without_python(
         assert parse_probe(result.stdout).gpu_uuids == expected_smi_uuids(profile, [1])
     finally:
         helper.cleanup()
+
+
+def test_front_end_hands_gpu_containers_to_the_shim_server(
+    shim: Shim, gpu_bundle: GpuBundle, profile: Profile, tmp_path: Path
+) -> None:
+    """Real runc behind the native front-end with ``nvhook-shim-server`` up (D12): GPU
+    containers are created through the server, with the Python shim replaced by a program
+    that fails; with the server stopped, the same calls fall back to the Python shim."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: no native front-end")
+    bin_dir = tmp_path / "bin"
+    install_entrypoints(str(bin_dir), sys.executable)
+    front, launcher = bin_dir / "nvhook-runtime", bin_dir / "nvhook-runtime.py"
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    sock = cache / "shim.sock"
+    env = {**shim.env, "NVHOOK_CACHE_DIR": str(cache)}
+    server = subprocess.Popen(
+        [str(bin_dir / "nvhook-shim-server"), "--socket", str(sock)],
+        env={"PATH": "/usr/bin:/bin"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    helper = Runc(tmp_path / "state", binary=str(front), env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            assert server.poll() is None and time.monotonic() < deadline, "no server"
+            time.sleep(0.05)
+        real = launcher.read_bytes()
+        launcher.write_text("#!/bin/sh\necho 'the Python shim ran' >&2\nexit 99\n")
+
+        result = helper.run(gpu_bundle("gpu", ["NVIDIA_VISIBLE_DEVICES=1"]))
+        assert result.returncode == 0, result.stderr
+        probe = parse_probe(result.stdout)
+        assert probe.gpu_uuids == expected_smi_uuids(profile, [1])
+        assert probe.gpu_nodes == {"/dev/nvidia1"} and probe.lib_magic == ELF_MAGIC
+        assert probe.env["NVIDIA_VISIBLE_DEVICES"] == "void"
+
+        cid = helper.create(gpu_bundle("two", ["NVIDIA_VISIBLE_DEVICES=0,3"]))  # containerd's way
+        helper.start(cid)
+        helper.wait_stopped(cid)
+        assert parse_probe(helper.output(cid)).gpu_nodes == {"/dev/nvidia0", "/dev/nvidia3"}
+        (record,) = shim.log_records(cid)  # the shim's line, written by the server's child
+        assert (record["mode"], record["written"]) == ("jit", True)
+        assert helper.delete(cid).returncode == 0
+
+        server.terminate()
+        assert server.wait(timeout=30) == 0 and not sock.exists()
+        refused = helper.run(gpu_bundle("down", ["NVIDIA_VISIBLE_DEVICES=1"]))
+        assert refused.returncode == 99 and "the Python shim ran" in refused.stderr
+
+        launcher.write_bytes(real)
+        result = helper.run(gpu_bundle("python", ["NVIDIA_VISIBLE_DEVICES=1"]))
+        assert result.returncode == 0, result.stderr
+        assert parse_probe(result.stdout).gpu_uuids == expected_smi_uuids(profile, [1])
+    finally:
+        helper.cleanup()
+        if server.poll() is None:
+            server.kill()
+        server.wait()
