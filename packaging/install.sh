@@ -19,7 +19,9 @@
 #   units   nvhook-cdi-refresh.service and .path (systemd/ next to this script, their paths
 #           set to PREFIX and CDI_DIR, the driver's watched files and the generate command
 #           to DRIVER_ROOT) into SYSTEMD_UNIT_DIR, enabled when systemd runs: they regenerate
-#           the spec at boot and when the driver's files change, then run `nvhook cdi check`
+#           the spec at boot and when the driver's files change, then run `nvhook cdi check`;
+#           and nvhook-shim-server.service (its path set to PREFIX), enabled and (re)started:
+#           the pre-forked shim the native front-end hands GPU creates to (docs D12)
 #   engine  `nvhook runtime configure --runtime containerd --name RUNTIME_NAME` on
 #           CONTAINERD_CONFIG (the originals kept in BACKUP_DIR); containerd has no reload, so
 #           when that changed anything, containerd is restarted through systemd when systemd
@@ -70,7 +72,7 @@ BUNDLE="" # the bundled Python's directory, when it makes the venv (choose_inter
 
 CONFIG_TEMPLATE="$HERE/config.toml"
 CDI_SPEC="nvidia.json"
-UNITS=(nvhook-cdi-refresh.service nvhook-cdi-refresh.path)
+UNITS=(nvhook-cdi-refresh.service nvhook-cdi-refresh.path nvhook-shim-server.service)
 # Written into PREFIX right after the venv is made: only a PREFIX holding it is ever removed
 # or reinstalled over.
 MARKER=".nvhook-install"
@@ -281,10 +283,14 @@ step_units() {
         systemctl daemon-reload
         systemctl enable nvhook-cdi-refresh.service
         systemctl enable --now nvhook-cdi-refresh.path
+        # started anew: an upgrade's server has seen its code change and exited by now
+        systemctl enable nvhook-shim-server.service
+        systemctl restart nvhook-shim-server.service
         say "units: installed and enabled in $SYSTEMD_UNIT_DIR"
     else
         say "units: installed in $SYSTEMD_UNIT_DIR; systemd is not running here: run" \
-            "\`systemctl enable nvhook-cdi-refresh.service; systemctl enable --now" \
+            "\`systemctl enable --now nvhook-shim-server.service;" \
+            "systemctl enable nvhook-cdi-refresh.service; systemctl enable --now" \
             "nvhook-cdi-refresh.path\` where it does"
     fi
 }
@@ -349,7 +355,8 @@ unstep_units() {
     done
     ((present)) || return 0
     if systemd_runs; then
-        systemctl disable --now nvhook-cdi-refresh.path nvhook-cdi-refresh.service
+        systemctl disable --now nvhook-shim-server.service nvhook-cdi-refresh.path \
+            nvhook-cdi-refresh.service
     fi
     for unit in "${UNITS[@]}"; do
         rm -f "$SYSTEMD_UNIT_DIR/$unit"

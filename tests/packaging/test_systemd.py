@@ -1,4 +1,4 @@
-"""The nvhook-cdi-refresh units: what they run and watch, and `systemd-analyze verify` on them."""
+"""The units: what they run and watch, and `systemd-analyze verify` on them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tests.support.containers import require
 UNITS = PACKAGING / "systemd"
 SERVICE = "nvhook-cdi-refresh.service"
 PATH_UNIT = "nvhook-cdi-refresh.path"
+SERVER = "nvhook-shim-server.service"
 
 Unit = dict[str, list[tuple[str, str]]]
 
@@ -36,7 +37,19 @@ def values(unit: Unit, section: str, key: str) -> list[str]:
 
 
 def test_only_these_units() -> None:
-    assert sorted(p.name for p in UNITS.iterdir()) == [PATH_UNIT, SERVICE]
+    assert sorted(p.name for p in UNITS.iterdir()) == [PATH_UNIT, SERVICE, SERVER]
+
+
+def test_shim_server_runs_the_launcher_as_root_where_the_engines_run() -> None:
+    """Restarted when it fails (an upgrade: exit 75), no sandbox (it serves only callers in
+    its own namespaces, with its capabilities: docs/architecture.md D12)."""
+    unit = parse(SERVER)
+    assert values(unit, "Service", "ExecStart") == ["/opt/nvhook/bin/nvhook-shim-server"]
+    assert values(unit, "Service", "Restart") == ["on-failure"]
+    keys = {k for k, _ in unit["Service"]}
+    assert not keys & {"User", "PrivateTmp", "ProtectSystem", "PrivateDevices", "NoNewPrivileges"}
+    assert "containerd.service" in values(unit, "Unit", "Before")[0].split()
+    assert values(unit, "Install", "WantedBy") == ["multi-user.target"]
 
 
 def test_service_writes_the_spec_at_boot_when_a_driver_is_loaded() -> None:
@@ -86,16 +99,23 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     analyze = require("systemd-analyze")
     prefix = tmp_path / "prefix"
     (prefix / "bin").mkdir(parents=True)
-    stub = prefix / "bin" / "nvhook"
-    stub.write_text("#!/bin/sh\n")
-    stub.chmod(0o755)
-    for name in (SERVICE, PATH_UNIT):
+    for program in ("nvhook", "nvhook-shim-server"):
+        stub = prefix / "bin" / program
+        stub.write_text("#!/bin/sh\n")
+        stub.chmod(0o755)
+    for name in (SERVICE, PATH_UNIT, SERVER):
         text = (UNITS / name).read_text()
         (tmp_path / name).write_text(
             text.replace("/opt/nvhook", str(prefix)).replace("/var/run/cdi", str(tmp_path))
         )
     proc = subprocess.run(
-        [analyze, "verify", str(tmp_path / SERVICE), str(tmp_path / PATH_UNIT)],
+        [
+            analyze,
+            "verify",
+            str(tmp_path / SERVICE),
+            str(tmp_path / PATH_UNIT),
+            str(tmp_path / SERVER),
+        ],
         capture_output=True,
         text=True,
         check=False,
