@@ -4,10 +4,12 @@ CPython's start alone exceeds the budget of a call that asks for nothing (issue 
 when a C compiler exists ``nvhook install-entrypoints`` builds ``nvhook-runtime.c`` as
 ``nvhook-runtime`` (:func:`build`) and writes the Python launcher as ``nvhook-runtime.py``
 beside it. The front-end execs the low-level runtime itself only when it is certain the
-Python shim would do nothing else; any doubt hands the call, argv unchanged, to the
-launcher. What it needs from the Python side, it reads from a data file that
-:func:`ensure_data` keeps in the cache directory (``$NVHOOK_CACHE_DIR``, with the hardening
-of :mod:`oci._cache`: the directory only root can write, the file root's, mode 0600),
+Python shim would do nothing else; any doubt hands the call, argv unchanged, to
+``nvhook-shim-server`` when it listens on ``shim.sock`` in the cache directory (the shim
+pre-forked: :mod:`nvhook.server`, docs/architecture.md D12), else to the launcher. What
+it needs from the Python side, it reads from a data file that :func:`ensure_data` keeps
+in the cache directory (``$NVHOOK_CACHE_DIR``, with the hardening of :mod:`oci._cache`:
+the directory only root can write, the file root's, mode 0600),
 named after the settings file's path and identity::
 
     runtime-frontend-1-<fnv1a64 of the config path>-<dev>-<ino>-<size>-<mtime_ns>
