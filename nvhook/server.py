@@ -31,7 +31,7 @@ Protocol (version :data:`PROTOCOL`), over ``SOCK_STREAM``; every message is a fr
 
 Who may ask: only a peer whose ``SO_PEERCRED`` is uid 0 and gid 0, in the server's
 mount, pid and user namespaces, with the server's effective capabilities, seccomp
-mode and no_new_privs flag (:func:`peer_problem`): then the child can do nothing the
+mode, no_new_privs flag and LSM label (:func:`peer_problem`): then the child can do nothing the
 Python shim would not do for that caller. Anything else is refused before a byte of the
 request is read, and the front-end falls back to the Python shim, which runs with the
 caller's own privileges.
@@ -207,8 +207,8 @@ def peer_problem(conn: socket.socket) -> tuple[int, str | None]:
     """The peer's pid, and why it may not be served (None: it may).
 
     Only root (uid and gid 0) in this server's mount, pid and user namespaces, with its
-    effective capabilities, seccomp mode and no_new_privs flag: anything the child does
-    for it, the Python shim would have done in the caller's own process.
+    effective capabilities, seccomp mode, no_new_privs flag and LSM label: anything the
+    child does for it, the Python shim would have done in the caller's own process.
     """
     pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
     if uid != 0 or gid != 0:
@@ -224,7 +224,18 @@ def peer_problem(conn: socket.socket) -> tuple[int, str | None]:
     for key in _STATUS:
         if theirs_status.get(key) != ours_status.get(key):
             return pid, f"the peer's (pid {pid}) {key.decode()} differs from the server's"
+    if _label(pid) != _label("self"):  # SELinux/AppArmor: files would be made in our domain
+        return pid, f"the peer (pid {pid}) runs under another security label"
     return pid, None
+
+
+def _label(pid: int | str) -> bytes | None:
+    """The LSM label of ``pid`` (``/proc/PID/attr/current``); None without an LSM."""
+    try:
+        with open(f"/proc/{pid}/attr/current", "rb") as f:
+            return f.read().rstrip(b"\0\n")
+    except OSError:
+        return None
 
 
 # --------------------------------------------------------------------------- the child
@@ -489,6 +500,7 @@ def serve(path: str, *, ready: int = -1) -> int:
     ``ready``: a descriptor to write one byte to and close once listening (tests).
     """
     import importlib
+    import time
 
     if os.geteuid() != 0:
         raise ServerError("must run as root: the front-end talks only to a root server")
@@ -519,6 +531,10 @@ def serve(path: str, *, ready: int = -1) -> int:
                     code = STALE_EXIT
                     break
                 continue
+            except OSError as e:  # EMFILE, ENOBUFS…: that caller falls back; go on
+                _say(f"accept failed: {e.strerror}")
+                time.sleep(0.1)
+                continue
             with conn:
                 if not _unchanged(recorded):
                     _say("nvhook's code changed on disk: exiting to be started again")
@@ -528,7 +544,11 @@ def serve(path: str, *, ready: int = -1) -> int:
                     _reap(children)
                     if len(children) >= MAX_CHILDREN:
                         continue  # closed unread: that caller falls back
-                pid = os.fork()
+                try:
+                    pid = os.fork()
+                except OSError as e:  # EAGAIN, ENOMEM: closed unread, that caller falls back
+                    _say(f"fork failed: {e.strerror}")
+                    continue
                 if pid == 0:
                     try:
                         listener.close()

@@ -36,7 +36,15 @@ from typing import Any
 import pytest
 
 from nvhook.frontend import SOURCE
-from nvhook.server import MAGIC, MAX_REQUEST, PRELOAD, STALE_EXIT, RequestError, parse_request
+from nvhook.server import (
+    MAGIC,
+    MAX_REQUEST,
+    PRELOAD,
+    STALE_EXIT,
+    RequestError,
+    parse_request,
+    peer_problem,
+)
 from nvhook.shim import VERSION
 from tests.nvhook.test_shim_imports import Shim as ImportProbe
 from tests.nvhook.test_shim_imports import loaded
@@ -653,3 +661,15 @@ def test_preload_holds_every_module_a_create_imports(
     ]
     assert not missing, f"add to nvhook.server.PRELOAD: {missing}"
     assert not loaded("click", sorted(seen))
+
+
+def test_peer_problem_compares_the_peer_with_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    import nvhook.server
+
+    a, b = socket.socketpair()
+    with a, b:
+        assert peer_problem(a) == (os.getpid(), None)  # this very process: served
+        labels = {"self": b"system_u:system_r:unconfined_service_t:s0"}
+        monkeypatch.setattr(nvhook.server, "_label", lambda pid: labels.get(pid, b"runtime_t"))
+        pid, problem = peer_problem(a)
+        assert pid == os.getpid() and problem is not None and "security label" in problem
