@@ -1,7 +1,7 @@
 """What a GPU costs a container start: create + start through a runtime shim, against plain runc.
 
     .venv/bin/python bench/start.py [--runs N] [--cases LIST] [--no-parts]
-                                    [--runtime PATH] [--spec-dir DIR] [--keep]
+                                    [--runtime PATH] [--spec-dir DIR] [--keep] [--server]
 
 A busybox container (``true``) is created and started exactly as containerd 1.6 calls a
 runtime (cwd = bundle, ``--root R --log B/log.json --log-format json create --bundle B
@@ -31,7 +31,9 @@ bench at any runc-compatible shim (NVIDIA's ``nvidia-container-runtime``, say) i
 read by nvhook), so configure it to read the CDI specs of ``--spec-dir``. With
 ``--spec-dir`` no spec is generated: the runtime (nvhook too) reads the specs already
 there, and the cdi cases name their devices ``nvidia.com/gpu=0`` and ``=all``; jit cases
-need nvhook's mock and run only without ``--runtime``. Needs root, runc, overlayfs and
+need nvhook's mock and run only without ``--runtime``. ``--server`` starts
+``nvhook-shim-server`` for the run (the native front-end then hands the GPU creates to it
+instead of starting Python; docs/architecture.md D12). Needs root, runc, overlayfs and
 ``/usr/bin/busybox`` (busybox-static).
 """
 
@@ -352,6 +354,27 @@ def report(plain: Variant, cases: list[Case], runs: int, runtime: str, load: lis
 # --------------------------------------------------------------------------- main
 
 
+def start_server(runtime: str, cache: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``nvhook-shim-server`` (beside ``runtime``) on ``shim.sock`` in ``cache``, the cache
+    directory every nvhook call of the bench names: the native front-end hands its GPU calls
+    to it instead of starting Python."""
+    server = Path(runtime).with_name("nvhook-shim-server")
+    if not server.is_file():
+        raise SystemExit(f"--server: {server} not found (nvhook install-entrypoints)")
+    cache.mkdir(mode=0o700, exist_ok=True)
+    sock = cache / "shim.sock"
+    proc = subprocess.Popen([str(server), "--socket", str(sock)], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise SystemExit(f"--server: {server} did not start")
+        time.sleep(0.05)
+    return proc
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=15, help="timed runs per row (default 15)")
@@ -362,6 +385,11 @@ def main() -> None:
     parser.add_argument("--runtime", help="a runc-compatible shim (default: nvhook-runtime)")
     parser.add_argument("--spec-dir", type=Path, help="CDI specs the runtime reads (no generate)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--server",
+        action="store_true",
+        help="run nvhook-shim-server for the nvhook runtime's calls (docs/architecture.md D12)",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/start.py starts real containers: run it as root")
@@ -382,12 +410,15 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", "oci", "nvhook"], cwd=REPO,
                    env=env, check=True)  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="nvhook-bench-start-"))
+    server: subprocess.Popen[bytes] | None = None
     try:
         bench = Bench(work, runc)
         bench.build_rootfs()
         for profile in sorted({CASES[n][0] for n in names}):
             prepare_machine(work, profile, args.spec_dir, runc)
         env_base = {"PATH": PATH_ENV, "NVHOOK_CACHE_DIR": str(work / "cache")}
+        if args.server:
+            server = start_server(runtime, work / "cache", env_base)
         cases = make_cases(bench, names, runtime, env_base, not args.no_parts)
         plain = Variant("plain runc", bench.bundle("plain", runc_spec(runc)), runc,
                         {"PATH": PATH_ENV})  # fmt: skip
@@ -400,8 +431,13 @@ def main() -> None:
             random.shuffle(variants)
             for v in variants:
                 bench.run(v)
+        if server is not None:
+            runtime += f" (through {server.args[0]}, pid {server.pid})"
         report(plain, cases, args.runs, runtime, load)
     finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
         if args.keep:
             print(f"work directory kept: {work}")
         else:
