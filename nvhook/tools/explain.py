@@ -178,18 +178,23 @@ def _empty(bundle: str) -> dict[str, Any]:
     }
 
 
-def _driver_params(decision: Decision) -> str | None:
-    """What the hook's ``--params`` will do in this container (None: not asked)."""
+def _hook_option(decision: Decision, option: str) -> str | None:
+    """The value of ``option`` in the injected hooks' arguments (None: not there)."""
     assert decision.edits is not None
-    host = next(
+    return next(
         (
             h.args[i + 1]
             for h in decision.edits.hooks
             for i, a in enumerate(h.args[:-1])
-            if a == "--params"
+            if a == option
         ),
         None,
     )
+
+
+def _driver_params(decision: Decision) -> str | None:
+    """What the hook's ``--params`` will do in this container (None: not asked)."""
+    host = _hook_option(decision, "--params")
     if host is None:
         return None
     return (
@@ -206,16 +211,7 @@ def _cuda_compat(decision: Decision) -> str | None:
     from nvhook.hook.cuda_compat import Compat, compat_dir_of, disabled_by, find_compat
     from nvhook.hook.safepath import open_root
 
-    assert decision.edits is not None
-    version = next(
-        (
-            h.args[i + 1]
-            for h in decision.edits.hooks
-            for i, a in enumerate(h.args[:-1])
-            if a == "--cuda-compat"
-        ),
-        None,
-    )
+    version = _hook_option(decision, "--cuda-compat")
     if version is None or decision.spec is None:
         return None
     env = container_env(decision.spec)

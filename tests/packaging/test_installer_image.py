@@ -276,6 +276,18 @@ def check_nvhook_runs(node: Path, profile_name: str = PROFILE, machine: str = MA
     shutil.rmtree(work)
 
 
+def check_bundled_install(node: Path, log: str) -> None:
+    """The pod (its output ``log``) installed with the bundle: the venv is the bundle's, and
+    its processes map no library of the node's."""
+    assert "python: the node has no supported Python: copying the bundled" in log
+    cfg = (node / "opt/nvhook/pyvenv.cfg").read_text().splitlines()
+    assert "home = /opt/nvhook/python/bin" in cfg
+    base, _, maps = ok(chroot(node, f'/opt/nvhook/bin/python -c "{MAPS}"')).partition("\n")
+    assert base == "/opt/nvhook/python"
+    libs = {line.split()[-1] for line in maps.splitlines() if ".so" in line}
+    assert libs and {x for x in libs if not x.startswith("/opt/nvhook/")} == set()
+
+
 def test_daemonset_installs_on_a_node_without_python_and_uninstalls(
     context: Path, node: Path, tmp_path: Path
 ) -> None:
@@ -286,14 +298,7 @@ def test_daemonset_installs_on_a_node_without_python_and_uninstalls(
     log = tmp_path / "pod.log"
     env = pod_env(NVHOOK_UNINSTALL_ON_STOP="true")
     with pod(context, node, tmp_path) as root, running_pod(root, log, script, env) as installed:
-        assert "python: the node has no supported Python: copying the bundled" in installed
-        cfg = (node / "opt/nvhook/pyvenv.cfg").read_text().splitlines()
-        assert "home = /opt/nvhook/python/bin" in cfg
-        # its processes map no library of the node's
-        base, _, maps = ok(chroot(node, f'/opt/nvhook/bin/python -c "{MAPS}"')).partition("\n")
-        assert base == "/opt/nvhook/python"
-        libs = {line.split()[-1] for line in maps.splitlines() if ".so" in line}
-        assert libs and {x for x in libs if not x.startswith("/opt/nvhook/")} == set()
+        check_bundled_install(node, installed)
         check_nvhook_runs(node)
         # the next pod (a restart, a rolling update) installs again: nothing changes
         installed_tree = tree(node)
