@@ -149,6 +149,11 @@ class RequestError(Exception):
     """A request that is not one (the child closes the connection: the front-end falls back)."""
 
 
+class Probe(Exception):
+    """A connection closed before its first byte: a liveness probe (``nvhook doctor``),
+    answered by the accept itself and not logged."""
+
+
 class Request:
     """One call, as the front-end sent it."""
 
@@ -252,6 +257,8 @@ def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 usable = len(payload) - len(payload) % 4
                 fds += struct.unpack(f"{usable // 4}i", payload[:usable])
+        if not data and not fds:
+            raise Probe
         if flags & socket.MSG_CTRUNC or len(fds) != FDS:
             raise RequestError(f"{len(fds)} descriptors, expected {FDS}")
         while len(data) < _HEADER.size:
@@ -357,6 +364,8 @@ def _child(conn: socket.socket) -> None:
         conn.sendall(frame(b"ack"))
         conn.settimeout(None)
         _become(request, fds, pid)
+    except Probe:
+        os._exit(0)
     except (RequestError, OSError) as e:
         _say(f"refused a request: {e}")
         os._exit(0)

@@ -32,6 +32,7 @@ from nvhook.tools.doctor.cdi import check_cdi
 from nvhook.tools.doctor.cgroups import cgroup_layout, check_cgroups
 from nvhook.tools.doctor.driver import check_driver
 from nvhook.tools.doctor.engines import check_engines
+from nvhook.tools.doctor.server import check_shim_server
 from nvhook.tools.doctor.settings import check_cache_dir, check_launchers, load_checked_settings
 
 __all__ = [
@@ -53,6 +54,7 @@ def diagnose(opts: Options) -> list[Check]:
     checks += found
     checks += check_launchers(opts, settings)
     checks += check_cache_dir(opts)
+    checks += check_shim_server(opts)
     checks += check_cdi(opts, settings)
     checks += check_engines(opts)
     checks += check_cgroups(opts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from nvhook.tools.doctor import (
     render_text,
 )
 from nvhook.tools.doctor.engine_config import daemon_start
+from nvhook.tools.doctor.server import RESTART, check_shim_server
 from nvhook.tools.entrypoints import ENTRYPOINTS, launcher_text
 from oci.errors import ExitCode
 
@@ -401,3 +403,60 @@ def test_native_front_end_is_judged_by_its_python_launcher(node: Path) -> None:
     assert _problems(diagnose(_opts(node))) == []
     launcher.unlink()
     assert f"{launcher} is missing" in [p.message for p in _problems(diagnose(_opts(node)))]
+
+
+# --------------------------------------------------------------------------- nvhook-shim-server
+
+
+def _front_end_dir(tmp_path: Path) -> Path:
+    """A bin directory whose nvhook-runtime is an ELF file, as the native front-end is."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    shutil.copy("/bin/true", bin_dir / "nvhook-runtime")
+    return bin_dir
+
+
+def _server_checks(tmp_path: Path, cache: Path) -> list[Check]:
+    opts = Options(root="/", bin_dir=str(_front_end_dir(tmp_path)), cache_dir=str(cache))
+    return check_shim_server(opts)
+
+
+def test_shim_server_not_asked_without_the_native_front_end(node: Path) -> None:
+    assert check_shim_server(_opts(node)) == []  # the node's launchers are Python scripts
+
+
+def test_shim_server_absent_or_in_doubt(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    sock = cache / "shim.sock"
+    [absent] = _server_checks(tmp_path / "a", cache)
+    assert (absent.status, absent.fix) == ("warn", RESTART)
+    assert absent.message.startswith(f"nvhook-shim-server is not running (no {sock}): ")
+    sock.write_text("")
+    [regular] = _server_checks(tmp_path / "b", cache)
+    assert regular.status == "fail"
+    assert regular.message.startswith(f"{sock} is not a socket: the native front-end does not")
+    assert regular.fix == f"rm {sock} && systemctl restart nvhook-shim-server.service"
+    sock.unlink()
+    with socket.socket(socket.AF_UNIX) as left:  # bound, never listening: as a dead server's
+        left.bind(str(sock))
+    [stale] = _server_checks(tmp_path / "c", cache)
+    assert (stale.status, stale.fix) == ("warn", RESTART)
+    assert "connection refused: left by a server that stopped" in stale.message
+
+
+@pytest.mark.root
+def test_shim_server_answering_is_probed_without_a_log_line(tmp_path: Path) -> None:
+    from tests.nvhook.test_server import start_server
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    server = start_server(cache / "shim.sock")
+    try:
+        [found] = _server_checks(tmp_path, cache)
+        time.sleep(0.2)  # the probe's child has exited by then
+    finally:
+        server.terminate()
+        _, log = server.communicate(timeout=10)
+    assert found == Check("start path", "ok", f"nvhook-shim-server answers on {cache}/shim.sock")
+    assert b"refused" not in log, log  # a probe, not a bad request
