@@ -115,7 +115,9 @@ def compat_dir_of(env: Mapping[str, str]) -> str:
 
 def _version(text: str) -> tuple[int, ...] | None:
     parts = text.split(".")
-    if len(parts) < 2 or len(parts) > 4 or not all(p.isdigit() and len(p) < 10 for p in parts):
+    # ASCII digits only: str.isdigit() is also true of "²", which int() refuses
+    ok = all(p.isascii() and p.isdigit() and len(p) < 10 for p in parts)
+    if len(parts) < 2 or len(parts) > 4 or not ok:
         return None
     return tuple(int(p) for p in parts)
 
@@ -201,7 +203,9 @@ def read_fwd_compat_note(fd: int) -> dict[str, object] | None:
             shoff, shentsize, shnum, shstrndx = struct.unpack_from(end + "32xI10xHHH", ident)
             shdr = end + "IIIIIIIIII"
         size = struct.calcsize(shdr)
-        if not shoff or shentsize < size or not 0 < shnum <= _MAX_SECTIONS or shstrndx >= shnum:
+        # e_shentsize is the header's own size in every real file; a larger one would let
+        # a hostile image make this read up to 65535 x 4096 bytes
+        if not shoff or shentsize != size or not 0 < shnum <= _MAX_SECTIONS or shstrndx >= shnum:
             return None
         table = os.pread(fd, shentsize * shnum, shoff)
         if len(table) < shentsize * shnum:

@@ -95,6 +95,17 @@ def test_names_that_are_not_regular_files_are_not_libraries(tmp_path: Path, impl
     assert _find(tmp_path, impl) == f"no libcuda.so.<version> file in {COMPAT}"
 
 
+def test_names_with_non_ascii_digits_are_not_versions(tmp_path: Path, impl: Impl) -> None:
+    """ "²" is a digit to str.isdigit() but not to int(): such a name is no library (the hook
+    once died on it with a traceback) and the real one beside it is still found."""
+    _plain(tmp_path, "libcuda.so.575.\u00b2")
+    _plain(tmp_path, "libcuda.so.\u0665\u0667\u0665.1")  # Arabic-Indic digits
+    assert _find(tmp_path, impl) == f"no libcuda.so.<version> file in {COMPAT}"
+    _plain(tmp_path, "libcuda.so.575.57.08")
+    found = _find(tmp_path, impl)
+    assert isinstance(found, Compat) and found.library == "libcuda.so.575.57.08"
+
+
 def test_two_libraries_are_not_guessed_between(tmp_path: Path, impl: Impl) -> None:
     _plain(tmp_path, "libcuda.so.575.57.08")
     _plain(tmp_path, "libcuda.so.580.65.06")
@@ -126,6 +137,39 @@ def test_a_symlinked_folder_is_resolved_inside_the_rootfs(tmp_path: Path, impl: 
         (rootfs / "usr/local/cuda").symlink_to(form)
         found = _find(rootfs, impl)
         assert not isinstance(found, Compat) or "999" not in found.library, form
+
+
+def _elf64_header(shentsize: int, shnum: int) -> bytes:
+    """An ELF64 little-endian header whose section table is at 64 (nothing else)."""
+    import struct
+
+    ident = b"\x7fELF\x02\x01\x01" + bytes(9)
+    rest = struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, 64, 0, 64, 0, 0, shentsize, shnum, 0)
+    return ident + rest
+
+
+def test_note_reader_never_asks_for_more_than_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A section-header size that is not the ELF64 header's own (64) is "no note" before
+    anything is read: honoured, it would let a hostile image make the reader allocate
+    65535 x 4096 bytes (a file that large, read whole)."""
+    path = tmp_path / "lib"
+    path.write_bytes(_elf64_header(65535, 4096) + bytes(1 << 16))
+    asked: list[int] = []
+    real = os.pread
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        asked.append(n)
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert read_fwd_compat_note(fd) is None
+    finally:
+        os.close(fd)
+    assert asked and max(asked) <= 64 << 10, asked
 
 
 def test_note_reader_refuses_garbage(tmp_path: Path) -> None:
