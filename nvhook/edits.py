@@ -337,5 +337,10 @@ def _check_requirements(
                     f"host's {info.cuda_version or 'unknown'}"
                 ),
             )
+    if isinstance(compat, Compat) and not facts.cuda_from:  # there, but it does not count
+        why = compat.reason if not compat.used else "its CUDA version is not above the host's"
+        facts = facts._replace(
+            cuda_note=f"the image's {compat.folder}/{compat.library} is not used: {why}"
+        )
     check_requirements(requests, facts)
     return facts

@@ -144,13 +144,16 @@ class HostFacts(Frozen):
 
     ``cuda_from`` names where ``cuda_version`` comes from when it is not the host driver's:
     the image's CUDA forward compatibility ``libcuda``, which the container will load
-    (:mod:`nvhook.hook.cuda_compat`); ``""``: the host driver.
+    (:mod:`nvhook.hook.cuda_compat`); ``""``: the host driver. ``cuda_note`` says why an
+    image's compat ``libcuda`` that is there does *not* count (shown with an unmet ``cuda``
+    condition: the user expected it to).
     """
 
     cuda_version: str
     driver_version: str
     gpus: tuple[GpuFacts, ...] = ()
     cuda_from: str = ""
+    cuda_note: str = ""
 
     def __post_init__(self) -> None:
         _check_host_version(self.cuda_version, "CUDA version")
@@ -259,7 +262,8 @@ def _host_value(condition: Condition, host: HostFacts, gpu: GpuFacts | None, ind
     if condition.key == "cuda":
         if host.cuda_from:
             return f"the container's CUDA version is {host.cuda_version} ({host.cuda_from})"
-        return f"the host's CUDA version is {host.cuda_version}"
+        note = f" ({host.cuda_note})" if host.cuda_note else ""
+        return f"the host's CUDA version is {host.cuda_version}{note}"
     if condition.key == "driver":
         return f"the host's driver is {host.driver_version}"
     assert gpu is not None  # arch and brand conditions hold when there is no GPU

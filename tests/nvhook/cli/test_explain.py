@@ -253,6 +253,12 @@ def test_cuda_compat_explained(
     if requirement == "NOT MET":
         assert code == 7
         assert "the host's CUDA version is 12.4" in lines[-1]
+        # the error says why the compat library the image carries does not count
+        unused = (
+            "the image's /usr/local/cuda/compat/libcuda.so.575.57.08 is not used: its note "
+            "does not list the host's branch 550"
+        )
+        assert (unused in lines[-1]) == (drivers == (570,)), lines[-1]
         return
     assert code == 0
     assert f"CUDA forward compatibility: {compat}" in lines
