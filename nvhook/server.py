@@ -29,6 +29,9 @@ Protocol (version :data:`PROTOCOL`), over ``SOCK_STREAM``; every message is a fr
 - the outcome: ``exec\\0PATH`` (exec the runtime at PATH with the original argv) or
   ``exit\\0CODE`` (exit with CODE, 0-255; the messages are already written).
 
+A connection closed before its first byte is a liveness probe (``nvhook doctor``): the
+child exits without a word.
+
 Who may ask: only a peer whose ``SO_PEERCRED`` is uid 0 and gid 0, in the server's
 mount, pid and user namespaces, with the server's effective capabilities, seccomp
 mode, no_new_privs flag and LSM label (:func:`peer_problem`): then the child can do nothing the
