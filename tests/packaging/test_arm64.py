@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,3 +105,28 @@ def test_deb_on_debian_12_arm64(root: Path, packages: dict[str, Path]) -> None:
 
     ok(chroot(root, "apt-get purge -y -q nvhook", timeout=600))
     assert not (root / "opt/nvhook").exists()
+
+
+def test_rpm_scriptlets_on_debian_12_arm64(root: Path, packages: dict[str, Path]) -> None:
+    """This machine's rpm installs and erases the aarch64 .rpm in the arm64 root: its %post
+    makes the venv with the root's aarch64 Python from the aarch64 wheels it carries (the
+    scriptlets run in the root, under qemu-user), %preun/%postun remove it."""
+    rpm = [require("rpm"), "--root", str(root), "--dbpath", "/var/lib/rpm"]
+    subprocess.run([*rpm, "--initdb"], capture_output=True, check=True)
+    # --nodeps: the root's interpreter is dpkg's; --ignorearch: rpm here is x86_64's
+    flags = ["--nodeps", "--force-debian", "--ignorearch"]
+    install = subprocess.run([*rpm, "--install", *flags, str(packages["rpm-arm64"])],
+                             capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+    assert install.returncode == 0, install.stderr
+    assert "nvhook: /opt/nvhook made with /usr/bin/python3 (3.11)" in install.stderr
+    assert elf_machine(root / "opt/nvhook/bin/nvhook-runtime") == EM_AARCH64
+    machine = ok(
+        chroot(root, "/opt/nvhook/bin/python -c 'import platform; print(platform.machine())'")
+    )
+    assert machine == "aarch64\n"
+    assert ok(chroot(root, "nvhook --version")).startswith("nvhook, version ")
+    erase = subprocess.run([*rpm, "--erase", *flags[:2], "nvhook"],
+                           capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert erase.returncode == 0, erase.stderr
+    assert not (root / "opt/nvhook").exists()
+    assert not (root / "usr/bin/nvhook").exists()
