@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -177,6 +178,28 @@ class Shim:
             lines.append(f"[{name}]")
             lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
         return "\n".join(lines) + "\n"
+
+
+def start_shim_server(bin_dir: Path, cache: Path) -> subprocess.Popen[bytes]:
+    """``bin_dir``'s ``nvhook-shim-server`` on ``shim.sock`` in ``cache`` (made root's, 0700,
+    as the front-end wants it), listening; the caller stops it."""
+    cache.mkdir(mode=0o700)
+    sock = cache / "shim.sock"
+    server = subprocess.Popen(
+        [str(bin_dir / "nvhook-shim-server"), "--socket", str(sock)],
+        env={"PATH": "/usr/bin:/bin"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            server.wait()
+            pytest.fail(f"{bin_dir}/nvhook-shim-server did not start", pytrace=False)
+        time.sleep(0.05)
+    return server
 
 
 def shim_binary() -> str:

@@ -26,6 +26,7 @@ from tests.e2e.conftest import (
     Shim,
     expected_smi_uuids,
     parse_probe,
+    start_shim_server,
 )
 from tests.support.containers import Runc, make_bundle, unique_id
 
@@ -447,22 +448,11 @@ def test_front_end_hands_gpu_containers_to_the_shim_server(
     install_entrypoints(str(bin_dir), sys.executable)
     front, launcher = bin_dir / "nvhook-runtime", bin_dir / "nvhook-runtime.py"
     cache = tmp_path / "cache"
-    cache.mkdir(mode=0o700)
     sock = cache / "shim.sock"
     env = {**shim.env, "NVHOOK_CACHE_DIR": str(cache)}
-    server = subprocess.Popen(
-        [str(bin_dir / "nvhook-shim-server"), "--socket", str(sock)],
-        env={"PATH": "/usr/bin:/bin"},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_shim_server(bin_dir, cache)
     helper = Runc(tmp_path / "state", binary=str(front), env=env)
     try:
-        deadline = time.monotonic() + 30
-        while not sock.exists():
-            assert server.poll() is None and time.monotonic() < deadline, "no server"
-            time.sleep(0.05)
         real = launcher.read_bytes()
         launcher.write_text("#!/bin/sh\necho 'the Python shim ran' >&2\nexit 99\n")
 

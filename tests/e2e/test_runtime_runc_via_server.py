@@ -13,16 +13,14 @@ own, on purpose) are not repeated here.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 
 from nvhook.tools.entrypoints import install_entrypoints
-from tests.e2e.conftest import Shim
+from tests.e2e.conftest import Shim, start_shim_server
 from tests.e2e.test_runtime_runc import (  # noqa: F401 - collected here again, through the server
     test_a_typo_in_the_settings_stops_no_container_without_gpus,
     test_all_gives_every_gpu_and_mig_device,
@@ -55,20 +53,9 @@ def shim(shim: Shim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shim]
     assert front.read_bytes()[:4] == b"\x7fELF"
     launcher.write_text(f"#!/bin/sh\necho '{FELL_BACK}' >&2\nexit 99\n")
     cache = work / "cache"
-    cache.mkdir(mode=0o700)
     sock = cache / "shim.sock"
-    server = subprocess.Popen(
-        [str(bin_dir / "nvhook-shim-server"), "--socket", str(sock)],
-        env={"PATH": "/usr/bin:/bin"},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_shim_server(bin_dir, cache)
     try:
-        deadline = time.monotonic() + 30
-        while not sock.exists():
-            assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.05)
         yield replace(shim, binary=str(front), cache_dir=cache)
         assert server.poll() is None, "the server died during the tests"
     finally:
