@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["check_spec", "load_spec", "parse_spec"]
+__all__ = ["check_spec", "load_spec", "parse_spec", "read_spec_data"]
 
 # ---------------------------------------------------------------------------
 # field names, in the reference's order (specs-go/config.go at 1.1.0)
@@ -635,16 +635,21 @@ def parse_spec(data: object, *, source: str) -> Spec:
     return spec
 
 
+def read_spec_data(path: str) -> object:
+    """One spec file read and decoded by its suffix, not yet validated; every failure is a
+    :class:`CdiSpecError` naming it."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CdiSpecError(f"{path}: cannot read: {e.strerror or e}") from e
+    try:
+        return decode_spec(raw, suffix=os.path.splitext(path)[1])
+    except ValueError as e:
+        raise CdiSpecError(f"{path}: {e}") from None
+
+
 def load_spec(path: str | os.PathLike[str]) -> Spec:
     """Read and validate one spec file; every failure is a :class:`CdiSpecError` naming it."""
     source = os.fspath(path)
-    try:
-        with open(source, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise CdiSpecError(f"{source}: cannot read: {e.strerror or e}") from e
-    try:
-        data = decode_spec(raw, suffix=os.path.splitext(source)[1])
-    except ValueError as e:
-        raise CdiSpecError(f"{source}: {e}") from None
-    return parse_spec(data, source=source)
+    return parse_spec(read_spec_data(source), source=source)

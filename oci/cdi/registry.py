@@ -60,12 +60,11 @@ from stat import S_ISREG
 
 from oci import _cache
 from oci._frozen import Frozen
-from oci.cdi.decode import decode_spec
 from oci.cdi.edits import Edits
 from oci.cdi.names import parse_qualified_name
-from oci.cdi.parse import load_spec, parse_spec
+from oci.cdi.parse import load_spec, parse_spec, read_spec_data
 from oci.cdi.spec import Device, Spec
-from oci.errors import CdiError, CdiNameError, CdiResolveError, CdiSpecError
+from oci.errors import CdiError, CdiNameError, CdiResolveError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -465,15 +464,7 @@ class _KeptSpecs:
                 return parse_spec(kept[3], source=path)
             except CdiError:  # cannot be one we wrote: read the file instead
                 pass
-        try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except OSError as e:
-            raise CdiSpecError(f"{path}: cannot read: {e.strerror or e}") from e
-        try:
-            data = decode_spec(raw, suffix=os.path.splitext(path)[1])
-        except ValueError as e:
-            raise CdiSpecError(f"{path}: {e}") from None
+        data = read_spec_data(path)
         spec = parse_spec(data, source=path)
         if settled and spec.kind in self._kinds and _ident(path) == ident and _plain(data):
             _cache.store(self._cache_dir, name, (_SPEC_FORMAT, path, ident, data), self._warnings)

@@ -558,13 +558,13 @@ class Decodes:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        real = registry.decode_spec
+        real = registry.read_spec_data
 
-        def counting(raw: bytes, *, suffix: str) -> object:
+        def counting(path: str) -> object:
             self.count += 1
-            return real(raw, suffix=suffix)
+            return real(path)
 
-        monkeypatch.setattr(registry, "decode_spec", counting)
+        monkeypatch.setattr(registry, "read_spec_data", counting)
 
     def take(self) -> int:
         count, self.count = self.count, 0
