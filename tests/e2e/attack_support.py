@@ -23,6 +23,7 @@ from tests.support.containers import make_bundle, require
 
 __all__ = [
     "FORMS",
+    "LD_FILES",
     "LIBDIR",
     "LOADER",
     "PAYLOAD_C",
@@ -41,6 +42,13 @@ __all__ = [
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 LOADER = "/lib64/ld-linux-x86-64.so.2"
+#: The ld files an image may aim at the host (``host_tree``'s names): name -> (path in the
+#: rootfs, what it points at in the host tree).
+LD_FILES = {
+    "confd": ("/etc/ld.so.conf.d", "confd"),
+    "cache": ("/etc/ld.so.cache", "ld.so.cache"),
+    "conf": ("/etc/ld.so.conf", "ld.so.conf"),
+}
 #: The names of :func:`escape_forms`'s three symlink targets, in its order.
 FORMS = ("absolute", "dotdot", "proc-self-root")
 

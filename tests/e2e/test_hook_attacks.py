@@ -33,6 +33,7 @@ from nvhook.hook.create_symlinks import create_symlinks, parse_link
 from nvhook.hook.update_ldcache import LDCONFIG_MAX_DATA, LDCONFIG_TIMEOUT_S, update_ldcache
 from tests.e2e.attack_support import (
     FORMS,
+    LD_FILES,
     LIBDIR,
     PAYLOAD_C,
     cache_entries,
@@ -255,12 +256,6 @@ def test_lib_dir_symlinked_to_a_host_dir(
     assert entries["libcuda.so.1"] == f"{LIBDIR}/libcuda.so.1"
 
 
-LD_FILES = {
-    # name: (path in the rootfs, what it points at in the host tree)
-    "confd": ("/etc/ld.so.conf.d", "confd"),
-    "cache": ("/etc/ld.so.cache", "ld.so.cache"),
-    "conf": ("/etc/ld.so.conf", "ld.so.conf"),
-}
 LD_CASES = [(name, form) for name in LD_FILES for form in FORMS]
 
 

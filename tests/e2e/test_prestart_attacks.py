@@ -27,6 +27,7 @@ from nvhook.errors import HookError
 from nvhook.hook.safepath import open_root
 from tests.e2e.attack_support import (
     FORMS,
+    LD_FILES,
     LIBDIR,
     cache_entries,
     escape_forms,
@@ -273,12 +274,6 @@ def test_lib_dir_symlinked_to_a_host_dir(
     assert entries["libcuda.so.1"] == f"{LIBDIR}/libcuda.so.1"
 
 
-LD_FILES = {
-    # name: (path in the rootfs, what it points at in the host tree)
-    "confd": ("/etc/ld.so.conf.d", "confd"),
-    "cache": ("/etc/ld.so.cache", "ld.so.cache"),
-    "conf": ("/etc/ld.so.conf", "ld.so.conf"),
-}
 LD_CASES = [(name, form) for name in LD_FILES for form in PRESTART_FORMS]
 
 
