@@ -42,22 +42,28 @@ def _cc() -> str:
     return cc
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The front-end with the sanitizers, handing over to a recording stand-in launcher."""
+def build_sanitized(work: Path, recorder: str, *defines: str) -> tuple[Path, Path]:
+    """The front-end built in ``work`` with ASan and UBSan and ``defines`` (``-DNAME=…``),
+    handing over to a stand-in launcher written from ``recorder`` (``{who}``: "launcher");
+    the binary and the launcher."""
     cc = _cc()
-    work = tmp_path_factory.mktemp("frontend")
     launcher = work / "launcher"
-    launcher.write_text(RECORDER.format(who="launcher"))
+    launcher.write_text(recorder.format(who="launcher"))
     launcher.chmod(0o755)
     binary = work / "nvhook-runtime"
     subprocess.run(
         [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
-         "-fno-sanitize-recover=all", f'-DNVHOOK_LAUNCHER="{launcher}"', "-o", str(binary),
-         SOURCE],
+         "-fno-sanitize-recover=all", f'-DNVHOOK_LAUNCHER="{launcher}"', *defines,
+         "-o", str(binary), SOURCE],
         check=True,
     )  # fmt: skip
-    return binary
+    return binary, launcher
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The front-end with the sanitizers, handing over to a recording stand-in launcher."""
+    return build_sanitized(tmp_path_factory.mktemp("frontend"), RECORDER)[0]
 
 
 class Frontend:

@@ -35,7 +35,6 @@ from typing import Any
 
 import pytest
 
-from nvhook.frontend import SOURCE
 from nvhook.server import (
     MAGIC,
     MAX_REQUEST,
@@ -46,6 +45,7 @@ from nvhook.server import (
     peer_problem,
 )
 from nvhook.shim import VERSION
+from tests.nvhook.test_frontend import build_sanitized
 from tests.nvhook.test_shim_imports import Shim as ImportProbe
 from tests.nvhook.test_shim_imports import loaded
 from tests.support.basics import require_root
@@ -65,13 +65,6 @@ PRISTINE: dict[str, Any] = {
 }
 
 pytestmark = pytest.mark.root
-
-
-def _cc() -> str:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    return cc
 
 
 def start_server(sock: Path, *, python_path: Path = REPO) -> subprocess.Popen[bytes]:
@@ -185,19 +178,8 @@ class Outcome:
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The front-end with the sanitizers and a short deadline, and its recording launcher."""
-    cc = _cc()
-    work = tmp_path_factory.mktemp("client")
-    launcher = work / "launcher"
-    launcher.write_text(RECORDER.format(who="launcher"))
-    launcher.chmod(0o755)
-    binary = work / "nvhook-runtime"
-    subprocess.run(
-        [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
-         "-fno-sanitize-recover=all", f'-DNVHOOK_LAUNCHER="{launcher}"',
-         f"-DNVHOOK_SERVER_DEADLINE_MS={DEADLINE_MS}", "-o", str(binary), SOURCE],
-        check=True,
-    )  # fmt: skip
-    return binary, launcher
+    deadline = f"-DNVHOOK_SERVER_DEADLINE_MS={DEADLINE_MS}"
+    return build_sanitized(tmp_path_factory.mktemp("client"), RECORDER, deadline)
 
 
 @pytest.fixture(scope="module")
