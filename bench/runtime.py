@@ -335,24 +335,32 @@ def prepare(work: Path, shim: str, frontend: str | None) -> Setup:
 SERVER_CACHE = "server-cache"
 
 
-def start_server(setup: Setup) -> subprocess.Popen[bytes] | None:
-    """``nvhook-shim-server`` on ``shim.sock`` in :data:`SERVER_CACHE`, listening; None
-    where it is not installed or cannot run (then the server rows are left out)."""
-    if setup.server is None or os.geteuid() != 0:
-        return None
-    cache = setup.work / SERVER_CACHE
-    cache.mkdir(mode=0o700)
+def launch_server(server: str, cache: Path, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+    """``server`` (``nvhook-shim-server``) on ``shim.sock`` in ``cache`` (made 0700, as the
+    front-end wants it), listening; None, with a line saying so, when it does not start."""
+    cache.mkdir(mode=0o700, exist_ok=True)
     sock = cache / "shim.sock"
-    proc = subprocess.Popen([setup.server, "--socket", str(sock)], env=setup.env_base,
+    proc = subprocess.Popen([server, "--socket", str(sock)], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 30
     while not sock.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             proc.wait()
-            print(f"{setup.server} did not start: no server rows")
+            print(f"{server} did not start")
             return None
         time.sleep(0.05)
+    return proc
+
+
+def start_server(setup: Setup) -> subprocess.Popen[bytes] | None:
+    """``nvhook-shim-server`` on ``shim.sock`` in :data:`SERVER_CACHE`, listening; None
+    where it is not installed or cannot run (then the server rows are left out)."""
+    if setup.server is None or os.geteuid() != 0:
+        return None
+    proc = launch_server(setup.server, setup.work / SERVER_CACHE, setup.env_base)
+    if proc is None:
+        print("no server rows")
     return proc
 
 

@@ -358,20 +358,14 @@ def start_server(runtime: str, cache: Path, env: dict[str, str]) -> subprocess.P
     """``nvhook-shim-server`` (beside ``runtime``) on ``shim.sock`` in ``cache``, the cache
     directory every nvhook call of the bench names: the native front-end hands its GPU calls
     to it instead of starting Python."""
+    from runtime import launch_server  # bench/runtime.py, beside this script
+
     server = Path(runtime).with_name("nvhook-shim-server")
     if not server.is_file():
         raise SystemExit(f"--server: {server} not found (nvhook install-entrypoints)")
-    cache.mkdir(mode=0o700, exist_ok=True)
-    sock = cache / "shim.sock"
-    proc = subprocess.Popen([str(server), "--socket", str(sock)], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 30
-    while not sock.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            raise SystemExit(f"--server: {server} did not start")
-        time.sleep(0.05)
+    proc = launch_server(str(server), cache, env)
+    if proc is None:
+        raise SystemExit(f"--server: {server} did not start")
     return proc
 
 
