@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.conftest import PACKAGING, run_script
+from tests.packaging.conftest import PACKAGING
 from tests.packaging.debianroot import (
     cache_dir,
     chroot,
@@ -41,6 +41,7 @@ from tests.packaging.test_installer_image import (
     pod,
     pod_env,
     running_pod,
+    stage_image,
     tree,
 )
 from tests.support.containers import require
@@ -84,17 +85,10 @@ def arm64_bundle(builder: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 def context(
     tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path, arm64_bundle: Path, builder: Path
 ) -> Path:
-    """build.sh FORMATS=image ARCHES=arm64: the arm64 image's root."""
+    """build.sh FORMATS=image ARCHES=arm64: the arm64 image's root, with Debian's arm64 busybox."""
     out = tmp_path_factory.mktemp("image-arm64")
-    printed = run_script(
-        "build.sh",
-        str(out),
-        env={"FORMATS": "image", "ARCHES": ARCH, "WHEELS": str(wheelhouse),
-             f"PYTHON_BUNDLE_{ARCH}": str(arm64_bundle),
-             f"BUSYBOX_{ARCH}": str(builder / "bin/busybox")},
-    )  # fmt: skip
-    assert printed == f"{out}/installer-{ARCH}\n"
-    return out / f"installer-{ARCH}"
+    busybox = {f"BUSYBOX_{ARCH}": str(builder / "bin/busybox")}
+    return stage_image(out, ARCH, wheelhouse, arm64_bundle, **busybox)
 
 
 @pytest.fixture

@@ -72,20 +72,22 @@ def python_bundle() -> Path:
     return out
 
 
+def stage_image(out: Path, arch: str, wheelhouse: Path, bundle: Path, **env: str) -> Path:
+    """build.sh FORMATS=image ARCHES=``arch`` into ``out`` with ``bundle`` (and ``env``, e.g.
+    another architecture's busybox): the image's root it prints."""
+    env = {"FORMATS": "image", "ARCHES": arch, "WHEELS": str(wheelhouse),
+           f"PYTHON_BUNDLE_{arch}": str(bundle), **env}  # fmt: skip
+    printed = run_script("build.sh", str(out), env=env)
+    assert printed == f"{out}/installer-{arch}\n"
+    return out / f"installer-{arch}"
+
+
 @pytest.fixture(scope="module")
 def context(
     tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path, python_bundle: Path
 ) -> Path:
     """build.sh FORMATS=image for this machine: the image's root."""
-    out = tmp_path_factory.mktemp("image")
-    printed = run_script(
-        "build.sh",
-        str(out),
-        env={"FORMATS": "image", "ARCHES": ARCH, "WHEELS": str(wheelhouse),
-             f"PYTHON_BUNDLE_{ARCH}": str(python_bundle)},
-    )  # fmt: skip
-    assert printed == f"{out}/installer-{ARCH}\n"
-    return out / f"installer-{ARCH}"
+    return stage_image(tmp_path_factory.mktemp("image"), ARCH, wheelhouse, python_bundle)
 
 
 @pytest.fixture(scope="module")
