@@ -278,16 +278,13 @@ def cuda_compat_of(
     """What the hook's ``--cuda-compat`` will find in the container at ``rootfs``
     (:func:`nvhook.hook.cuda_compat.find_compat`); None when it does not look (no compute,
     ``hook.cuda_compat`` off, the container opts out, no rootfs or driver version)."""
-    from nvhook.hook.cuda_compat import compat_dir_of, disabled_by, find_compat
+    from nvhook.hook.cuda_compat import compat_in
 
     compute = "compute" in requests.capabilities or "all" in requests.capabilities
-    if not (host.cuda_compat and compute and rootfs and driver_version) or disabled_by(env):
+    if not (host.cuda_compat and compute and rootfs and driver_version):
         return None
-    from nvhook.hook.safepath import open_root
-
     try:
-        with open_root(rootfs) as root:
-            return find_compat(root, compat_dir_of(env), driver_version)
+        return compat_in(rootfs, env, driver_version)
     except (OSError, Error) as e:
         return f"cannot look into {rootfs}: {e}"
 

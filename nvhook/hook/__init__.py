@@ -217,14 +217,10 @@ def create_container(
 def _with_compat(
     rootfs: str, host_driver: str, env: Mapping[str, str], folders: list[str]
 ) -> list[str]:
-    from nvhook.hook.cuda_compat import Compat, compat_dir_of, disabled_by, find_compat
-    from nvhook.hook.safepath import open_root
+    from nvhook.hook.cuda_compat import Compat, compat_in
     from nvhook.hook.update_ldcache import check_folder
 
-    if disabled_by(env):
-        return folders
-    with open_root(rootfs) as root:
-        found = find_compat(root, compat_dir_of(env), host_driver)
+    found = compat_in(rootfs, env, host_driver)
     if not isinstance(found, Compat) or not found.used:
         return folders
     try:

@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_DIR",
     "Compat",
     "compat_dir_of",
+    "compat_in",
     "disabled_by",
     "find_compat",
     "read_fwd_compat_note",
@@ -111,6 +112,19 @@ def compat_dir_of(env: Mapping[str, str]) -> str:
     from nvhook.constants import ENV_CUDA_COMPAT_DIR
 
     return env.get(ENV_CUDA_COMPAT_DIR) or DEFAULT_DIR
+
+
+def compat_in(rootfs: str, env: Mapping[str, str], host_driver: str) -> Compat | str | None:
+    """What ``--cuda-compat HOST_DRIVER`` finds in the container at ``rootfs`` whose env is
+    ``env`` (:func:`find_compat` in the folder it names); None when the env opts out. Errors
+    opening the rootfs propagate (the hook fails on them; ``explain`` and the shim report
+    them)."""
+    if disabled_by(env):
+        return None
+    from nvhook.hook.safepath import open_root
+
+    with open_root(rootfs) as root:
+        return find_compat(root, compat_dir_of(env), host_driver)
 
 
 def _version(text: str) -> tuple[int, ...] | None:

@@ -208,8 +208,7 @@ def _cuda_compat(decision: Decision) -> str | None:
     """What the hook's ``--cuda-compat`` will do in this container (None: not asked)."""
     from nvhook.constants import ENV_DISABLE_CUDA_COMPAT
     from nvhook.hook import container_env
-    from nvhook.hook.cuda_compat import Compat, compat_dir_of, disabled_by, find_compat
-    from nvhook.hook.safepath import open_root
+    from nvhook.hook.cuda_compat import Compat, compat_in, disabled_by
 
     version = _hook_option(decision, "--cuda-compat")
     if version is None or decision.spec is None:
@@ -222,10 +221,8 @@ def _cuda_compat(decision: Decision) -> str | None:
     if not isinstance(path, str) or not path:
         return "decided by the hook at createContainer (config.json has no root.path)"
     rootfs = os.path.join(decision.bundle, path)
-    folder = compat_dir_of(env)
     try:
-        with open_root(rootfs) as fs:
-            found = find_compat(fs, folder, version)
+        found = compat_in(rootfs, env, version)
     except (OSError, Error) as e:
         return f"decided by the hook at createContainer (cannot look into {rootfs} now: {e})"
     if not isinstance(found, Compat):
