@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.tools.entrypoints import ENTRYPOINTS, import_paths, install_entrypoints, launcher_text
+from nvhook.tools.entrypoints import (
+    ENTRYPOINTS,
+    HOOK_LAUNCHER,
+    import_paths,
+    install_entrypoints,
+    launcher_text,
+)
 
 pytest_plugins = ["tests.support.containers", "tests.support.unprivileged"]
 
@@ -22,20 +28,50 @@ def _private_nvhook_cache(
     monkeypatch.setenv("NVHOOK_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "nvhook-cache"))
 
 
-@pytest.fixture(scope="session")
-def hook_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Absolute path of the ``nvhook-hook`` launcher: the venv's when it is current, else a
-    fresh one (same text, written by ``install_entrypoints``) in a session temp dir."""
+def _python_hook(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The Python ``nvhook-hook`` launcher: the venv's when it is current (``nvhook-hook``,
+    or ``nvhook-hook.py`` beside the native hook), else a fresh one (same text, written by
+    ``install_entrypoints``) in a session temp dir."""
     entry = next(e for e in ENTRYPOINTS if e.name == "nvhook-hook")
     bin_dir = Path(sys.executable).parent
-    installed = bin_dir / entry.name
     paths = import_paths(sys.executable)
-    current = {launcher_text(entry, str(bin_dir / n), paths) for n in ("python", "python3")}
-    if installed.is_file() and installed.read_text() in current:
-        return str(installed)
+    native = str(bin_dir / entry.name)
+    for name, program in ((entry.name, None), (HOOK_LAUNCHER, native)):
+        installed = bin_dir / name
+        current = {
+            launcher_text(entry, str(bin_dir / n), paths, program=program).encode()
+            for n in ("python", "python3")
+        }
+        if installed.is_file() and installed.read_bytes() in current:
+            return str(installed)
     fresh = tmp_path_factory.mktemp("bin")
-    install_entrypoints(str(fresh), sys.executable)
+    install_entrypoints(str(fresh), sys.executable, frontend="off")
     return str(fresh / entry.name)
+
+
+@pytest.fixture(scope="session")
+def python_hook_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Absolute path of the Python ``nvhook-hook`` launcher (:func:`_python_hook`)."""
+    return _python_hook(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def native_hook_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The native ``nvhook-hook`` (nvhook/frontend/nvhook-hook.c), built fresh with ASan and
+    UBSan, handing over to the Python launcher; skipped without a C compiler."""
+    from tests.support.native import build_native_hook
+
+    work = tmp_path_factory.mktemp("native-hook")
+    return str(build_native_hook(work, _python_hook(tmp_path_factory)))
+
+
+@pytest.fixture(scope="session", params=["python", "native"])
+def hook_bin(request: pytest.FixtureRequest) -> str:
+    """Absolute path of an ``nvhook-hook``: each test runs with the Python launcher and with
+    the native hook in front of it (which must behave the same, handing over what it does
+    not do itself)."""
+    name = "python_hook_bin" if request.param == "python" else "native_hook_bin"
+    return str(request.getfixturevalue(name))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "HOOK_SOURCE",
     "SOURCE",
     "build",
     "data_name",
@@ -62,6 +63,9 @@ __all__ = [
 FORMAT = 1
 #: The C source, shipped as package data.
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvhook-runtime.c")
+#: The native ``nvhook-hook`` (``create-container`` without Python; every other call is
+#: handed to the Python hook, ``nvhook-hook.py``): built the same way, from this source.
+HOOK_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvhook-hook.c")
 _PREFIX = f"runtime-frontend-{FORMAT}-"
 #: What a trigger may hold: a byte search finds it in JSON unless an escape spells it
 #: (the front-end refuses ``\\u`` and ``\\/`` anywhere in config.json).
@@ -199,8 +203,11 @@ def _remove_older(directory: str, keep: str) -> None:
                 os.unlink(os.path.join(directory, name))
 
 
-def build(launcher: str, output: str | Path, *, cc: str | None = None) -> str | None:
-    """Compile the front-end to ``output``, handing over to ``launcher``; why not, or None.
+def build(
+    launcher: str, output: str | Path, *, cc: str | None = None, source: str = SOURCE
+) -> str | None:
+    """Compile the front-end (or, with ``source=HOOK_SOURCE``, the native hook) to ``output``,
+    handing over to ``launcher``; why not, or None.
 
     ``cc`` defaults to ``cc`` or ``gcc`` on PATH. Static when the C library allows (no
     dynamic loader at each call), else dynamic. The launcher path is compiled in; it must
@@ -219,7 +226,7 @@ def build(launcher: str, output: str | Path, *, cc: str | None = None) -> str | 
     error = ""
     for static in (["-static"], []):
         proc = subprocess.run(
-            [*base, *static, define, "-o", os.fspath(output), SOURCE],
+            [*base, *static, define, "-o", os.fspath(output), source],
             capture_output=True,
             text=True,
             check=False,

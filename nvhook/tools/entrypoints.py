@@ -23,6 +23,11 @@ it listens; a launcher like the others, so it runs the same code with the same p
 chooses: ``"auto"`` (build it when a compiler works, else the Python launcher as
 ``nvhook-runtime``), ``"off"``, or the path of one built beforehand for this
 directory (the packages ship it compiled).
+
+``nvhook-hook`` is native the same way (``nvhook/frontend/nvhook-hook.c``, issue 16 item
+3): it does the common ``create-container`` call itself and hands every other call, argv
+and stdin unchanged, to the Python hook written as ``nvhook-hook.py`` beside it. With a
+prebuilt front-end, the prebuilt hook is the ``nvhook-hook`` beside it (when there is one).
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ __all__ = [
     "CLI_ENTRYPOINT",
     "ENTRYPOINTS",
     "FRONTEND_LAUNCHER",
+    "HOOK_LAUNCHER",
     "LEGACY_HOOK_ENTRYPOINT",
+    "NATIVE",
     "Entrypoint",
     "install_entrypoints",
     "launcher_text",
@@ -53,6 +60,10 @@ class Entrypoint(Frozen):
 
 #: The Python launcher's name when ``nvhook-runtime`` is the native front-end.
 FRONTEND_LAUNCHER = "nvhook-runtime.py"
+#: The Python launcher's name when ``nvhook-hook`` is the native hook.
+HOOK_LAUNCHER = "nvhook-hook.py"
+#: The entry points that have a native program in front of their Python launcher.
+NATIVE: tuple[str, ...] = ("nvhook-runtime", "nvhook-hook")
 
 ENTRYPOINTS: tuple[Entrypoint, ...] = (
     Entrypoint("nvhook-runtime", "nvhook.shim", "main"),
@@ -151,17 +162,29 @@ def install_entrypoints(
                 notes.append(legacy_hook_note(path))
             continue
         native = None
-        if entry.name == "nvhook-runtime" and frontend != "off":
-            native = _frontend(target, path, frontend)
+        if entry.name in NATIVE and frontend != "off":
+            native = _frontend(target, path, _prebuilt(entry.name, frontend))
+        launcher = target / f"{entry.name}.py"
         if native is None:
             _write(path, launcher_text(entry, python, paths), target)
             written.append(path)
+            if entry.name in NATIVE:
+                launcher.unlink(missing_ok=True)  # a native program's, from an earlier run
             continue
-        launcher = target / FRONTEND_LAUNCHER
         _write(launcher, launcher_text(entry, python, paths, program=str(path)), target)
         os.replace(native, path)
         written += [path, launcher]
     return written
+
+
+def _prebuilt(name: str, frontend: str) -> str:
+    """What ``frontend`` means for the entry point ``name``: ``"auto"``/``"off"`` as is; a
+    prebuilt front-end's path for ``nvhook-runtime``, the ``nvhook-hook`` beside it for
+    ``nvhook-hook`` (``"off"`` when there is none: the Python hook)."""
+    if frontend in ("auto", "off") or name == "nvhook-runtime":
+        return frontend
+    beside = os.path.join(os.path.dirname(frontend), name)
+    return beside if os.path.isfile(beside) else "off"
 
 
 def foreign_file(path: Path) -> bool:
@@ -187,17 +210,21 @@ def legacy_hook_note(path: Path) -> str:
 
 
 def _frontend(target: Path, path: Path, frontend: str) -> Path | None:
-    """The front-end for ``path``, built (or copied) next to it under a temporary name."""
+    """The native program for ``path``, built (or copied) next to it under a temporary name;
+    None when there is none (``frontend`` "off", or no compiler)."""
     import shutil
 
-    from nvhook.frontend import build
+    from nvhook.frontend import HOOK_SOURCE, SOURCE, build
 
-    launcher = str(target.resolve() / FRONTEND_LAUNCHER)
+    if frontend == "off":
+        return None
+    source = HOOK_SOURCE if path.name == "nvhook-hook" else SOURCE
+    launcher = str(target.resolve() / f"{path.name}.py")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=target)
     os.close(fd)
     try:
         if frontend == "auto":
-            if build(launcher, tmp) is not None:
+            if build(launcher, tmp, source=source) is not None:
                 Path(tmp).unlink(missing_ok=True)
                 return None
         else:

@@ -37,6 +37,7 @@ __all__ = [
     "interpreter_of",
     "markers",
     "memory_peak_and_ooms",
+    "python_launcher",
     "snapshot",
 ]
 
@@ -143,9 +144,18 @@ def injected_hooks(
     return hooks
 
 
+def python_launcher(hook: str) -> str:
+    """The Python launcher of the hook program ``hook``: itself, or the ``nvhook-hook.py``
+    beside it when ``hook`` is the native hook (nvhook/frontend/nvhook-hook.c)."""
+    with open(hook, "rb") as f:
+        native = f.read(4) == b"\x7fELF"
+    return f"{hook}.py" if native else hook
+
+
 def interpreter_of(launcher: str) -> str:
-    """The interpreter a ``#!`` launcher starts (the hooks' Python)."""
-    with open(launcher, "rb") as f:
+    """The interpreter a ``#!`` launcher starts (the hooks' Python); for the native hook, the
+    one its Python launcher starts."""
+    with open(python_launcher(launcher), "rb") as f:
         line = f.readline().decode()
     assert line.startswith("#!"), launcher
     return line[2:].split()[0]

@@ -45,6 +45,7 @@ from tests.e2e.attack_support import (
     interpreter_of,
     markers,
     memory_peak_and_ooms,
+    python_launcher,
     snapshot,
 )
 from tests.e2e.conftest import ELF_MAGIC
@@ -198,16 +199,24 @@ def test_image_env_never_reaches_the_hooks(
     # control through runc: the same hooks without their `env` get the image's env (runc
     # 1.1.5 gives a createContainer hook without env the container's process.env), and the
     # loader acts before Python's -I can
-    for item in marks.iterdir():
-        item.unlink()
     spec = json.loads((bundle / "config.json").read_text())
     for hook in spec["hooks"]["createContainer"]:
         del hook["env"]
-    (bundle / "config.json").write_text(json.dumps(spec))
-    result = runc.run(bundle)
-    assert result.returncode == 0, result.stderr
-    loaded_by = {line for text in markers(marks).values() for line in text.splitlines()}
-    assert os.path.realpath(interpreter_of(hooks[0]["path"])) in loaded_by, loaded_by
+    for native in (True, False):
+        # the native hook is static: no loader of its own reads the variable; the Python
+        # launcher's interpreter does
+        for item in marks.iterdir():
+            item.unlink()
+        for hook in spec["hooks"]["createContainer"]:
+            hook["path"] = python_launcher(hook["path"]) if not native else hook["path"]
+        (bundle / "config.json").write_text(json.dumps(spec))
+        result = runc.run(bundle)
+        assert result.returncode == 0, result.stderr
+        loaded_by = {line for text in markers(marks).values() for line in text.splitlines()}
+        if native and python_launcher(hooks[0]["path"]) != hooks[0]["path"]:
+            assert loaded_by == set(), loaded_by
+        elif not native:
+            assert os.path.realpath(interpreter_of(hooks[0]["path"])) in loaded_by, loaded_by
 
 
 # --------------------------------------------------------------------------- symlinks to the host

@@ -520,12 +520,14 @@ def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path:
     bin_dir = tmp_path / "bin"
     written = install_entrypoints(str(bin_dir), sys.executable)
     names = sorted(p.name for p in written)
-    assert names == ["nvhook", "nvhook-hook", "nvhook-runtime", "nvhook-runtime.py",
-                     "nvhook-shim-server", LEGACY_HOOK]  # fmt: skip
-    assert (bin_dir / "nvhook-runtime").read_bytes()[:4] == b"\x7fELF"
-    launcher = (bin_dir / "nvhook-runtime.py").read_text()
-    assert launcher.startswith(f"#!{sys.executable} -IS\n")
-    assert f"sys.argv[0] = {str(bin_dir / 'nvhook-runtime')!r}" in launcher
+    assert names == ["nvhook", "nvhook-hook", "nvhook-hook.py", "nvhook-runtime",
+                     "nvhook-runtime.py", "nvhook-shim-server", LEGACY_HOOK]  # fmt: skip
+    for name in ("nvhook-runtime", "nvhook-hook"):  # each native, in front of its launcher
+        native = (bin_dir / name).read_bytes()
+        assert native[:4] == b"\x7fELF" and f"{bin_dir / name}.py\0".encode() in native
+        launcher = (bin_dir / f"{name}.py").read_text()
+        assert launcher.startswith(f"#!{sys.executable} -IS\n")
+        assert f"sys.argv[0] = {str(bin_dir / name)!r}" in launcher
     runc = shutil.which("runc")
     if runc is None:
         pytest.skip("runc is not installed")
@@ -557,6 +559,14 @@ def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path:
         str(bin_dir), sys.executable, frontend=str(bin_dir / "nvhook-runtime")
     )
     assert bin_dir / "nvhook-runtime.py" in again
+    assert bin_dir / "nvhook-hook.py" in again  # the prebuilt hook beside the front-end
+    # a prebuilt front-end with no hook beside it: nvhook-hook is the Python launcher
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(bin_dir / "nvhook-runtime", alone / "nvhook-runtime")
+    solo = install_entrypoints(str(bin_dir), sys.executable, frontend=str(alone / "nvhook-runtime"))
+    assert bin_dir / "nvhook-hook.py" not in solo and not (bin_dir / "nvhook-hook.py").exists()
+    assert (bin_dir / "nvhook-hook").read_text().startswith("#!")
     off = install_entrypoints(str(tmp_path / "off"), sys.executable, frontend="off")
     assert (tmp_path / "off" / "nvhook-runtime").read_text().startswith("#!")
     assert sorted(p.name for p in off) == ["nvhook", "nvhook-hook", "nvhook-runtime",

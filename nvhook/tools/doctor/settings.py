@@ -100,8 +100,9 @@ def launcher_problem(path: str, root: str) -> str | None:
             first = f.readline(4096).decode("utf-8", "replace").strip()
     except OSError as e:
         return f"{path}: cannot read: {e.strerror}"
-    if first.startswith("\x7fELF") and os.path.basename(path) == "nvhook-runtime":
-        # the native front-end (nvhook.frontend): what counts is the launcher it hands over to
+    if first.startswith("\x7fELF") and os.path.basename(path) in ("nvhook-runtime", "nvhook-hook"):
+        # the native front-end or hook (nvhook.frontend): what counts is the launcher it
+        # hands over to
         return launcher_problem(path + ".py", root)
     if not first.startswith("#!"):
         return f"{path} is not a script written by `nvhook install-entrypoints`"

@@ -26,6 +26,14 @@ from tests.support.containers import Runc, make_bundle
 
 from .conftest import LIBDIR, HookRunner, state_json, write_bundle
 
+
+@pytest.fixture
+def hook_bin(python_hook_bin: str) -> str:
+    """The Python launcher only: these tests are about its interpreter (the native hook is
+    static, so no loader of its own reads LD_PRELOAD; what it hands over runs this launcher)."""
+    return python_hook_bin
+
+
 PRELOAD_SOURCE = r"""
 #include <fcntl.h>
 #include <string.h>

@@ -394,12 +394,14 @@ def test_a_runtime_not_as_configure_writes_it(node: Path) -> None:
     assert "--runtime-path /usr/bin/nvhook-runtime" in problem.fix
 
 
-def test_native_front_end_is_judged_by_its_python_launcher(node: Path) -> None:
-    """``nvhook-runtime`` as the native front-end: its ``nvhook-runtime.py`` must be sound."""
-    runtime = node / "usr/bin/nvhook-runtime"
-    launcher = node / "usr/bin/nvhook-runtime.py"
-    runtime.rename(launcher)
-    _write(runtime, "\x7fELF\x02\x01\x01 (a front-end)\n", 0o755)
+@pytest.mark.parametrize("name", ["nvhook-runtime", "nvhook-hook"])
+def test_native_programs_are_judged_by_their_python_launcher(node: Path, name: str) -> None:
+    """``nvhook-runtime`` as the native front-end, ``nvhook-hook`` as the native hook: their
+    ``NAME.py`` must be sound."""
+    native = node / "usr/bin" / name
+    launcher = node / "usr/bin" / f"{name}.py"
+    native.rename(launcher)
+    _write(native, "\x7fELF\x02\x01\x01 (a native program)\n", 0o755)
     assert _problems(diagnose(_opts(node))) == []
     launcher.unlink()
     assert f"{launcher} is missing" in [p.message for p in _problems(diagnose(_opts(node)))]

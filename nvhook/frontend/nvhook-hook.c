@@ -1,0 +1,1509 @@
+/*
+ * nvhook-hook, the native hook (issue 16 item 3): the common createContainer call without
+ * starting Python.
+ *
+ * Every GPU container runs `nvhook-hook create-container` once, in its namespaces, before
+ * pivot_root; CPython's start alone is several times what ldconfig costs. This program
+ * does what nvhook.hook.create_container does, step for step and byte for byte, for the
+ * call nvhook injects in the common case:
+ *
+ *   create-container [--link TARGET::LINK]... [--folder DIR]... [--ldconfig PATH]
+ *                    [--cuda-compat VERSION]
+ *
+ * when it is certain of the outcome: the OCI state on stdin and the bundle's config.json
+ * parse and pass the checks oci.state.State.parse and oci.bundle.check_spec make; the
+ * kernel has openat2 (every rootfs path is resolved with RESOLVE_IN_ROOT |
+ * RESOLVE_NO_MAGICLINKS, as nvhook/hook/safepath.py does); the container's env names no
+ * CUDA compat variable and the rootfs has no compat folder (ENOENT) to look into; each
+ * link's folder exists, its target has no ".." and nothing is at the link yet (or the same
+ * link); every --folder resolves in the rootfs; /etc/ld.so.conf is absent or a plain
+ * text file that includes /etc/ld.so.conf.d; and the host's ldconfig exits 0.
+ *
+ * Any doubt (another command or option, a parse error, a limit, non-ASCII text, an errno
+ * it does not expect, ldconfig failing) hands the call over: the Python hook
+ * (NVHOOK_LAUNCHER, compiled in) is exec'd with the argv unchanged and the same state on
+ * stdin (replayed from a memfd), and decides as it always has: it prints the notes, the
+ * refusals and their exit codes. What this program did before handing over is what the
+ * Python hook does first too (links it then finds in place, a conf file it rewrites
+ * whole), so the end state is the Python hook's.
+ *
+ * The ld cache step is the Python hook's: our conf file (a temp file renamed over it, no
+ * fsync), ld.so.conf with the include line when the image has none (fsync'd), then the
+ * host's ldconfig -r ROOTFS with an empty environment and RLIMIT_DATA capped, in a private
+ * mount namespace with every procfs under the rootfs detached when there is one (see
+ * nvhook/hook/update_ldcache.py for why). libc only; build with
+ * -DNVHOOK_LAUNCHER='"/path/nvhook-hook.py"'.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef NVHOOK_LAUNCHER
+#error "build with -DNVHOOK_LAUNCHER='\"/absolute/path/of/nvhook-hook.py\"'"
+#endif
+
+#define PROGRAM "nvhook-hook"
+#define MAX_STATE (1 << 20)          /* the OCI state on stdin */
+#define MAX_CONFIG (4 << 20)         /* config.json; a larger one goes to Python */
+#define MAX_LD_SO_CONF (1 << 20)     /* nvhook.hook.safepath.RootFd.read_file's limit */
+#define MAX_ITEMS 512                /* --link and --folder values */
+#define MAX_DEPTH 256                /* JSON nesting */
+#define MAX_PROCFS 64                /* procfs mounts under the rootfs */
+#define LDCONFIG_MAX_DATA (256L << 20)  /* update_ldcache.LDCONFIG_MAX_DATA */
+#define LDCONFIG_TIMEOUT_MS 60000       /* update_ldcache.LDCONFIG_TIMEOUT_S */
+#define EXIT_HOOK 11                    /* oci.errors.ExitCode.HOOK */
+#define CONF_DIR "/etc/ld.so.conf.d"
+#define CONF_NAME "00-nvhook.conf"
+#define LD_SO_CONF "/etc/ld.so.conf"
+#define INCLUDE_LINE "include " CONF_DIR "/*.conf\n"
+#define CONF_HEADER "# written by nvhook-hook update-ldcache\n"
+#define COMPAT_DIR "/usr/local/cuda/compat" /* nvhook.hook.cuda_compat.DEFAULT_DIR */
+
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+#define RESOLVE_NO_MAGICLINKS_ 0x02
+#define RESOLVE_IN_ROOT_ 0x10
+
+struct open_how_ {
+    uint64_t flags, mode, resolve;
+};
+
+static char **original; /* argv as given */
+static int original_argc;
+static const char *state_data; /* what was read from stdin, replayed on handover */
+static size_t state_len;
+static int stdin_read; /* 1 once stdin was read (to EOF, or to the limit: 2) */
+
+/* --- handing over -------------------------------------------------------------------- */
+
+/* Copy the rest of fd 0 into out (after a read that stopped at the limit). */
+static int copy_rest(int out) {
+    char buf[65536];
+    for (;;) {
+        ssize_t r = read(0, buf, sizeof buf);
+        if (r == 0) return 0;
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        for (ssize_t done = 0; done < r;) {
+            ssize_t w = write(out, buf + done, (size_t)(r - done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) return -1;
+            done += w;
+        }
+    }
+}
+
+/* Hand the call, unchanged, to the Python hook (the state it was given on stdin again). */
+static void handover(void) __attribute__((noreturn));
+static void handover(void) {
+    if (stdin_read) {
+        int fd = (int)syscall(SYS_memfd_create, "nvhook-hook-state", 1U /* MFD_CLOEXEC */);
+        size_t done = 0;
+        while (fd >= 0 && done < state_len) {
+            ssize_t w = write(fd, state_data + done, state_len - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) break;
+            done += (size_t)w;
+        }
+        if (fd < 0 || done < state_len || (stdin_read == 2 && copy_rest(fd)) ||
+            lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, 0) != 0) {
+            dprintf(2, PROGRAM ": cannot hand the container state over to %s: %s\n",
+                    NVHOOK_LAUNCHER, strerror(errno ? errno : EIO));
+            _exit(EXIT_HOOK);
+        }
+    }
+    char *fallback[2] = {(char *)NVHOOK_LAUNCHER, NULL};
+    char **argv = original_argc >= 1 ? original : fallback;
+    argv[0] = (char *)NVHOOK_LAUNCHER;
+    execv(NVHOOK_LAUNCHER, argv);
+    dprintf(2, PROGRAM ": cannot exec %s: %s\n", NVHOOK_LAUNCHER, strerror(errno));
+    _exit(EXIT_HOOK);
+}
+
+#define DOUBT()                                                                            \
+    do {                                                                                   \
+        if (getenv("NVHOOK_HOOK_TRACE")) dprintf(2, PROGRAM ": handing over (line %d)\n", \
+                                                 __LINE__);                              \
+        handover();                                                                        \
+    } while (0)
+#define CHECK(cond) \
+    do {            \
+        if (!(cond)) DOUBT(); \
+    } while (0)
+
+/* --- a strict JSON reader (oci/jsoncodec.py's rules; anything it might read differently
+ * is a doubt) ----------------------------------------------------------------------------
+ * Tokens in document order; each knows where its subtree ends, so lookups skip siblings.
+ * Strings are unescaped into a pool, NUL-terminated; a NUL, a lone surrogate or invalid
+ * UTF-8 is a doubt. */
+
+enum { J_NULL, J_BOOL, J_INT, J_FLOAT, J_STR, J_ARR, J_OBJ };
+
+struct tok {
+    int type;
+    unsigned end;    /* index after this token's subtree */
+    const char *s;   /* J_STR: the unescaped text; J_INT/J_FLOAT: the literal (both in the
+                      * pool, NUL-terminated) */
+    size_t len;
+};
+
+struct doc {
+    struct tok *t;
+    unsigned n, cap;
+    char *pool;
+    size_t used;
+    const char *p, *e;
+};
+
+static int utf8_valid(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k;
+        unsigned cp;
+        if (c >= 0xC2 && c <= 0xDF) k = 1, cp = c & 0x1F;
+        else if (c >= 0xE0 && c <= 0xEF) k = 2, cp = c & 0x0F;
+        else if (c >= 0xF0 && c <= 0xF4) k = 3, cp = c & 0x07;
+        else return 0;
+        if (n - i <= k) return 0; /* k continuation bytes must follow */
+        for (size_t j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (s[i + j] & 0x3F);
+        }
+        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+static int new_tok(struct doc *d, int type) {
+    if (d->n == d->cap) {
+        unsigned cap = d->cap ? d->cap * 2 : 256;
+        struct tok *t = realloc(d->t, cap * sizeof *t);
+        if (!t) return -1;
+        d->t = t, d->cap = cap;
+    }
+    d->t[d->n] = (struct tok){type, 0, NULL, 0};
+    return (int)d->n++;
+}
+
+static void skip_ws(struct doc *d) {
+    while (d->p < d->e && (*d->p == ' ' || *d->p == '\t' || *d->p == '\n' || *d->p == '\r'))
+        d->p++;
+}
+
+static int hex4(const char *p, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_string(struct doc *d, const char **out, size_t *len) {
+    d->p++; /* the opening quote */
+    char *o = d->pool + d->used, *start = o;
+    while (d->p < d->e) {
+        unsigned char c = (unsigned char)*d->p;
+        if (c == '"') {
+            d->p++;
+            *o++ = '\0';
+            *out = start, *len = (size_t)(o - start - 1);
+            d->used += (size_t)(o - start);
+            return 0;
+        }
+        if (c < 0x20) return -1;
+        if (c != '\\') {
+            *o++ = (char)c, d->p++;
+            continue;
+        }
+        if (d->e - d->p < 2) return -1;
+        char x = d->p[1];
+        d->p += 2;
+        switch (x) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '/': *o++ = '/'; break;
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            unsigned cp, lo;
+            if (d->e - d->p < 4 || hex4(d->p, &cp)) return -1;
+            d->p += 4;
+            if (cp == 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return -1;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (d->e - d->p < 6 || d->p[0] != '\\' || d->p[1] != 'u' || hex4(d->p + 2, &lo) ||
+                    lo < 0xDC00 || lo > 0xDFFF)
+                    return -1;
+                d->p += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            /* at most 4 bytes out for 6 or 12 bytes in: the pool never overflows */
+            if (cp < 0x80) {
+                *o++ = (char)cp;
+            } else if (cp < 0x800) {
+                *o++ = (char)(0xC0 | cp >> 6), *o++ = (char)(0x80 | (cp & 0x3F));
+            } else if (cp < 0x10000) {
+                *o++ = (char)(0xE0 | cp >> 12), *o++ = (char)(0x80 | (cp >> 6 & 0x3F));
+                *o++ = (char)(0x80 | (cp & 0x3F));
+            } else {
+                *o++ = (char)(0xF0 | cp >> 18), *o++ = (char)(0x80 | (cp >> 12 & 0x3F));
+                *o++ = (char)(0x80 | (cp >> 6 & 0x3F)), *o++ = (char)(0x80 | (cp & 0x3F));
+            }
+            break;
+        }
+        default: return -1;
+        }
+    }
+    return -1;
+}
+
+static int parse_number(struct doc *d, int i) {
+    const char *s = d->p;
+    int fl = 0;
+    if (d->p < d->e && *d->p == '-') d->p++;
+    if (d->p >= d->e) return -1;
+    if (*d->p == '0') {
+        d->p++;
+    } else if (*d->p >= '1' && *d->p <= '9') {
+        while (d->p < d->e && *d->p >= '0' && *d->p <= '9') d->p++;
+    } else {
+        return -1;
+    }
+    if (d->p < d->e && *d->p == '.') {
+        fl = 1, d->p++;
+        if (d->p >= d->e || *d->p < '0' || *d->p > '9') return -1;
+        while (d->p < d->e && *d->p >= '0' && *d->p <= '9') d->p++;
+    }
+    if (d->p < d->e && (*d->p == 'e' || *d->p == 'E')) {
+        fl = 1, d->p++;
+        if (d->p < d->e && (*d->p == '+' || *d->p == '-')) d->p++;
+        if (d->p >= d->e || *d->p < '0' || *d->p > '9') return -1;
+        while (d->p < d->e && *d->p >= '0' && *d->p <= '9') d->p++;
+    }
+    size_t len = (size_t)(d->p - s);
+    if (len > 400) return -1; /* Python's 4300-digit limit, a float's range: not worth it */
+    if (fl) {
+        char buf[401];
+        memcpy(buf, s, len), buf[len] = '\0';
+        errno = 0;
+        (void)strtod(buf, NULL);
+        if (errno == ERANGE) return -1; /* 1e400 is refused; 1e-400 is a doubt */
+    }
+    d->t[i].type = fl ? J_FLOAT : J_INT;
+    /* a NUL-terminated copy in the pool: a number's text plus its NUL never needs more than
+     * the bytes around it in the input (a delimiter), nor a string's more than its quotes */
+    char *copy = d->pool + d->used;
+    memcpy(copy, s, len), copy[len] = '\0';
+    d->used += len + 1;
+    d->t[i].s = copy, d->t[i].len = len;
+    return 0;
+}
+
+static int parse_value(struct doc *d, int depth) {
+    skip_ws(d);
+    if (d->p >= d->e || depth > MAX_DEPTH) return -1;
+    int i = new_tok(d, J_NULL);
+    if (i < 0) return -1;
+    char c = *d->p;
+    if (c == '{' || c == '[') {
+        d->t[i].type = c == '{' ? J_OBJ : J_ARR;
+        char close = c == '{' ? '}' : ']';
+        d->p++;
+        skip_ws(d);
+        if (d->p < d->e && *d->p == close) {
+            d->p++;
+        } else {
+            for (;;) {
+                if (c == '{') {
+                    skip_ws(d);
+                    if (d->p >= d->e || *d->p != '"') return -1;
+                    if (parse_value(d, depth + 1)) return -1; /* the key, a J_STR */
+                    skip_ws(d);
+                    if (d->p >= d->e || *d->p != ':') return -1;
+                    d->p++;
+                }
+                if (parse_value(d, depth + 1)) return -1;
+                skip_ws(d);
+                if (d->p < d->e && *d->p == ',') {
+                    d->p++;
+                    continue;
+                }
+                if (d->p < d->e && *d->p == close) {
+                    d->p++;
+                    break;
+                }
+                return -1;
+            }
+        }
+    } else if (c == '"') {
+        d->t[i].type = J_STR;
+        if (parse_string(d, &d->t[i].s, &d->t[i].len)) return -1;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        if (parse_number(d, i)) return -1;
+    } else if (d->e - d->p >= 4 && !memcmp(d->p, "null", 4)) {
+        d->p += 4;
+    } else if (d->e - d->p >= 4 && !memcmp(d->p, "true", 4)) {
+        d->t[i].type = J_BOOL, d->p += 4;
+    } else if (d->e - d->p >= 5 && !memcmp(d->p, "false", 5)) {
+        d->t[i].type = J_BOOL, d->p += 5;
+    } else {
+        return -1;
+    }
+    d->t[i].end = d->n;
+    return 0;
+}
+
+/* Parse data[0:len] as one JSON value; 0, or -1 for anything doubtful. */
+static int parse_doc(struct doc *d, const char *data, size_t len) {
+    memset(d, 0, sizeof *d);
+    if (!utf8_valid((const unsigned char *)data, len)) return -1;
+    d->pool = malloc(len + 1);
+    if (!d->pool) return -1;
+    d->p = data, d->e = data + len;
+    if (parse_value(d, 0)) return -1;
+    skip_ws(d);
+    return d->p == d->e ? 0 : -1;
+}
+
+/* The value of key in the object at token obj (the last one, as Python keeps it), or -1. */
+static int get(const struct doc *d, int obj, const char *key) {
+    if (obj < 0 || d->t[obj].type != J_OBJ) return -1;
+    int found = -1;
+    for (unsigned k = (unsigned)obj + 1; k < d->t[obj].end;) {
+        unsigned v = k + 1;
+        if (!strcmp(d->t[k].s, key) && strlen(key) == d->t[k].len) found = (int)v;
+        k = d->t[v].end;
+    }
+    return found;
+}
+
+/* --- oci.state.State.parse and oci.bundle.check_spec, as yes/no ------------------------ */
+
+static int is_type(const struct doc *d, int i, int type) { return i >= 0 && d->t[i].type == type; }
+
+/* An integer literal from 0 to max (no sign, no fraction). */
+static int is_uint(const struct doc *d, int i, unsigned long long max) {
+    if (!is_type(d, i, J_INT) || d->t[i].s[0] == '-' || d->t[i].len > 19) return 0;
+    char buf[24];
+    memcpy(buf, d->t[i].s, d->t[i].len), buf[d->t[i].len] = '\0';
+    return strtoull(buf, NULL, 10) <= max;
+}
+
+/* Each item of the array at i is a type (for J_OBJ: with a string field `required`). */
+static int all_items(const struct doc *d, int i, int type, const char *required) {
+    if (!is_type(d, i, J_ARR)) return 0;
+    for (unsigned k = (unsigned)i + 1; k < d->t[i].end; k = d->t[k].end) {
+        if (d->t[k].type != type) return 0;
+        if (required && !is_type(d, get(d, (int)k, required), J_STR)) return 0;
+    }
+    return 1;
+}
+
+/* Each value of the object at i is of `type` (arrays of objects with `required`: J_ARR). */
+static int all_values(const struct doc *d, int i, int type, const char *required) {
+    if (!is_type(d, i, J_OBJ)) return 0;
+    for (unsigned k = (unsigned)i + 1; k < d->t[i].end;) {
+        unsigned v = k + 1;
+        if (type == J_ARR ? !all_items(d, (int)v, J_OBJ, required) : d->t[v].type != type)
+            return 0;
+        k = d->t[v].end;
+    }
+    return 1;
+}
+
+/* `key` absent from the object at i, or present and passing `ok`. */
+#define ABSENT_OR(d, i, key, ok) (get(d, i, key) < 0 || (ok))
+
+static int state_ok(const struct doc *d) {
+    if (!is_type(d, 0, J_OBJ)) return 0;
+    const char *keys[] = {"ociVersion", "id", "status", "bundle"};
+    for (size_t k = 0; k < 4; k++)
+        if (!is_type(d, get(d, 0, keys[k]), J_STR)) return 0;
+    int id = get(d, 0, "id"), bundle = get(d, 0, "bundle"), pid = get(d, 0, "pid");
+    int ann = get(d, 0, "annotations");
+    return d->t[id].len > 0 && d->t[bundle].s[0] == '/' &&
+           (pid < 0 || is_type(d, pid, J_NULL) || is_uint(d, pid, ~0ULL >> 1)) &&
+           (ann < 0 || is_type(d, ann, J_NULL) || all_values(d, ann, J_STR, NULL));
+}
+
+static int spec_ok(const struct doc *d) {
+    const unsigned long long u32 = 0xFFFFFFFFULL;
+    if (!is_type(d, 0, J_OBJ)) return 0;
+    int process = get(d, 0, "process");
+    if (process >= 0) {
+        if (!is_type(d, process, J_OBJ)) return 0;
+        if (!ABSENT_OR(d, process, "env", all_items(d, get(d, process, "env"), J_STR, NULL)))
+            return 0;
+        int user = get(d, process, "user");
+        if (user >= 0) {
+            if (!is_type(d, user, J_OBJ)) return 0;
+            if (!ABSENT_OR(d, user, "uid", is_uint(d, get(d, user, "uid"), u32)) ||
+                !ABSENT_OR(d, user, "gid", is_uint(d, get(d, user, "gid"), u32)))
+                return 0;
+            int gids = get(d, user, "additionalGids");
+            if (gids >= 0) {
+                if (!is_type(d, gids, J_ARR)) return 0;
+                for (unsigned k = (unsigned)gids + 1; k < d->t[gids].end; k = d->t[k].end)
+                    if (!is_uint(d, (int)k, u32)) return 0;
+            }
+        }
+    }
+    int root = get(d, 0, "root");
+    if (root >= 0 && (!is_type(d, root, J_OBJ) ||
+                      !ABSENT_OR(d, root, "path", is_type(d, get(d, root, "path"), J_STR))))
+        return 0;
+    if (!ABSENT_OR(d, 0, "mounts", all_items(d, get(d, 0, "mounts"), J_OBJ, "destination")) ||
+        !ABSENT_OR(d, 0, "hooks", all_values(d, get(d, 0, "hooks"), J_ARR, "path")) ||
+        !ABSENT_OR(d, 0, "annotations", all_values(d, get(d, 0, "annotations"), J_STR, NULL)))
+        return 0;
+    int linux_ = get(d, 0, "linux");
+    if (linux_ >= 0) {
+        if (!is_type(d, linux_, J_OBJ)) return 0;
+        if (!ABSENT_OR(d, linux_, "devices",
+                       all_items(d, get(d, linux_, "devices"), J_OBJ, "path")))
+            return 0;
+        int res = get(d, linux_, "resources");
+        if (res >= 0 && (!is_type(d, res, J_OBJ) ||
+                         !ABSENT_OR(d, res, "devices",
+                                    all_items(d, get(d, res, "devices"), J_OBJ, NULL))))
+            return 0;
+    }
+    return 1;
+}
+
+/* --- files ------------------------------------------------------------------------------ */
+
+/* Read a whole fd into a malloc'd buffer (at most limit bytes; *more set when there was
+ * more). */
+static char *read_fd(int fd, size_t limit, size_t *len, int *more) {
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap + 1);
+    *more = 0;
+    while (buf) {
+        if (n == cap) {
+            if (cap > limit) {
+                *more = 1;
+                break;
+            }
+            char *b = realloc(buf, cap * 2 + 1);
+            if (!b) {
+                free(buf);
+                return NULL;
+            }
+            buf = b, cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            free(buf);
+            return NULL;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    if (buf && n > limit) *more = 1;
+    if (buf) buf[n] = '\0', *len = n;
+    return buf;
+}
+
+static int rootfd = -1;
+static int inside_of(int fd, char *out);
+
+/* openat2 inside the root, retried on EAGAIN (safepath._openat2_retry); -1 with errno. */
+static int in_root(const char *path, int flags, int mode) {
+    struct open_how_ how = {(uint64_t)(flags | O_CLOEXEC), (uint64_t)mode,
+                            RESOLVE_IN_ROOT_ | RESOLVE_NO_MAGICLINKS_};
+    for (int tries = 0; tries < 16; tries++) {
+        long fd = syscall(SYS_openat2, rootfd, path, &how, sizeof how);
+        if (fd >= 0) return (int)fd;
+        if (errno != EAGAIN && errno != EINTR) return -1;
+    }
+    return -1;
+}
+
+/* Printable ASCII only (what this program writes or compares without a doubt). */
+static int plain(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7F) return 0;
+    return 1;
+}
+
+/* An absolute path whose components are neither "", "." nor ".." (no "//", no "/" at the
+ * end: what posixpath.normpath leaves as it is). */
+static int clean_path(const char *p) {
+    if (p[0] != '/' || !p[1]) return 0;
+    for (const char *c = p; *c;) {
+        const char *next = strchr(c + 1, '/');
+        size_t len = next ? (size_t)(next - c - 1) : strlen(c + 1);
+        if (len == 0 || (len == 1 && c[1] == '.') || (len == 2 && c[1] == '.' && c[2] == '.'))
+            return 0;
+        if (!next) break;
+        c = next;
+    }
+    return 1;
+}
+
+/* Write data to `name` in the directory dirfd: a temp file renamed over it (write_file). */
+static int replace_file(int dirfd, const char *name, const char *data, size_t len, int sync) {
+    unsigned char rnd[6];
+    char tmp[300];
+    if (syscall(SYS_getrandom, rnd, sizeof rnd, 0) != (long)sizeof rnd) return -1;
+    snprintf(tmp, sizeof tmp, ".%.200s.%02x%02x%02x%02x%02x%02x.nvhook", name, rnd[0], rnd[1],
+             rnd[2], rnd[3], rnd[4], rnd[5]);
+    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    size_t done = 0;
+    int ok = 1;
+    while (ok && done < len) {
+        ssize_t w = write(fd, data + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) ok = 0;
+        else done += (size_t)w;
+    }
+    if (ok && fchmod(fd, 0644)) ok = 0;
+    if (ok && sync && fsync(fd)) ok = 0;
+    if (close(fd)) ok = 0;
+    if (ok && renameat(dirfd, tmp, dirfd, name)) ok = 0;
+    if (!ok) {
+        int e = errno;
+        unlinkat(dirfd, tmp, 0);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+/* --- procfs under the rootfs (update_ldcache.procfs_mounts_under) -------------------- */
+
+static void unescape(char *f) {
+    char *o = f;
+    for (char *i = f; *i;) {
+        if (i[0] == '\\' && i[1] >= '0' && i[1] <= '7' && i[2] >= '0' && i[2] <= '7' &&
+            i[3] >= '0' && i[3] <= '7') {
+            *o++ = (char)((i[1] - '0') * 64 + (i[2] - '0') * 8 + (i[3] - '0'));
+            i += 4;
+        } else {
+            *o++ = *i++;
+        }
+    }
+    *o = '\0';
+}
+
+/* The procfs mount points at or under real (count; -1 on a doubt); into out when given. */
+static int procfs_under(const char *real, char (*out)[PATH_MAX]) {
+    int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    size_t len;
+    int more;
+    char *text = read_fd(fd, 16 << 20, &len, &more);
+    close(fd);
+    if (!text || more || memchr(text, '\0', len)) {
+        free(text);
+        return -1;
+    }
+    size_t rlen = strlen(real);
+    while (rlen > 0 && real[rlen - 1] == '/') rlen--;
+    int count = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        char *f[64];
+        int n = 0;
+        for (char *c = line; c;) {
+            if (n == 64) { /* more fields than any mount has: read by Python */
+                free(text);
+                return -1;
+            }
+            f[n++] = c;
+            c = strchr(c, ' ');
+            if (c) *c++ = '\0';
+        }
+        int sep = -1;
+        for (int k = 6; k < n; k++)
+            if (!strcmp(f[k], "-")) {
+                sep = k;
+                break;
+            }
+        if (sep < 0 || sep + 1 >= n || strcmp(f[sep + 1], "proc")) continue;
+        unescape(f[4]);
+        if (!strcmp(f[4], real) || (!strncmp(f[4], real, rlen) && f[4][rlen] == '/')) {
+            if (count >= MAX_PROCFS || strlen(f[4]) >= PATH_MAX) {
+                free(text);
+                return -1;
+            }
+            if (out) strcpy(out[count], f[4]);
+            count++;
+        }
+    }
+    free(text);
+    return count;
+}
+
+/* --- ldconfig -------------------------------------------------------------------------- */
+
+static long long now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* In the child: a private mount namespace without the procfs mounts, then exec. */
+static void child(char **argv, const char *real, char (*procfs)[PATH_MAX], int nprocfs,
+                  int out, int err) __attribute__((noreturn));
+static void child(char **argv, const char *real, char (*procfs)[PATH_MAX], int nprocfs,
+                  int out, int err) {
+    const char *what = "";
+    int null = open("/dev/null", O_RDONLY);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) goto fail;
+    if (nprocfs > 0) {
+        what = "private mounts";
+        if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
+            goto fail;
+        for (int done = 0; done < nprocfs; done++) { /* the longest first */
+            int best = -1;
+            for (int k = 0; k < nprocfs; k++)
+                if (procfs[k][0] && (best < 0 || strlen(procfs[k]) > strlen(procfs[best])))
+                    best = k;
+            if (umount2(procfs[best], MNT_DETACH | UMOUNT_NOFOLLOW) && errno != EINVAL &&
+                errno != ENOENT)
+                goto fail;
+            procfs[best][0] = '\0';
+        }
+        if (procfs_under(real, NULL) != 0) {
+            errno = EBUSY;
+            goto fail;
+        }
+    }
+    struct rlimit rl;
+    what = "RLIMIT_DATA";
+    if (getrlimit(RLIMIT_DATA, &rl)) goto fail;
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (rlim_t)LDCONFIG_MAX_DATA)
+        rl.rlim_cur = (rlim_t)LDCONFIG_MAX_DATA;
+    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)LDCONFIG_MAX_DATA)
+        rl.rlim_max = (rlim_t)LDCONFIG_MAX_DATA;
+    if (setrlimit(RLIMIT_DATA, &rl)) goto fail;
+    char *empty[] = {NULL};
+    what = "exec";
+    execve(argv[0], argv, empty);
+fail:
+    dprintf(err, "%s: %s", what, strerror(errno));
+    _exit(127);
+}
+
+/* Run ldconfig: 0 when it exits 0, 1 when it timed out (killed), -1 on anything else. */
+static int run_ldconfig(char **argv, const char *real, char (*procfs)[PATH_MAX], int nprocfs) {
+    int errp[2], outp[2];
+    if (pipe2(errp, O_CLOEXEC) || pipe2(outp, O_CLOEXEC)) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) child(argv, real, procfs, nprocfs, outp[1], errp[1]);
+    close(errp[1]);
+    close(outp[1]);
+    char buf[4096];
+    ssize_t r, failed = 0;
+    while ((r = read(errp[0], buf, sizeof buf)) != 0)
+        if (r > 0) failed += r;
+        else if (errno != EINTR) break;
+    close(errp[0]);
+    long long deadline = now_ms() + LDCONFIG_TIMEOUT_MS;
+    int timed_out = 0;
+    for (;;) {
+        long long left = deadline - now_ms();
+        if (left <= 0) {
+            timed_out = 1;
+            break;
+        }
+        struct pollfd p = {outp[0], POLLIN, 0};
+        int n = poll(&p, 1, (int)(left > INT_MAX ? INT_MAX : left));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        if (n == 0) continue;
+        r = read(outp[0], buf, sizeof buf); /* ldconfig's output: only shown on failure */
+        if (r == 0 || (r < 0 && errno != EINTR)) break;
+    }
+    close(outp[0]);
+    if (timed_out) kill(pid, SIGKILL);
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    if (failed) return -1;
+    if (timed_out) return 1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static int executable_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* --- create-container ------------------------------------------------------------------ */
+
+struct link {
+    const char *target, *path;
+    char *dir;        /* the link's folder (in the root, as written) */
+    const char *name; /* its last component */
+    int device;       /* a --device-link: only when its target is a character device */
+    int skip;         /* a device link whose target is not there, or a repeat */
+};
+
+static char root_host[PATH_MAX]; /* the rootfs as the kernel names it (/proc/self/fd) */
+
+/* The path inside the root of the open fd (safepath.RootFd._inside): 0, or -1. */
+static int inside_of(int fd, char *out) {
+    char self[64], host[PATH_MAX];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(self, host, sizeof host - 1);
+    if (n < 0 || (size_t)n >= sizeof host - 1) return -1;
+    host[n] = '\0';
+    if (!strcmp(host, root_host)) return strcpy(out, "/"), 0;
+    size_t r = strlen(root_host);
+    while (r > 0 && root_host[r - 1] == '/') r--;
+    if (strncmp(host, root_host, r) || host[r] != '/') return -1;
+    strcpy(out, host + r);
+    return 0;
+}
+
+/* Where the folder dir is in the root once its symlinks are resolved, its missing tail kept
+ * (create_symlinks._physical_dir): 0, or -1 on a doubt. */
+static int physical_dir(const char *dir, char *out) {
+    char cur[PATH_MAX], missing[PATH_MAX] = "";
+    if (strlen(dir) >= sizeof cur) return -1;
+    strcpy(cur, dir);
+    for (;;) {
+        int fd = in_root(cur, O_PATH | O_DIRECTORY, 0);
+        if (fd >= 0) {
+            int r = inside_of(fd, out);
+            close(fd);
+            if (r) return -1;
+            break;
+        }
+        if (errno != ENOENT) return -1;
+        if (!strcmp(cur, "/")) {
+            strcpy(out, "/");
+            break;
+        }
+        char *slash = strrchr(cur, '/'), tail[PATH_MAX];
+        if (strlen(slash) + strlen(missing) >= sizeof tail) return -1;
+        strcpy(tail, slash), strcat(tail, missing), strcpy(missing, tail);
+        if (slash == cur) slash[1] = '\0';
+        else *slash = '\0';
+    }
+    if (missing[0]) {
+        if (strlen(out) + strlen(missing) >= PATH_MAX) return -1;
+        if (!strcmp(out, "/")) strcpy(out, missing);
+        else strcat(out, missing);
+    }
+    return 0;
+}
+
+/* Whether target, read by a link in dir (a clean path in the root), climbs above "/"
+ * (create_symlinks.target_escapes); when it does not and out is given, the path it names,
+ * normalised (posixpath.normpath of the join). */
+static int escapes(const char *target, const char *dir, char *out) {
+    char buf[2 * PATH_MAX];
+    size_t len = 0;
+    if (target[0] != '/') {
+        if (strlen(dir) >= PATH_MAX) return 1;
+        strcpy(buf, dir), len = strlen(buf);
+        if (len == 1) len = 0; /* "/" */
+    }
+    buf[len] = '\0';
+    for (const char *c = target; *c;) {
+        while (*c == '/') c++;
+        const char *e = strchrnul(c, '/');
+        size_t n = (size_t)(e - c);
+        if (n == 0 || (n == 1 && c[0] == '.')) {
+        } else if (n == 2 && c[0] == '.' && c[1] == '.') {
+            if (len == 0) return 1;
+            while (len > 0 && buf[len - 1] != '/') len--;
+            if (len > 0) len--; /* the slash */
+            buf[len] = '\0';
+        } else {
+            if (len + n + 2 >= sizeof buf) return 1;
+            buf[len++] = '/';
+            memcpy(buf + len, c, n), len += n;
+            buf[len] = '\0';
+        }
+        c = e;
+    }
+    if (out) {
+        if (len >= PATH_MAX) return 1;
+        strcpy(out, len ? buf : "/");
+    }
+    return 0;
+}
+
+/* lstat of path in the root: its folder resolved inside, the last component as is
+ * (RootFd.lstat); 0, or -1 with errno. */
+static int lstat_in(const char *path, struct stat *st) {
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    if (!slash || !slash[1] || (size_t)(slash - path) >= sizeof dir) return errno = EINVAL, -1;
+    memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = '\0';
+    int fd = in_root(dir[0] ? dir : "/", O_PATH | O_DIRECTORY, 0);
+    if (fd < 0) return -1;
+    int r = fstatat(fd, slash + 1, st, AT_SYMLINK_NOFOLLOW);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return r;
+}
+
+/* The folder dir in the root (an O_PATH fd), created with its missing parents as
+ * RootFd.mkdirs does (mode 0755, umask applied); -1 on a doubt. */
+static int mkdirs_in(const char *dir) {
+    char prefix[PATH_MAX];
+    size_t len = strlen(dir);
+    if (len >= sizeof prefix) return -1;
+    int fd = in_root(dir, O_PATH | O_DIRECTORY, 0);
+    if (fd >= 0 || errno != ENOENT) return fd;
+    for (size_t at = 1; at <= len; at++) {
+        if (at < len && dir[at] != '/') continue;
+        memcpy(prefix, dir, at), prefix[at] = '\0';
+        fd = in_root(prefix, O_PATH | O_DIRECTORY, 0);
+        if (fd >= 0) {
+            close(fd);
+            continue;
+        }
+        if (errno != ENOENT) return -1;
+        char *slash = strrchr(prefix, '/');
+        *slash = '\0';
+        int parent = in_root(prefix[0] ? prefix : "/", O_PATH | O_DIRECTORY, 0);
+        if (parent < 0) return -1;
+        int r = mkdirat(parent, slash + 1, 0755);
+        close(parent);
+        if (r) return -1; /* EEXIST: a dangling symlink (refused by Python), or a race */
+    }
+    return in_root(dir, O_PATH | O_DIRECTORY, 0);
+}
+
+/* The target of the symlink name in dirfd is target. */
+static int same_link(int dirfd, const char *name, const char *target) {
+    char current[PATH_MAX];
+    ssize_t n = readlinkat(dirfd, name, current, sizeof current);
+    if (n < 0 || (size_t)n >= sizeof current) return 0;
+    current[n] = '\0';
+    return !strcmp(current, target);
+}
+
+/* --- the image's CUDA compat folder (nvhook/hook/cuda_compat.py) ---------------------- */
+
+/* A driver version "X.Y[.Z[.W]]", ASCII digits, under 10 each (cuda_compat._version): the
+ * number of parts, or 0. */
+static int version_of(const char *text, long v[4]) {
+    int n = 0;
+    for (const char *c = text;;) {
+        size_t len = strspn(c, "0123456789");
+        if (len == 0 || len >= 10 || n == 4) return 0;
+        v[n++] = strtol(c, NULL, 10);
+        c += len;
+        if (!*c) break;
+        if (*c++ != '.') return 0;
+    }
+    return n >= 2 ? n : 0;
+}
+
+/* Python's tuple comparison a <= b. */
+static int version_le(const long *a, int na, const long *b, int nb) {
+    for (int i = 0; i < na && i < nb; i++)
+        if (a[i] != b[i]) return a[i] < b[i];
+    return na <= nb;
+}
+
+static uint64_t field(const unsigned char *p, int size) {
+    uint64_t v = 0;
+    for (int i = size - 1; i >= 0; i--) v = v << 8 | p[i]; /* little-endian */
+    return v;
+}
+
+#define NOTE_SECTION ".note.cuda.fwd_compatibility"
+#define NOTE_OWNER "NVIDIA Corporation"
+#define MAX_NOTE (64 << 10)
+
+/* The fwd_compatibility note's JSON (cuda_compat.read_fwd_compat_note), parsed into d:
+ * 1 when there is one, 0 when Python finds none (None), -1 on a doubt. */
+static int read_note(int fd, struct doc *d) {
+    unsigned char h[64], *table = NULL, *strtab = NULL, *data = NULL;
+    int result = 0;
+    ssize_t n = pread(fd, h, sizeof h, 0);
+    if (n < 52 || memcmp(h, "\177ELF", 4) || (h[4] != 1 && h[4] != 2)) return 0;
+    if (h[5] != 1) return -1; /* big-endian: Python's */
+    int wide = h[4] == 2;
+    if (wide && n < 64) return 0;
+    uint64_t shoff = wide ? field(h + 40, 8) : field(h + 32, 4);
+    unsigned shentsize = (unsigned)field(h + (wide ? 58 : 46), 2);
+    unsigned shnum = (unsigned)field(h + (wide ? 60 : 48), 2);
+    unsigned shstrndx = (unsigned)field(h + (wide ? 62 : 50), 2);
+    unsigned size = wide ? 64 : 40;
+    if (!shoff || shentsize != size || shnum == 0 || shnum > 4096 || shstrndx >= shnum) return 0;
+    if (shoff > (uint64_t)INT64_MAX / 2) return -1;
+    size_t tlen = (size_t)shentsize * shnum;
+    table = malloc(tlen);
+    if (!table) return -1;
+    if (pread(fd, table, tlen, (off_t)shoff) != (ssize_t)tlen) goto out;
+#define SH(i, off32, off64) \
+    field(table + (size_t)(i) * size + (wide ? (off64) : (off32)), wide ? 8 : 4)
+#define SH4(i, off) field(table + (size_t)(i) * size + (off), 4)
+    uint64_t str_off = SH(shstrndx, 16, 24), str_len = SH(shstrndx, 20, 32);
+    if (str_len > MAX_NOTE) str_len = MAX_NOTE;
+    if (str_off > (uint64_t)INT64_MAX / 2) goto doubt;
+    strtab = malloc(str_len + 1);
+    if (!strtab) goto doubt;
+    ssize_t slen = pread(fd, strtab, str_len, (off_t)str_off);
+    if (slen < 0) goto out;
+    for (unsigned i = 0; i < shnum; i++) {
+        uint64_t name = SH4(i, 0), type = SH4(i, 4);
+        size_t want = sizeof NOTE_SECTION; /* with its NUL */
+        if (type != 7 || name > (uint64_t)slen || (uint64_t)slen - name < want ||
+            memcmp(strtab + name, NOTE_SECTION, want))
+            continue;
+        uint64_t off = SH(i, 16, 24), len = SH(i, 20, 32);
+        if (len > MAX_NOTE) len = MAX_NOTE;
+        if (off > (uint64_t)INT64_MAX / 2) goto doubt;
+        data = malloc(len + 1);
+        if (!data) goto doubt;
+        ssize_t dlen = pread(fd, data, len, (off_t)off);
+        if (dlen < 12) goto out; /* struct.error: None */
+        uint64_t namesz = field(data, 4), descsz = field(data + 4, 4);
+        size_t olen = namesz > (uint64_t)dlen - 12 ? (size_t)dlen - 12 : (size_t)namesz;
+        while (olen > 0 && data[12 + olen - 1] == 0) olen--;
+        uint64_t start = 12 + ((namesz + 3) & ~(uint64_t)3);
+        if (olen != sizeof NOTE_OWNER - 1 || memcmp(data + 12, NOTE_OWNER, olen) ||
+            start + descsz > (uint64_t)dlen)
+            goto out;
+        size_t jlen = (size_t)descsz;
+        while (jlen > 0 && data[start + jlen - 1] == 0) jlen--;
+        /* Python: not JSON, or not an object, is None; here any parse failure is a doubt */
+        if (parse_doc(d, (const char *)data + start, jlen)) goto doubt;
+        result = is_type(d, 0, J_OBJ) ? 1 : 0;
+        goto out;
+    }
+out:
+    free(table), free(strtab), free(data);
+    return result;
+doubt:
+    free(table), free(strtab), free(data);
+    return -1;
+#undef SH
+#undef SH4
+}
+
+/* The folder --cuda-compat HOST puts first (cuda_compat.find_compat and hook._with_compat)
+ * into out ("" for none): 0, or -1 on a doubt. */
+static int compat_folder(const char *host_driver, char *out) {
+    long host[4], best[4] = {0};
+    int nhost = version_of(host_driver, host), nbest = 0, found = 0;
+    out[0] = '\0';
+    if (!nhost) return 0; /* "not a version": nothing is used */
+    int fd = in_root(COMPAT_DIR, O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0) return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
+    char where[PATH_MAX], name[256];
+    DIR *dir = NULL;
+    int dup_fd = -1, result = -1;
+    if (inside_of(fd, where)) goto done;
+    dup_fd = dup(fd);
+    if (dup_fd < 0 || !(dir = fdopendir(dup_fd))) goto done;
+    dup_fd = -1;
+    struct dirent *e;
+    errno = 0;
+    while ((e = readdir(dir))) {
+        long v[4];
+        int nv;
+        if (strncmp(e->d_name, "libcuda.so.", 11) || !(nv = version_of(e->d_name + 11, v)))
+            continue;
+        struct stat st;
+        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW)) goto done;
+        if (!S_ISREG(st.st_mode)) continue;
+        if (++found == 1) {
+            if (strlen(e->d_name) >= sizeof name) goto done;
+            strcpy(name, e->d_name), memcpy(best, v, sizeof v), nbest = nv;
+        }
+    }
+    if (errno) goto done;
+    result = 0;
+    if (found != 1) goto done; /* none, or more than one: not choosing */
+    int used;
+    struct doc note = {0};
+    int lib = openat(fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int has_note = 0;
+    struct stat st;
+    if (lib >= 0) {
+        has_note = !fstat(lib, &st) && S_ISREG(st.st_mode) ? read_note(lib, &note) : 0;
+        close(lib);
+    }
+    if (has_note < 0) {
+        result = -1;
+    } else {
+        int supported = has_note ? get(&note, 0, "driver") : -1;
+        if (is_type(&note, supported, J_ARR)) {
+            int listed = 0;
+            for (unsigned k = (unsigned)supported + 1; k < note.t[supported].end;
+                 k = note.t[k].end) {
+                if (note.t[k].type != J_INT || note.t[k].len > 12) {
+                    result = -1; /* 550.0, true, "550": Python's == decides */
+                    break;
+                }
+                listed |= strtol(note.t[k].s, NULL, 10) == host[0];
+            }
+            used = listed && !version_le(best, nbest, host, nhost);
+        } else {
+            used = best[0] > host[0];
+        }
+        /* a folder ld.so.conf cannot hold is not used (update_ldcache.check_folder) */
+        if (result == 0 && used && plain(where) && !strpbrk(where, " #,:=\\"))
+            strcpy(out, where);
+        else if (result == 0 && used)
+            result = -1; /* the Python hook says why */
+    }
+    free(note.t), free(note.pool);
+done:
+    if (dir) closedir(dir);
+    if (dup_fd >= 0) close(dup_fd);
+    close(fd);
+    return result;
+}
+
+/* --- --params (nvhook/hook/device_files.py) -------------------------------------------- */
+
+#define PARAMS_PATH "/proc/driver/nvidia/params"
+#define MAX_PARAMS (64 << 10)
+#ifndef SYS_open_tree
+#define SYS_open_tree 428
+#endif
+#ifndef SYS_move_mount
+#define SYS_move_mount 429
+#endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+
+struct mount_attr_ {
+    uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+
+/* The host's params with "ModifyDeviceFiles: 0" (device_files.private_params), in out. */
+static size_t private_params(const char *host, size_t len, char *out) {
+    static const char key[] = "ModifyDeviceFiles:";
+    size_t k = sizeof key - 1;
+    for (size_t at = 0; at <= len;) {
+        const char *nl = memchr(host + at, '\n', len - at);
+        size_t end = nl ? (size_t)(nl - host) : len;
+        if (end - at >= k && !memcmp(host + at, key, k)) {
+            size_t n = 0;
+            memcpy(out, host, at), n = at;
+            memcpy(out + n, key, k), n += k;
+            memcpy(out + n, " 0", 2), n += 2;
+            memcpy(out + n, host + end, len - end), n += len - end;
+            return n;
+        }
+        if (!nl) break;
+        at = end + 1;
+    }
+    size_t n = len;
+    memcpy(out, host, len);
+    if (len && host[len - 1] != '\n') out[n++] = '\n';
+    memcpy(out + n, key, k), n += k;
+    memcpy(out + n, " 0\n", 3), n += 3;
+    return n;
+}
+
+/* Mount data read-only over the O_PATH fd dest (device_files: a new file in /run, else
+ * /tmp, cloned as a detached mount, attached, unlinked); 0, or -1 (nothing left behind). */
+static int mount_params(const char *data, size_t len, int dest) {
+    const char *dirs[] = {"/run", "/tmp"};
+    for (size_t d = 0; d < 2; d++) {
+        unsigned char rnd[8];
+        if (syscall(SYS_getrandom, rnd, sizeof rnd, 0) != (long)sizeof rnd) return -1;
+        char path[128];
+        int n = snprintf(path, sizeof path, "%s/.nvhook-params.%d.", dirs[d], (int)getpid());
+        for (size_t i = 0; i < sizeof rnd; i++)
+            n += snprintf(path + n, sizeof path - (size_t)n, "%02x", rnd[i]);
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
+        if (fd < 0) continue;
+        int ok = fchmod(fd, 0444) == 0;
+        for (size_t done = 0; ok && done < len;) {
+            ssize_t w = write(fd, data + done, len - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) ok = 0;
+            else done += (size_t)w;
+        }
+        if (!ok) {
+            close(fd);
+            unlink(path);
+            continue;
+        }
+        int tree = (int)syscall(SYS_open_tree, fd, "", 1U /* OPEN_TREE_CLONE */ | O_CLOEXEC |
+                                                         AT_EMPTY_PATH);
+        struct mount_attr_ attr = {0x1 | 0x2 | 0x4 | 0x8, 0, 0, 0}; /* ro,nosuid,nodev,noexec */
+        ok = tree >= 0 &&
+             syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0 &&
+             syscall(SYS_move_mount, tree, "", dest, "", 0x04 | 0x40 /* F_ and T_EMPTY_PATH */) ==
+                 0;
+        if (tree >= 0) close(tree);
+        close(fd);
+        unlink(path); /* the mount keeps the file */
+        return ok ? 0 : -1;
+    }
+    return -1;
+}
+
+/* --- create-container ------------------------------------------------------------------ */
+
+static int ld_so_conf_includes(const char *text, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if ((c < 0x20 && c != '\n' && c != '\t') || c >= 0x7F) DOUBT();
+    }
+    for (const char *line = text; line < text + len;) {
+        const char *end = memchr(line, '\n', (size_t)(text + len - line));
+        if (!end) end = text + len;
+        const char *hash = memchr(line, '#', (size_t)(end - line));
+        const char *stop = hash ? hash : end;
+        char words[2][PATH_MAX];
+        int n = 0;
+        for (const char *c = line; c < stop && n < 2;) {
+            while (c < stop && (*c == ' ' || *c == '\t')) c++;
+            const char *w = c;
+            while (c < stop && *c != ' ' && *c != '\t') c++;
+            if (c > w) {
+                if ((size_t)(c - w) >= PATH_MAX) DOUBT();
+                memcpy(words[n], w, (size_t)(c - w)), words[n][c - w] = '\0';
+                n++;
+            }
+        }
+        if (n == 2 && !strcmp(words[0], "include") && strstr(words[1], CONF_DIR)) return 1;
+        line = end + 1;
+    }
+    return 0;
+}
+
+/* Parse TARGET::LINK into l (create_symlinks.parse_link); 0, or -1 on a doubt. */
+static int parse_link(const char *value, struct link *l, int device) {
+    const char *sep = strstr(value, "::");
+    if (!sep || sep == value || !sep[2] || !clean_path(sep + 2)) return -1;
+    char *target = strndup(value, (size_t)(sep - value));
+    if (!target) return -1;
+    l->target = target, l->path = sep + 2, l->device = device, l->skip = 0;
+    const char *slash = strrchr(l->path, '/');
+    l->dir = strndup(l->path, slash == l->path ? 1 : (size_t)(slash - l->path));
+    l->name = slash + 1;
+    return l->dir ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    original = argv, original_argc = argc;
+    /* the two older commands are create-container with fewer options (nvhook.hook.COMMANDS) */
+    CHECK(argc >= 2);
+    const char *command = argv[1];
+    int full = !strcmp(command, "create-container");
+    int ldcache_only = !strcmp(command, "update-ldcache");
+    int links_only = !strcmp(command, "create-symlinks");
+    CHECK(full || ldcache_only || links_only);
+
+    /* the options (nvhook.hook.parse_args); anything else is Python's */
+    static struct link links[MAX_ITEMS];
+    const char *folders[MAX_ITEMS];
+    int nlinks = 0, nfolders = 0;
+    const char *ldconfig = NULL, *compat = NULL, *params = NULL;
+    for (int pass = 0; pass < 2; pass++) { /* the --links, then the --device-links */
+        for (int i = 2; i < argc; i++) {
+            const char *arg = argv[i], *eq = strchr(arg, '='), *value;
+            size_t optlen = eq ? (size_t)(eq - arg) : strlen(arg);
+            if (eq) value = eq + 1;
+            else if (i + 1 < argc) value = argv[++i];
+            else DOUBT();
+            CHECK(plain(value));
+#define IS(name) (optlen == sizeof name - 1 && !strncmp(arg, name, optlen))
+            CHECK(full || (ldcache_only && (IS("--folder") || IS("--ldconfig"))) ||
+                  (links_only && IS("--link")));
+            if (IS("--link") || IS("--device-link")) {
+                int device = IS("--device-link");
+                if (device != pass) continue;
+                CHECK(nlinks < MAX_ITEMS && !parse_link(value, &links[nlinks], device));
+                nlinks++;
+            } else if (pass) {
+                continue;
+            } else if (IS("--folder")) {
+                CHECK(nfolders < MAX_ITEMS && value[0] == '/' && !strpbrk(value, " #,:=\\"));
+                for (const char *c = value; *c;) { /* no "." or ".." component */
+                    const char *next = strchr(c + 1, '/');
+                    size_t len = next ? (size_t)(next - c - 1) : strlen(c + 1);
+                    CHECK(!((len == 1 && c[1] == '.') ||
+                            (len == 2 && c[1] == '.' && c[2] == '.')));
+                    if (!next) break;
+                    c = next;
+                }
+                folders[nfolders++] = value;
+            } else if (IS("--ldconfig")) {
+                CHECK(!ldconfig);
+                ldconfig = value;
+            } else if (IS("--cuda-compat")) {
+                CHECK(!compat);
+                compat = value;
+            } else if (IS("--params")) {
+                CHECK(!params);
+                params = value;
+            } else {
+                DOUBT(); /* a typo, an option of a later nvhook: Python's */
+            }
+#undef IS
+        }
+    }
+    CHECK(full ? nlinks || nfolders || compat || params : ldcache_only ? nfolders : nlinks);
+
+    /* the state, then config.json (nvhook.hook.read_state, rootfs_of, container_env) */
+    int more;
+    char *state = read_fd(0, MAX_STATE, &state_len, &more);
+    if (!state) {
+        dprintf(2, PROGRAM " %s: cannot read the container state on stdin: %s\n", command,
+                strerror(errno));
+        return 3;
+    }
+    state_data = state, stdin_read = more ? 2 : 1;
+    CHECK(!more);
+    struct doc sd, cd;
+    CHECK(!parse_doc(&sd, state, state_len) && state_ok(&sd));
+    const char *bundle = sd.t[get(&sd, 0, "bundle")].s;
+    CHECK(plain(bundle));
+    char path[PATH_MAX];
+    size_t blen = strlen(bundle);
+    CHECK(blen + 13 < sizeof path);
+    snprintf(path, sizeof path, "%s%sconfig.json", bundle, bundle[blen - 1] == '/' ? "" : "/");
+    int cfd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    CHECK(cfd >= 0);
+    struct stat st;
+    CHECK(!fstat(cfd, &st) && S_ISREG(st.st_mode) && st.st_size <= MAX_CONFIG);
+    size_t clen;
+    char *config = read_fd(cfd, MAX_CONFIG, &clen, &more);
+    close(cfd);
+    CHECK(config && !more && !parse_doc(&cd, config, clen) && spec_ok(&cd));
+    int rootpath = get(&cd, get(&cd, 0, "root"), "path");
+    CHECK(is_type(&cd, rootpath, J_STR) && cd.t[rootpath].len > 0);
+    const char *rp = cd.t[rootpath].s;
+    CHECK(plain(rp));
+    char rootfs[PATH_MAX];
+    if (rp[0] == '/') {
+        CHECK(strlen(rp) < sizeof rootfs);
+        strcpy(rootfs, rp);
+    } else {
+        CHECK(blen + strlen(rp) + 2 < sizeof rootfs);
+        snprintf(rootfs, sizeof rootfs, "%s%s%s", bundle, bundle[blen - 1] == '/' ? "" : "/", rp);
+    }
+    if (compat) { /* the env names no compat setting (cuda_compat.disabled_by, compat_dir_of) */
+        int env = get(&cd, get(&cd, 0, "process"), "env");
+        if (env >= 0)
+            for (unsigned k = (unsigned)env + 1; k < cd.t[env].end; k = cd.t[k].end)
+                CHECK(strncmp(cd.t[k].s, "NVIDIA_DISABLE_CUDA_COMPAT=", 27) &&
+                      strncmp(cd.t[k].s, "NVIDIA_CUDA_COMPAT_DIR=", 23));
+    }
+
+    /* the rootfs (safepath.open_root), openat2 or Python */
+    rootfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    CHECK(rootfd >= 0);
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", rootfd);
+    ssize_t rn = readlink(self, root_host, sizeof root_host - 1);
+    CHECK(rn > 0 && (size_t)rn < sizeof root_host - 1);
+    root_host[rn] = '\0';
+    int probe = in_root("/", O_PATH, 0);
+    CHECK(probe >= 0);
+    close(probe);
+
+    /* the image's compat folder first when its libcuda is used (hook._with_compat) */
+    static char compat_dir[PATH_MAX];
+    if (compat) CHECK(!compat_folder(compat, compat_dir));
+    if (compat_dir[0]) {
+        int k = 0;
+        for (int i = 0; i < nfolders; i++)
+            if (strcmp(folders[i], compat_dir)) folders[k++] = folders[i];
+        CHECK(k < MAX_ITEMS);
+        memmove(folders + 1, folders, (size_t)k * sizeof *folders);
+        folders[0] = compat_dir, nfolders = k + 1;
+    }
+
+    /* the host's ldconfig (update_ldcache.default_ldconfig), before anything is written */
+    const char *candidates[] = {"/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldconfig"};
+    if (nfolders && !ldconfig) {
+        for (size_t k = 0; k < 3 && !ldconfig; k++)
+            if (executable_file(candidates[k])) ldconfig = candidates[k];
+        CHECK(ldconfig);
+    } else if (nfolders) {
+        CHECK(ldconfig[0] == '/' && executable_file(ldconfig));
+    }
+
+    /* --params, checked first as in device_files; mounted last (below) */
+    char *private = NULL;
+    size_t private_len = 0;
+    int params_dest = -1;
+    if (params) {
+        int fd = open(params, O_RDONLY | O_CLOEXEC);
+        CHECK(fd >= 0);
+        size_t hlen;
+        char *host = read_fd(fd, MAX_PARAMS, &hlen, &more);
+        close(fd);
+        CHECK(host && !more);
+        params_dest = in_root(PARAMS_PATH, O_PATH, 0);
+        if (params_dest < 0) {
+            CHECK(errno == ENOENT || errno == ENOTDIR); /* no driver's procfs: nothing to do */
+        } else {
+            CHECK(!fstat(params_dest, &st) && S_ISREG(st.st_mode));
+            private = malloc(hlen + 32);
+            CHECK(private);
+            private_len = private_params(host, hlen, private);
+        }
+        free(host);
+    }
+
+    /* the links (create_symlinks.create_symlinks): device links whose target is there,
+     * every link checked, then created */
+    char phys[PATH_MAX], named[PATH_MAX];
+    for (int i = 0; i < nlinks; i++) {
+        if (!links[i].device) continue;
+        CHECK(!physical_dir(links[i].dir, phys));
+        if (escapes(links[i].target, phys, named)) {
+            links[i].skip = 1;
+            continue;
+        }
+        if (lstat_in(named, &st)) {
+            CHECK(errno == ENOENT || errno == ENOTDIR);
+            links[i].skip = 1;
+        } else {
+            links[i].skip = !S_ISCHR(st.st_mode);
+        }
+    }
+    for (int i = 0; i < nlinks; i++) /* _wanted: the same link twice must name one target */
+        for (int j = 0; j < i && !links[i].skip; j++)
+            if (!links[j].skip && !strcmp(links[i].path, links[j].path)) {
+                CHECK(!strcmp(links[i].target, links[j].target));
+                links[i].skip = 1;
+            }
+    for (int i = 0; i < nlinks; i++) {
+        if (links[i].skip) continue;
+        CHECK(!physical_dir(links[i].dir, phys) && !escapes(links[i].target, phys, NULL));
+        int fd = in_root(links[i].dir, O_PATH | O_DIRECTORY, 0);
+        if (fd < 0) {
+            CHECK(errno == ENOENT || errno == ENOTDIR); /* created below */
+            continue;
+        }
+        if (fstatat(fd, links[i].name, &st, AT_SYMLINK_NOFOLLOW)) {
+            CHECK(errno == ENOENT);
+        } else {
+            CHECK(S_ISLNK(st.st_mode) && same_link(fd, links[i].name, links[i].target));
+            links[i].skip = 1; /* in place */
+        }
+        close(fd);
+    }
+    for (int i = 0; i < nlinks; i++) {
+        if (links[i].skip) continue;
+        int fd = mkdirs_in(links[i].dir);
+        CHECK(fd >= 0);
+        if (symlinkat(links[i].target, fd, links[i].name))
+            CHECK(errno == EEXIST && same_link(fd, links[i].name, links[i].target));
+        close(fd);
+    }
+
+    if (nfolders) {
+        /* the ld cache (update_ldcache._prepare): every folder must resolve in the rootfs */
+        const char *wanted[MAX_ITEMS];
+        int nwanted = 0;
+        size_t body = sizeof CONF_HEADER;
+        for (int i = 0; i < nfolders; i++) {
+            int dup = 0;
+            for (int j = 0; j < nwanted; j++) dup |= !strcmp(wanted[j], folders[i]);
+            if (dup) continue;
+            int fd = in_root(folders[i], O_PATH, 0);
+            CHECK(fd >= 0);
+            close(fd);
+            wanted[nwanted++] = folders[i];
+            body += strlen(folders[i]) + 1;
+        }
+        int confdir = mkdirs_in(CONF_DIR);
+        CHECK(confdir >= 0);
+        char *conf = malloc(body);
+        CHECK(conf);
+        size_t at = (size_t)sprintf(conf, "%s", CONF_HEADER);
+        for (int i = 0; i < nwanted; i++) at += (size_t)sprintf(conf + at, "%s\n", wanted[i]);
+        CHECK(!replace_file(confdir, CONF_NAME, conf, at, 0));
+        close(confdir);
+        free(conf);
+
+        int lfd = in_root(LD_SO_CONF, O_PATH, 0);
+        if (lfd < 0) {
+            CHECK(errno == ENOENT);
+            int etc = in_root("/etc", O_PATH | O_DIRECTORY, 0);
+            CHECK(etc >= 0 &&
+                  !replace_file(etc, "ld.so.conf", INCLUDE_LINE, strlen(INCLUDE_LINE), 1));
+            close(etc);
+        } else {
+            CHECK(!fstat(lfd, &st) && S_ISREG(st.st_mode) && st.st_size <= MAX_LD_SO_CONF);
+            snprintf(self, sizeof self, "/proc/self/fd/%d", lfd);
+            int rfd = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+            close(lfd);
+            CHECK(rfd >= 0);
+            size_t tlen;
+            char *text = read_fd(rfd, MAX_LD_SO_CONF, &tlen, &more);
+            close(rfd);
+            CHECK(text && !more && ld_so_conf_includes(text, tlen));
+            free(text);
+        }
+
+        /* ldconfig -r ROOTFS (update_ldcache._run_isolated) */
+        char real[PATH_MAX];
+        CHECK(realpath(rootfs, real));
+        static char procfs[MAX_PROCFS][PATH_MAX];
+        int nprocfs = procfs_under(real, procfs);
+        CHECK(nprocfs >= 0);
+        char *ld_argv[] = {(char *)ldconfig, "-r", rootfs, "-C", "/etc/ld.so.cache",
+                           "-f", LD_SO_CONF, NULL};
+        int ran = run_ldconfig(ld_argv, real, procfs, nprocfs);
+        CHECK(ran >= 0);
+        if (ran == 1)
+            dprintf(2, PROGRAM " %s: skipped: %s exited with status -1 for %s: "
+                           "timed out after %ds\n", command, ldconfig, rootfs,
+                    LDCONFIG_TIMEOUT_MS / 1000);
+    }
+
+    /* the private params last: nothing above opens the driver, and a doubt before this
+     * point hands over with no mount made (the Python hook would mount it a second time) */
+    if (private) CHECK(!mount_params(private, private_len, params_dest));
+    free(private);
+    for (int i = 0; i < nlinks; i++) free((char *)links[i].target), free(links[i].dir);
+    free(sd.t), free(sd.pool), free(cd.t), free(cd.pool), free(state), free(config);
+    return 0;
+}

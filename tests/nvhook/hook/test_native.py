@@ -1,0 +1,450 @@
+"""The native ``nvhook-hook`` (nvhook/frontend/nvhook-hook.c) does what the Python hook does.
+
+Every other hook test runs against both programs (the ``hook_bin`` fixture). These compare
+them directly: the same call on two identical rootfs trees, one through the Python launcher
+and one through the native hook (built with ASan and UBSan, handing over to a launcher that
+records each handover, then runs the Python hook). The exit code, stderr and the whole tree
+(every entry's kind, mode, link target and content, the ld cache included) must be equal,
+and the native hook must do the common calls itself and hand the others over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import stat
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nvhook.discover.hooks import HOOK_ENV
+from tests.support.native import build_native_hook
+
+from .conftest import LIBDIR, state_json
+
+ENV = dict(e.split("=", 1) for e in HOOK_ENV)
+SONAME = "libnvhooktest.so.1"
+LIB = f"{LIBDIR}/{SONAME}.0"
+RECORDER = '#!/bin/sh\necho handover >> "{record}"\nexec "{python}" "$@"\n'
+
+
+@dataclass
+class Pair:
+    python: str
+    native: str
+    record: Path
+
+    def handovers(self) -> int:
+        return len(self.record.read_text().splitlines()) if self.record.exists() else 0
+
+
+@pytest.fixture(scope="module")
+def pair(python_hook_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    work = tmp_path_factory.mktemp("native-pair")
+    record = work / "handovers"
+    launcher = work / "launcher"
+    launcher.write_text(RECORDER.format(record=record, python=python_hook_bin))
+    launcher.chmod(0o755)
+    return Pair(python_hook_bin, str(build_native_hook(work, str(launcher))), record)
+
+
+def tree(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every entry under ``root``: kind, mode and link target or content hash."""
+    out: dict[str, tuple[object, ...]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                what: object = ("link", os.readlink(p))
+            elif stat.S_ISREG(st.st_mode):
+                what = ("file", hashlib.sha256(p.read_bytes()).hexdigest())
+            else:
+                what = (stat.S_IFMT(st.st_mode),)
+            out[str(p.relative_to(root))] = (what, oct(stat.S_IMODE(st.st_mode)))
+    return out
+
+
+Build = Callable[[Path, Path], None]  # (rootfs, a small shared library) -> lays out the tree
+
+
+def base(root: Path, library: Path) -> None:
+    """A busybox-like rootfs: /etc without ld.so.conf, the driver's library in LIBDIR."""
+    (root / "etc").mkdir(parents=True)
+    (root / LIBDIR.lstrip("/")).mkdir(parents=True)
+    shutil.copy(library, root / LIB.lstrip("/"))
+
+
+def debian(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "etc" / "ld.so.conf").write_text("# a comment\ninclude /etc/ld.so.conf.d/*.conf\n")
+    (root / "etc" / "ld.so.conf.d").mkdir()
+    (root / "etc" / "ld.so.conf.d" / "x86_64-linux-gnu.conf").write_text("/lib/x86_64-linux-gnu\n")
+
+
+def distroless(root: Path, library: Path) -> None:
+    (root / LIBDIR.lstrip("/")).mkdir(parents=True)
+    shutil.copy(library, root / LIB.lstrip("/"))
+
+
+def linked(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / LIBDIR.lstrip("/") / "libnvhooktest.so").symlink_to(SONAME)
+
+
+def other_link(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / LIBDIR.lstrip("/") / "libnvhooktest.so").symlink_to("elsewhere.so")
+
+
+def no_include(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "etc" / "ld.so.conf").write_text("/usr/local/lib\n")
+
+
+def compat(root: Path, library: Path, *names: str) -> None:
+    base(root, library)
+    folder = root / "usr/local/cuda/compat"
+    folder.mkdir(parents=True)
+    for name in names or ("libcuda.so.999.1.2",):
+        shutil.copy(library, folder / name)
+    (folder / "libcuda.so.1").symlink_to(names[0] if names else "libcuda.so.999.1.2")
+
+
+def compat_older(root: Path, library: Path) -> None:
+    compat(root, library, "libcuda.so.500.1")
+
+
+def compat_two(root: Path, library: Path) -> None:
+    compat(root, library, "libcuda.so.999.1", "libcuda.so.998.1")
+
+
+def compat_linked(root: Path, library: Path) -> None:
+    """/usr/local/cuda is a link to /usr/local/cuda-13.0 (as in CUDA images)."""
+    compat(root, library)
+    (root / "usr/local/cuda").rename(root / "usr/local/cuda-13.0")
+    (root / "usr/local/cuda").symlink_to("cuda-13.0")
+
+
+def compat_magic(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "usr/local").mkdir(parents=True)
+    (root / "usr/local/cuda").symlink_to("/proc/self/root/usr/local/cuda")
+
+
+def magic_etc(root: Path, library: Path) -> None:
+    distroless(root, library)
+    (root / "etc").symlink_to("/proc/self/root/etc")
+
+
+def dri(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "dev" / "dri").mkdir(parents=True)
+    os.mknod(root / "dev" / "dri" / "card1", 0o660 | stat.S_IFCHR, os.makedev(226, 1))
+    (root / "dev" / "dri" / "renderD128").write_text("not a device\n")
+
+
+LINK = f"{SONAME}::{LIBDIR}/libnvhooktest.so"
+FOLDER = ["--folder", LIBDIR]
+CC = ["create-container"]
+
+#: (name, build, argv, env of the container, whether the native hook does it itself)
+CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
+    ("busybox", base, [*CC, "--link", LINK, *FOLDER, "--cuda-compat", "550.54.15"], [], True),
+    ("debian", debian, [*CC, "--link", LINK, *FOLDER], ["PATH=/bin"], True),
+    ("distroless: /etc made", distroless, [*CC, "--link", LINK, *FOLDER], [], True),
+    ("link in place", linked, [*CC, "--link", LINK, *FOLDER], [], True),
+    ("the same link twice", base, [*CC, "--link", LINK, "--link", LINK, *FOLDER, *FOLDER], [],
+     True),
+    ("a link in a new folder, target ..", base,
+     [*CC, "--link", f"../{SONAME}::{LIBDIR}/gbm/nvidia-drm_gbm.so", *FOLDER], [], True),
+    ("links only", base, ["create-symlinks", "--link", LINK], [], True),
+    ("ld cache only", debian, ["update-ldcache", *FOLDER, "--folder=/usr/lib"], [], True),
+    ("no params in the container", base, [*CC, "--params", "/proc/self/status", *FOLDER], [],
+     True),
+    ("--ldconfig given", base, [*CC, *FOLDER, "--ldconfig", "/sbin/ldconfig"], [], True),
+    # handed over, each for its reason
+    ("another link there", other_link, [*CC, "--link", LINK, *FOLDER], [], False),
+    ("a compat folder, newer", compat, [*CC, *FOLDER, "--cuda-compat", "550.54.15"], [], True),
+    ("a compat folder, a link", compat_linked, [*CC, *FOLDER, "--cuda-compat", "550.54.15"],
+     [], True),
+    ("a compat folder, older", compat_older, [*CC, *FOLDER, "--cuda-compat", "550.54.15"], [],
+     True),
+    ("a compat folder alone", compat, [*CC, "--cuda-compat", "550.54.15"], [], True),
+    ("two compat libraries", compat_two, [*CC, *FOLDER, "--cuda-compat", "550.54.15"], [],
+     True),
+    ("a host version that is not one", compat, [*CC, *FOLDER, "--cuda-compat", "5x"], [], True),
+    # no procfs in this rootfs: the link names nothing (with one, ELOOP: handed over)
+    ("a compat folder via /proc", compat_magic, [*CC, *FOLDER, "--cuda-compat", "550.54.15"],
+     [], True),
+    ("a compat folder named", compat, [*CC, *FOLDER, "--cuda-compat", "550.54.15"],
+     ["NVIDIA_CUDA_COMPAT_DIR=/usr/local/cuda/compat"], False),
+    ("compat opted out", base, [*CC, *FOLDER, "--cuda-compat", "550.54.15"],
+     ["NVIDIA_DISABLE_CUDA_COMPAT=1"], False),
+    ("a missing folder", base, [*CC, "--folder", "/opt/none"], [], False),
+    ("ld.so.conf without include", no_include, [*CC, *FOLDER], [], False),
+    ("ldconfig fails", base, [*CC, *FOLDER, "--ldconfig", "/bin/false"], [], False),
+    ("/etc a magic link", magic_etc, [*CC, *FOLDER], [], False),
+    ("a target escaping", base, [*CC, "--link", f"../../../../../etc/passwd::{LIBDIR}/x"], [],
+     False),
+    ("an option unknown", base, [*CC, "--bogus", "x"], [], False),
+    ("an option twice", base, [*CC, *FOLDER, "--ldconfig", "/a", "--ldconfig", "/b"], [],
+     False),
+    ("no option", base, CC, [], False),
+    ("another command", base, ["netdev", "--device", "a=b"], [], False),
+    ("no command", base, [], [], False),
+    ("a link not ASCII", base, [*CC, "--link", "libé.so::/usr/lib/libé"], [], False),
+    ("a folder with a space", base, [*CC, "--folder", "/usr/lib x"], [], False),
+]  # fmt: skip
+ROOT_CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
+    ("device links", dri,
+     [*CC, "--device-link", "../card1::/dev/dri/by-path/pci-0000:01:00.0-card",
+      "--device-link", "../renderD128::/dev/dri/by-path/pci-0000:01:00.0-render",
+      "--device-link", "../card9::/dev/dri/by-path/pci-0000:09:00.0-card",
+      "--device-link", "../../../../../../dev/null::/dev/dri/by-path/x", *FOLDER], [], True),
+]  # fmt: skip
+
+
+def _lay_out(top: Path, build: Build, library: Path, env: list[str]) -> Path:
+    bundle = top / "bundle"
+    root = bundle / "rootfs"
+    root.mkdir(parents=True)
+    build(root, library)
+    spec = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "process": {"env": env}}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    return bundle
+
+
+def _run(program: str, argv: list[str], stdin: str | bytes) -> subprocess.CompletedProcess[bytes]:
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    return subprocess.run(
+        [program, *argv], input=data, capture_output=True, env=ENV, timeout=90, check=False
+    )
+
+
+def compare(
+    pair: Pair,
+    tmp_path: Path,
+    build: Build,
+    library: Path,
+    argv: list[str],
+    env: list[str],
+    *,
+    state: Callable[[Path], str | bytes] = state_json,
+    config: bytes | None = None,
+) -> bool:
+    """Run ``argv`` through both on identical trees; assert the same outcome; whether the
+    native hook handed the call over."""
+    results = []
+    before = pair.handovers()
+    for side, program in (("a", pair.python), ("b", pair.native)):
+        bundle = _lay_out(tmp_path / side, build, library, env)
+        if config is not None:
+            (bundle / "config.json").write_bytes(config)
+        proc = _run(program, argv, state(bundle))
+        err = proc.stderr.decode().replace(str(bundle), "BUNDLE").replace(f"/{side}/", "/SIDE/")
+        results.append((proc.returncode, err, proc.stdout, tree(bundle)))
+    assert results[1] == results[0]
+    return pair.handovers() > before
+
+
+@pytest.mark.parametrize(
+    ("build", "argv", "env", "native"),
+    [pytest.param(*case[1:], id=case[0]) for case in CASES],
+)
+def test_same_outcome(
+    pair: Pair,
+    tmp_path: Path,
+    test_library: Path,
+    build: Build,
+    argv: list[str],
+    env: list[str],
+    native: bool,
+) -> None:
+    handed_over = compare(pair, tmp_path, build, test_library, argv, env)
+    assert handed_over is not native
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    ("build", "argv", "env", "native"),
+    [pytest.param(*case[1:], id=case[0]) for case in ROOT_CASES],
+)
+def test_same_outcome_as_root(
+    pair: Pair,
+    tmp_path: Path,
+    test_library: Path,
+    build: Build,
+    argv: list[str],
+    env: list[str],
+    native: bool,
+) -> None:
+    handed_over = compare(pair, tmp_path, build, test_library, argv, env)
+    assert handed_over is not native
+    links = tmp_path / "b/bundle/rootfs/dev/dri/by-path"
+    assert sorted(p.name for p in links.iterdir()) == ["pci-0000:01:00.0-card"]
+
+
+def test_the_cache_lists_the_library(pair: Pair, tmp_path: Path, test_library: Path) -> None:
+    """Not only the same as Python: right (the SONAME link ldconfig makes, our conf file)."""
+    bundle = _lay_out(tmp_path, base, test_library, [])
+    proc = _run(pair.native, [*CC, "--link", LINK, *FOLDER], state_json(bundle))
+    assert (proc.returncode, proc.stderr) == (0, b"")
+    root = bundle / "rootfs"
+    assert os.readlink(root / LIBDIR.lstrip("/") / SONAME) == f"{SONAME}.0"
+    assert (root / "etc/ld.so.conf.d/00-nvhook.conf").read_text() == (
+        f"# written by nvhook-hook update-ldcache\n{LIBDIR}\n"
+    )
+    assert (root / "etc/ld.so.conf").read_text() == "include /etc/ld.so.conf.d/*.conf\n"
+    assert SONAME.encode() in (root / "etc/ld.so.cache").read_bytes()
+    assert not [p for p in root.rglob("*.nvhook")]  # no temp file left
+
+
+STATE_CASES: dict[str, str] = {
+    "not JSON": "{",
+    "not an object": "[]",
+    "no id": '{"ociVersion":"1","status":"creating","bundle":"BUNDLE"}',
+    "an empty id": '{"ociVersion":"1","id":"","status":"creating","bundle":"BUNDLE"}',
+    "a relative bundle": '{"ociVersion":"1","id":"x","status":"creating","bundle":"b"}',
+    "a negative pid": '{"ociVersion":"1","id":"x","status":"c","pid":-1,"bundle":"BUNDLE"}',
+    "a float pid": '{"ociVersion":"1","id":"x","status":"c","pid":1.0,"bundle":"BUNDLE"}',
+    "an annotation not a string": (
+        '{"ociVersion":"1","id":"x","status":"c","bundle":"BUNDLE","annotations":{"a":1}}'
+    ),
+    "NaN": '{"ociVersion":"1","id":"x","status":"c","bundle":"BUNDLE","pid":NaN}',
+    "a lone surrogate": '{"ociVersion":"1","id":"\\ud800","status":"c","bundle":"BUNDLE"}',
+    "escapes": '{"ociVersion":"1","id":"\\u00e9\\ud83d\\ude00","status":"c","bundle":"BUNDLE"}',
+    "a duplicate key": (
+        '{"ociVersion":"1","id":"x","status":"c","bundle":"/nonexistent","bundle":"BUNDLE"}'
+    ),
+    "trailing data": '{"ociVersion":"1","id":"x","status":"c","bundle":"BUNDLE"} x',
+    "a control character": '{"ociVersion":"1","id":"a\tb","status":"c","bundle":"BUNDLE"}',
+}
+CONFIG_CASES: dict[str, bytes] = {
+    "a byte order mark": b'\xef\xbb\xbf{"root":{"path":"rootfs"}}',
+    "invalid UTF-8": b'{"root":{"path":"rootfs"},"x":"\xff"}',
+    "a float uid": b'{"root":{"path":"rootfs"},"process":{"user":{"uid":1.5}}}',
+    "a uid too big": b'{"root":{"path":"rootfs"},"process":{"user":{"uid":4294967296}}}',
+    "env not strings": b'{"root":{"path":"rootfs"},"process":{"env":[1]}}',
+    "a mount without destination": b'{"root":{"path":"rootfs"},"mounts":[{}]}',
+    "a hook without path": b'{"root":{"path":"rootfs"},"hooks":{"prestart":[{}]}}',
+    "no root.path": b'{"root":{}}',
+    "root.path empty": b'{"root":{"path":""}}',
+    "a float too big": b'{"root":{"path":"rootfs"},"x":1e400}',
+    "deep": b'{"root":{"path":"rootfs"},"x":' + b"[" * 5000 + b"]" * 5000 + b"}",
+    "fine, with escapes": b'{"root":{"path":"root\\u0066s"},"x":["\\u003c\\/\\n",-0.5e-3]}',
+    "an absolute root": b'{"root":{"path":"ABS"}}',
+}
+
+
+#: The states above that the native hook takes as they are (the others: Python's call).
+NATIVE_STATES = {"escapes", "a duplicate key"}
+
+
+@pytest.mark.parametrize("case", sorted(STATE_CASES))
+def test_any_state(pair: Pair, tmp_path: Path, test_library: Path, case: str) -> None:
+    text = STATE_CASES[case]
+    handed_over = compare(
+        pair, tmp_path, base, test_library, [*CC, *FOLDER], [],
+        state=lambda bundle: text.replace("BUNDLE", str(bundle)),
+    )  # fmt: skip
+    assert handed_over is (case not in NATIVE_STATES)
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_CASES))
+def test_any_config(pair: Pair, tmp_path: Path, test_library: Path, case: str) -> None:
+    # the absolute rootfs of "an absolute root" is only known per side: written per side
+    data = CONFIG_CASES[case]
+    results = []
+    for side, program in (("a", pair.python), ("b", pair.native)):
+        bundle = _lay_out(tmp_path / side, base, test_library, [])
+        (bundle / "config.json").write_bytes(data.replace(b"ABS", bytes(bundle / "rootfs")))
+        proc = _run(program, [*CC, *FOLDER], state_json(bundle))
+        err = proc.stderr.decode().replace(str(bundle), "BUNDLE")
+        results.append((proc.returncode, err, tree(bundle / "rootfs")))
+    assert results[1] == results[0]
+
+
+def _mutate(rng: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randrange(len(b) + 1)
+        choice = rng.randrange(4)
+        if choice == 0 and b:
+            del b[min(at, len(b) - 1)]
+        elif choice == 1:
+            b[at:at] = rng.choice([b'"', b"\\", b"\\u", b"{", b"]", b",", b"1e9", b"\xc3", b"\x00",
+                                   b" ", b"null", b"-", b"\\ud83d", b"\xe2\x80\xa8"])  # fmt: skip
+        elif choice == 2 and b:
+            b[min(at, len(b) - 1)] = rng.randrange(256)
+        else:
+            b[at:at] = bytes(b[rng.randrange(len(b)) :][: rng.randint(1, 8)]) if b else b""
+    return bytes(b)
+
+
+def test_fuzz_state_and_config(pair: Pair, tmp_path: Path, test_library: Path) -> None:
+    """Mutated states and config.json files: the native hook never does what Python would
+    refuse, nor refuses what Python does (seeded, so a failure replays)."""
+    rng = random.Random(16)
+    config = json.dumps(
+        {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
+         "process": {"env": ["A=1"], "user": {"uid": 0, "gid": 0, "additionalGids": [1]}},
+         "mounts": [{"destination": "/proc"}], "hooks": {"createContainer": [{"path": "/x"}]},
+         "annotations": {"a": "b"}, "linux": {"devices": [{"path": "/dev/x"}],
+                                              "resources": {"devices": [{}]}}}
+    ).encode()  # fmt: skip
+    natively = 0
+    for i in range(40):
+        which = i % 2
+        work = tmp_path / str(i)
+        if which == 0:  # the state
+            seed = rng.random()
+
+            def state(bundle: Path, seed: float = seed) -> bytes:
+                return _mutate(random.Random(seed), state_json(bundle).encode())
+
+            handed = compare(pair, work, base, test_library, [*CC, *FOLDER], [], state=state)
+        else:
+            mutated = _mutate(rng, config)
+            handed = compare(pair, work, base, test_library, [*CC, *FOLDER], [], config=mutated)
+        natively += not handed
+    assert natively > 0  # some mutations leave valid JSON (a space, a duplicated digit)
+
+
+@pytest.fixture(scope="module")
+def noted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Mock compat libcudas of driver 575.57.08 with the fwd_compatibility note: one listing
+    the host's branch 550, one not."""
+    from nvhook.mock.compat import lay_out_compat
+
+    out = {}
+    for name, drivers in (("lists", (535, 550, 570)), ("not", (570,))):
+        root = tmp_path_factory.mktemp(f"noted-{name}")
+        out[name] = lay_out_compat(
+            root, profile="h100-pcie", version="575.57.08", cuda="12.9", drivers=drivers
+        )
+    return out
+
+
+@pytest.mark.parametrize(("which", "host"), [("lists", "550.54.15"), ("not", "550.54.15"),
+                                              ("lists", "580.1.2")])  # fmt: skip
+def test_the_note_decides_the_same(
+    pair: Pair, tmp_path: Path, test_library: Path, noted: dict[str, Path], which: str, host: str
+) -> None:
+    def build(root: Path, library: Path) -> None:
+        base(root, library)
+        folder = root / "usr/local/cuda/compat"
+        folder.mkdir(parents=True)
+        shutil.copy(noted[which], folder / noted[which].name)
+
+    argv = [*CC, *FOLDER, "--cuda-compat", host]
+    assert not compare(pair, tmp_path, build, test_library, argv, [])
+    conf = (tmp_path / "b/bundle/rootfs/etc/ld.so.conf.d/00-nvhook.conf").read_text()
+    assert conf.splitlines()[1] == ("/usr/local/cuda/compat" if which == "lists" and
+                                    host.startswith("550") else LIBDIR)  # fmt: skip
