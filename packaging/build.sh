@@ -73,13 +73,14 @@ find_nfpm() {
     fi
 }
 
-# frontend MACHINE STAGE: compile nvhook-runtime's native front-end (nvhook/frontend, libc
-# only) for MACHINE into STAGE and list it in STAGE's nfpm.yaml as /usr/lib/nvhook/nvhook-runtime
-# (setup installs it in front of /opt/nvhook/bin/nvhook-runtime.py, whose path is compiled
-# in), when a C compiler for MACHINE is here: cc for this machine, MACHINE-linux-gnu-gcc for
+# frontend MACHINE STAGE: compile nvhook-runtime's native front-end and the native nvhook-hook
+# (nvhook/frontend, libc only) for MACHINE into STAGE and list them in STAGE's nfpm.yaml as
+# /usr/lib/nvhook/nvhook-runtime and /usr/lib/nvhook/nvhook-hook (setup installs each in front
+# of its Python launcher, /opt/nvhook/bin/NAME.py, whose path is compiled in), when a C
+# compiler for MACHINE is here: cc for this machine, MACHINE-linux-gnu-gcc for
 # another, else clang --target=MACHINE-linux-gnu over Debian's cross C library in
 # /usr/MACHINE-linux-gnu; static where its C library allows. Without one the package has none, and setup
-# builds it on the target if a compiler is there (else nvhook-runtime is the Python launcher).
+# builds them on the target if a compiler is there (else each is the Python launcher).
 frontend() {
     local m="$1" stage="$2" static cc=()
     if [[ "$m" == "$(uname -m)" ]]; then
@@ -95,18 +96,23 @@ frontend() {
         say "no C compiler for $m: its packages have no native front-end"
         return 0
     fi
-    for static in -static ""; do
-        # shellcheck disable=SC2086 # $static: one flag or none
-        if "${cc[@]}" -std=c11 -O2 -s $static -Wall -Wextra -Werror \
-            -DNVHOOK_LAUNCHER='"/opt/nvhook/bin/nvhook-runtime.py"' \
-            -o "$stage/nvhook-runtime" "$ROOT/nvhook/frontend/nvhook-runtime.c" 2>"$stage/cc.log"; then
-            rm -f "$stage/cc.log"
-            printf '%s\n' "  - src: ./nvhook-runtime" "    dst: /usr/lib/nvhook/nvhook-runtime" \
-                "    file_info:" "      mode: 0755" >>"$stage/nfpm.yaml"
-            return 0
-        fi
+    local name built
+    for name in nvhook-runtime nvhook-hook; do
+        built=""
+        for static in -static ""; do
+            # shellcheck disable=SC2086 # $static: one flag or none
+            if "${cc[@]}" -std=c11 -O2 -s $static -Wall -Wextra -Werror \
+                -DNVHOOK_LAUNCHER="\"/opt/nvhook/bin/$name.py\"" \
+                -o "$stage/$name" "$ROOT/nvhook/frontend/$name.c" 2>"$stage/cc.log"; then
+                rm -f "$stage/cc.log"
+                printf '%s\n' "  - src: ./$name" "    dst: /usr/lib/nvhook/$name" \
+                    "    file_info:" "      mode: 0755" >>"$stage/nfpm.yaml"
+                built=1
+                break
+            fi
+        done
+        [[ -n "$built" ]] || die "${cc[*]} cannot compile nvhook/frontend/$name.c: $(cat "$stage/cc.log")"
     done
-    die "${cc[*]} cannot compile nvhook/frontend/nvhook-runtime.c: $(cat "$stage/cc.log")"
 }
 
 # image_context ARCH MACHINE STAGE OUTDIR TMP: the installer image's build context for ARCH,

@@ -16,6 +16,7 @@ Grace kernel, NVIDIA's aarch64 driver, real GPUs.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -103,6 +104,30 @@ def test_deb_on_debian_12_arm64(root: Path, packages: dict[str, Path]) -> None:
     hooks = [h["path"] for hs in created.get("hooks", {}).values() for h in hs]
     assert hooks and all(h == "/opt/nvhook/bin/nvhook-hook" for h in hooks), hooks
 
+    # the aarch64 native hook runs a create-container: the SONAME link, our conf file, and
+    # the host's (the root's) ldconfig run on the rootfs. qemu-user 7.2 has no openat2
+    # (ENOSYS), so the hook probes for it and hands the call to the Python hook, which
+    # resolves paths with its walk: one "handing over" line (NVHOOK_HOOK_TRACE), nothing else
+    hook_root = root / "tmp/hb/rootfs"
+    (hook_root / "etc").mkdir(parents=True)
+    (hook_root / LIBDIR.lstrip("/")).mkdir(parents=True)
+    shutil.copy(root / LIBDIR.lstrip("/") / "libc.so.6", hook_root / LIBDIR.lstrip("/"))
+    (root / "tmp/hb/config.json").write_text('{"root":{"path":"rootfs"}}')
+    state = '{"ociVersion":"1.0.2","id":"c","status":"creating","bundle":"/tmp/hb"}'
+    hook = chroot(
+        root,
+        f"echo '{state}' | NVHOOK_HOOK_TRACE=1 /opt/nvhook/bin/nvhook-hook create-container "
+        f"--link libc.so.6::{LIBDIR}/libc.so --folder {LIBDIR}",
+    )
+    assert hook.returncode == 0, hook.stderr
+    assert hook.stderr == "" or (
+        hook.stderr.startswith("nvhook-hook: handing over") and hook.stderr.count("\n") == 1
+    ), hook.stderr
+    assert elf_machine(root / "opt/nvhook/bin/nvhook-hook") == EM_AARCH64
+    assert os.readlink(hook_root / LIBDIR.lstrip("/") / "libc.so") == "libc.so.6"
+    assert (hook_root / "etc/ld.so.conf.d/00-nvhook.conf").read_text().endswith(f"{LIBDIR}\n")
+    assert b"libc.so.6" in (hook_root / "etc/ld.so.cache").read_bytes()
+
     ok(chroot(root, "apt-get purge -y -q nvhook", timeout=600))
     assert not (root / "opt/nvhook").exists()
 
@@ -120,6 +145,7 @@ def test_rpm_scriptlets_on_debian_12_arm64(root: Path, packages: dict[str, Path]
     assert install.returncode == 0, install.stderr
     assert "nvhook: /opt/nvhook made with /usr/bin/python3 (3.11)" in install.stderr
     assert elf_machine(root / "opt/nvhook/bin/nvhook-runtime") == EM_AARCH64
+    assert elf_machine(root / "opt/nvhook/bin/nvhook-hook") == EM_AARCH64
     machine = ok(
         chroot(root, "/opt/nvhook/bin/python -c 'import platform; print(platform.machine())'")
     )

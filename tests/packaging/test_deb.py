@@ -207,14 +207,15 @@ def test_install_use_remove_purge(
         # the programs, through the /usr/bin links
         for link in LINKS:
             assert os.readlink(link) == f"{PREFIX}/bin/{link.name}"
-        for launcher in ("nvhook-runtime.py", "nvhook-hook"):
+        for launcher in ("nvhook-runtime.py", "nvhook-hook.py"):
             first = (PREFIX / "bin" / launcher).read_text().splitlines()[0]
             assert first.startswith(f"#!{PREFIX}/bin/python -I"), first
-        # the native front-end, compiled with the package, in front of nvhook-runtime.py
-        assert "/usr/lib/nvhook/nvhook-runtime" in packaged
-        front = (PREFIX / "bin" / "nvhook-runtime").read_bytes()
-        assert front == Path("/usr/lib/nvhook/nvhook-runtime").read_bytes()
-        assert front[:4] == b"\x7fELF" and b"/opt/nvhook/bin/nvhook-runtime.py\0" in front
+        # the native front-end and hook, compiled with the package, in front of NAME.py
+        for name in ("nvhook-runtime", "nvhook-hook"):
+            assert f"/usr/lib/nvhook/{name}" in packaged
+            front = (PREFIX / "bin" / name).read_bytes()
+            assert front == Path(f"/usr/lib/nvhook/{name}").read_bytes()
+            assert front[:4] == b"\x7fELF" and f"/opt/nvhook/bin/{name}.py\0".encode() in front
         assert os.path.realpath(PREFIX / "bin" / "python") == os.path.realpath("/usr/bin/python3")
         out = subprocess.run(["nvhook", "--version"], capture_output=True, text=True, check=True)
         assert out.stdout == f"nvhook, version {version}\n"

@@ -92,7 +92,9 @@ def test_install_again_and_uninstall(
     # compiler works, nvhook-runtime is the native front-end in front of nvhook-runtime.py
     native = (prefix / "bin" / "nvhook-runtime").read_bytes()[:4] == b"\x7fELF"
     assert native == (shutil.which("cc") is not None or shutil.which("gcc") is not None)
-    for launcher in ("nvhook-runtime.py" if native else "nvhook-runtime", "nvhook-hook"):
+    assert ((prefix / "bin" / "nvhook-hook").read_bytes()[:4] == b"\x7fELF") == native
+    names = ("nvhook-runtime.py", "nvhook-hook.py") if native else ("nvhook-runtime", "nvhook-hook")
+    for launcher in names:
         first = (prefix / "bin" / launcher).read_text().splitlines()[0]
         assert first.startswith(f"#!{prefix}/bin/python -I"), first
     version = subprocess.run(

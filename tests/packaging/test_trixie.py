@@ -84,9 +84,10 @@ def test_deb_on_debian_13(root: Path, packages: dict[str, Path], tmp_path: Path)
     assert out.startswith(f"{PYTHON}.")
     assert ok(chroot(root, "nvhook --version")).startswith("nvhook, version ")
     # the package's native front-end (static) in front of the Python launcher
-    assert (root / "opt/nvhook/bin/nvhook-runtime").read_bytes()[:4] == b"\x7fELF"
-    first = (root / "opt/nvhook/bin/nvhook-runtime.py").read_text().splitlines()[0]
-    assert first.startswith("#!/opt/nvhook/bin/python -I")
+    for name in ("nvhook-runtime", "nvhook-hook"):
+        assert (root / f"opt/nvhook/bin/{name}").read_bytes()[:4] == b"\x7fELF"
+        first = (root / f"opt/nvhook/bin/{name}.py").read_text().splitlines()[0]
+        assert first.startswith("#!/opt/nvhook/bin/python -I")
 
     # the mock machine, laid out from here into the root
     create(PROFILE, root / "mock", nodes="char")
