@@ -1,8 +1,11 @@
 """What each nvhook hook costs a container start: the launcher run as runc runs it.
 
-    .venv/bin/python bench/hooks.py [-n RUNS]
+    .venv/bin/python bench/hooks.py [-n RUNS] [--python]
 
-Each row is the median (and min) wall time of RUNS runs of ``nvhook-hook <command>``
+Each row is the median (and min) wall time of RUNS runs of ``nvhook-hook <command>`` (the
+installed one: the native hook where it was built, docs/architecture.md D13; ``--python``
+times its Python launcher ``nvhook-hook.py`` instead, which every call the native hook
+hands over runs)
 with the OCI state on stdin and exactly the hook's fixed env, against a prepared
 rootfs (a library folder holding one small ``.so``). ``python -I -c pass`` is the
 floor every Python hook pays; ``ldconfig -r`` alone shows what update-ldcache spends
@@ -42,11 +45,16 @@ LIBDIR = "/usr/lib/x86_64-linux-gnu"
 ENV = dict(e.split("=", 1) for e in HOOK_ENV)
 
 
-def _launcher(work: Path) -> str:
+def _launcher(work: Path, python: bool) -> str:
+    """The installed ``nvhook-hook`` (or, with ``python``, the Python launcher behind the
+    native hook); one written into ``work`` where none is installed."""
     installed = Path(sys.executable).parent / "nvhook-hook"
-    if installed.is_file():
+    behind = installed.with_name(installed.name + ".py")
+    if python and behind.is_file():
+        return str(behind)
+    if installed.is_file() and (not python or installed.read_bytes()[:2] == b"#!"):
         return str(installed)
-    install_entrypoints(str(work / "bin"), sys.executable)
+    install_entrypoints(str(work / "bin"), sys.executable, frontend="off" if python else "auto")
     return str(work / "bin" / next(e.name for e in ENTRYPOINTS if e.name == "nvhook-hook"))
 
 
@@ -207,10 +215,16 @@ def _netdev_rows(hook: str, runs: int) -> list[tuple[str, list[float]]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--runs", type=int, default=20, help="runs per row (default 20)")
-    runs = parser.parse_args().runs
+    parser.add_argument("--python", action="store_true",
+                        help="time the Python launcher behind the native hook")  # fmt: skip
+    args = parser.parse_args()
+    runs = args.runs
     with tempfile.TemporaryDirectory(prefix="nvhook-bench-") as tmp:
         work = Path(tmp)
-        hook = _launcher(work)
+        hook = _launcher(work, args.python)
+        with open(hook, "rb") as f:
+            kind = "native" if f.read(4) == b"\x7fELF" else "Python"
+        print(f"nvhook-hook: {hook} ({kind})")
         bundle, state = _prepare(work)
         rootfs = str(bundle / "rootfs")
         links = ["--link", f"libnvhookbench.so.1::{LIBDIR}/a.so",
