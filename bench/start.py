@@ -21,7 +21,9 @@ over the reference and that overhead as a multiple of the reference (budget: <= 
 from more runs of plain runc with the spec the shim wrote:
 
 - shim create / shim start: the shim's calls minus runc's with the edited spec;
-- each hook: the edited spec with only that hook, minus the edited spec without hooks;
+- each hook: the edited spec with only that hook, minus the edited spec without hooks; and
+  the same with that hook replaced by a static no-op (busybox ``true``): what runc itself
+  spends running a hook;
 - runc's mounts and nodes: the edited spec without hooks, minus the reference.
 
 Every variant is run interleaved (shuffled each round) and reported as a median; the
@@ -296,6 +298,14 @@ def make_cases(
                                       bench.bundle(f"{slug}-hook-{stage}-{i}", only), bench.runc,
                                       runc_env)  # fmt: skip
                     case.per_hook.append((label, variant))
+                    # the same hook slot running a static no-op: what runc itself spends
+                    # starting a hook (fork, exec, the state on stdin, wait)
+                    noop = json.loads(json.dumps(only))
+                    noop["hooks"][stage][0].update(path=BUSYBOX, args=["true"])
+                    variant = Variant(f"{name}: runc, a no-op {stage} hook",
+                                      bench.bundle(f"{slug}-noop-{stage}-{i}", noop), bench.runc,
+                                      runc_env)  # fmt: skip
+                    case.per_hook.append(("    of which runc starting a no-op hook", variant))
         cases.append(case)
     return cases
 

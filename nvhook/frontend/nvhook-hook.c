@@ -779,7 +779,8 @@ struct link {
     char *dir;        /* the link's folder (in the root, as written) */
     const char *name; /* its last component */
     int device;       /* a --device-link: only when its target is a character device */
-    int skip;         /* a device link whose target is not there, or a repeat */
+    int skip;         /* a device link whose target is not there, a repeat, or in place */
+    int missing;      /* its folder is to be made */
 };
 
 static char root_host[PATH_MAX]; /* the rootfs as the kernel names it (/proc/self/fd) */
@@ -911,6 +912,26 @@ static int mkdirs_in(const char *dir) {
         if (r) return -1; /* EEXIST: a dangling symlink (refused by Python), or a race */
     }
     return in_root(dir, O_PATH | O_DIRECTORY, 0);
+}
+
+/* Whether path has a ".." component. */
+static int has_dotdot(const char *path) {
+    for (const char *c = path; (c = strstr(c, "..")); c += 2)
+        if ((c == path || c[-1] == '/') && (c[2] == '/' || !c[2])) return 1;
+    return 0;
+}
+
+/* An O_PATH fd of the existing folder dir in the root, kept for the next call with the same
+ * folder (most links share one; the caller does not close it); -1 with errno. */
+static int dir_in_root(const char *dir) {
+    static char cached[PATH_MAX];
+    static int fd = -1;
+    if (fd >= 0 && !strcmp(cached, dir)) return fd;
+    int opened = in_root(dir, O_PATH | O_DIRECTORY, 0);
+    if (opened < 0) return -1;
+    if (fd >= 0) close(fd);
+    strcpy(cached, dir); /* shorter than PATH_MAX: parse_link checks */
+    return fd = opened;
 }
 
 /* The target of the symlink name in dirfd is target. */
@@ -1216,10 +1237,11 @@ static int ld_so_conf_includes(const char *text, size_t len) {
 /* Parse TARGET::LINK into l (create_symlinks.parse_link); 0, or -1 on a doubt. */
 static int parse_link(const char *value, struct link *l, int device) {
     const char *sep = strstr(value, "::");
-    if (!sep || sep == value || !sep[2] || !clean_path(sep + 2)) return -1;
+    if (!sep || sep == value || !sep[2] || !clean_path(sep + 2) || strlen(sep) >= PATH_MAX)
+        return -1;
     char *target = strndup(value, (size_t)(sep - value));
     if (!target) return -1;
-    l->target = target, l->path = sep + 2, l->device = device, l->skip = 0;
+    l->target = target, l->path = sep + 2, l->device = device, l->skip = 0, l->missing = 0;
     const char *slash = strrchr(l->path, '/');
     l->dir = strndup(l->path, slash == l->path ? 1 : (size_t)(slash - l->path));
     l->name = slash + 1;
@@ -1415,10 +1437,13 @@ int main(int argc, char **argv) {
             }
     for (int i = 0; i < nlinks; i++) {
         if (links[i].skip) continue;
-        CHECK(!physical_dir(links[i].dir, phys) && !escapes(links[i].target, phys, NULL));
-        int fd = in_root(links[i].dir, O_PATH | O_DIRECTORY, 0);
+        /* a target without ".." cannot climb out: no need to know where the folder is */
+        if (has_dotdot(links[i].target))
+            CHECK(!physical_dir(links[i].dir, phys) && !escapes(links[i].target, phys, NULL));
+        int fd = dir_in_root(links[i].dir);
         if (fd < 0) {
             CHECK(errno == ENOENT || errno == ENOTDIR); /* created below */
+            links[i].missing = 1;
             continue;
         }
         if (fstatat(fd, links[i].name, &st, AT_SYMLINK_NOFOLLOW)) {
@@ -1427,15 +1452,16 @@ int main(int argc, char **argv) {
             CHECK(S_ISLNK(st.st_mode) && same_link(fd, links[i].name, links[i].target));
             links[i].skip = 1; /* in place */
         }
-        close(fd);
     }
     for (int i = 0; i < nlinks; i++) {
         if (links[i].skip) continue;
-        int fd = mkdirs_in(links[i].dir);
+        /* the folder as it was checked (the same fd), or made now with its parents */
+        int made = links[i].missing ? mkdirs_in(links[i].dir) : -1;
+        int fd = links[i].missing ? made : dir_in_root(links[i].dir);
         CHECK(fd >= 0);
         if (symlinkat(links[i].target, fd, links[i].name))
             CHECK(errno == EEXIST && same_link(fd, links[i].name, links[i].target));
-        close(fd);
+        if (made >= 0) close(made);
     }
 
     if (nfolders) {
