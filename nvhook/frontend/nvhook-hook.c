@@ -115,7 +115,9 @@ static int copy_rest(int out) {
 
 /* Hand the call, unchanged, to the Python hook (the state it was given on stdin again). */
 static void handover(void) __attribute__((noreturn));
+static void forget_params(void);
 static void handover(void) {
+    forget_params(); /* a private params file made for a mount not attached */
     if (stdin_read) {
         int fd = (int)syscall(SYS_memfd_create, "nvhook-hook-state", 1U /* MFD_CLOEXEC */);
         size_t done = 0;
@@ -726,8 +728,49 @@ fail:
     _exit(127);
 }
 
-/* Run ldconfig: 0 when it exits 0, 1 when it timed out (killed), -1 on anything else. */
-static int run_ldconfig(char **argv, const char *real, char (*procfs)[PATH_MAX], int nprocfs) {
+#define MAX_OUTPUT (16 << 20) /* ldconfig's output kept for its last line */
+
+/* The last line of ldconfig's output as update_ldcache reports it (Python's
+ * ``output.strip().splitlines()[-1]``, "no output" when empty) into out: 0, or -1 when the
+ * output is not text this reads exactly as Python does (invalid UTF-8, a non-ASCII space or
+ * line break, too long). */
+static int last_line(const char *text, size_t len, int complete, char *out, size_t cap) {
+    if (!complete || !utf8_valid((const unsigned char *)text, len)) return -1;
+    for (size_t i = 0; i < len; i++) { /* U+0085, U+00A0, U+1680, U+2000-200A, U+2028/9, ... */
+        const unsigned char *u = (const unsigned char *)text + i;
+        if ((u[0] == 0xC2 && i + 1 < len && (u[1] == 0x85 || u[1] == 0xA0)) ||
+            (u[0] == 0xE1 && i + 2 < len && u[1] == 0x9A && u[2] == 0x80) ||
+            (u[0] == 0xE2 && i + 2 < len && u[1] == 0x80 &&
+             (u[2] <= 0x8A || u[2] == 0xA8 || u[2] == 0xA9 || u[2] == 0xAF)) ||
+            (u[0] == 0xE2 && i + 2 < len && u[1] == 0x81 && u[2] == 0x9F) ||
+            (u[0] == 0xE3 && i + 2 < len && u[1] == 0x80 && u[2] == 0x80))
+            return -1;
+    }
+#define SPACE(c) ((c) == ' ' || ((c) >= '\t' && (c) <= '\r') || ((c) >= 0x1C && (c) <= 0x1F))
+#define BREAK(c) ((c) == '\n' || (c) == '\r' || (c) == '\v' || (c) == '\f' || \
+                  ((c) >= 0x1C && (c) <= 0x1E))
+    size_t a = 0, b = len;
+    while (a < b && SPACE((unsigned char)text[a])) a++;
+    while (b > a && SPACE((unsigned char)text[b - 1])) b--;
+    if (a == b) {
+        snprintf(out, cap, "no output");
+        return 0;
+    }
+    size_t start = b;
+    while (start > a && !BREAK((unsigned char)text[start - 1])) start--;
+#undef SPACE
+#undef BREAK
+    if (b - start >= cap || memchr(text + start, '\0', b - start)) return -1;
+    memcpy(out, text + start, b - start), out[b - start] = '\0';
+    return 0;
+}
+
+/* Run ldconfig (update_ldcache._run_isolated): 0 when it exits 0; 1 when it did not, with
+ * Python's status and detail for the "skipped" line in *status and detail ("" when its
+ * output is not read exactly as Python would: see last_line); -1 when it could not be run
+ * (nothing ran: the caller may hand over). */
+static int run_ldconfig(char **argv, const char *real, char (*procfs)[PATH_MAX], int nprocfs,
+                        int *status_out, char *detail, size_t cap) {
     int errp[2], outp[2];
     if (pipe2(errp, O_CLOEXEC) || pipe2(outp, O_CLOEXEC)) return -1;
     pid_t pid = fork();
@@ -741,6 +784,9 @@ static int run_ldconfig(char **argv, const char *real, char (*procfs)[PATH_MAX],
         if (r > 0) failed += r;
         else if (errno != EINTR) break;
     close(errp[0]);
+    size_t used = 0, size = 0;
+    char *output = NULL;
+    int complete = 1;
     long long deadline = now_ms() + LDCONFIG_TIMEOUT_MS;
     int timed_out = 0;
     for (;;) {
@@ -755,16 +801,46 @@ static int run_ldconfig(char **argv, const char *real, char (*procfs)[PATH_MAX],
         if (n < 0) break;
         if (n == 0) continue;
         r = read(outp[0], buf, sizeof buf); /* ldconfig's output: only shown on failure */
-        if (r == 0 || (r < 0 && errno != EINTR)) break;
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        if (used + (size_t)r > MAX_OUTPUT) {
+            complete = 0;
+            continue;
+        }
+        if (used + (size_t)r > size) {
+            size_t grown = size ? size * 2 : 65536;
+            char *o = realloc(output, grown);
+            if (!o) {
+                complete = 0;
+                continue;
+            }
+            output = o, size = grown;
+        }
+        memcpy(output + used, buf, (size_t)r), used += (size_t)r;
     }
     close(outp[0]);
     if (timed_out) kill(pid, SIGKILL);
     int status;
     while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return -1;
-    if (failed) return -1;
-    if (timed_out) return 1;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+        if (errno != EINTR) {
+            free(output);
+            return -1;
+        }
+    int result = 1;
+    if (failed) {
+        result = -1;
+    } else if (timed_out) {
+        *status_out = -1;
+        snprintf(detail, cap, "timed out after %ds", LDCONFIG_TIMEOUT_MS / 1000);
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        result = 0;
+    } else {
+        /* os.waitstatus_to_exitcode: the exit code, or minus the signal */
+        *status_out = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        if (last_line(output ? output : "", used, complete, detail, cap)) detail[0] = '\0';
+    }
+    free(output);
+    return result;
 }
 
 static int executable_file(const char *path) {
@@ -1164,9 +1240,14 @@ static size_t private_params(const char *host, size_t len, char *out) {
     return n;
 }
 
-/* Mount data read-only over the O_PATH fd dest (device_files: a new file in /run, else
- * /tmp, cloned as a detached mount, attached, unlinked); 0, or -1 (nothing left behind). */
-static int mount_params(const char *data, size_t len, int dest) {
+/* The private copy as device_files makes it (a new file in /run, else /tmp, cloned as a
+ * detached mount with ro,nosuid,nodev,noexec): the mount's fd, or -1 (nothing left behind).
+ * The file's name must exist until the mount is attached (the kernel refuses to attach a
+ * clone of an unlinked file): it stays in params_file until then, and a handover unlinks it. */
+static char params_file[128];
+static int params_fd = -1;
+
+static int prepare_params(const char *data, size_t len) {
     const char *dirs[] = {"/run", "/tmp"};
     for (size_t d = 0; d < 2; d++) {
         unsigned char rnd[8];
@@ -1193,15 +1274,24 @@ static int mount_params(const char *data, size_t len, int dest) {
                                                          AT_EMPTY_PATH);
         struct mount_attr_ attr = {0x1 | 0x2 | 0x4 | 0x8, 0, 0, 0}; /* ro,nosuid,nodev,noexec */
         ok = tree >= 0 &&
-             syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0 &&
-             syscall(SYS_move_mount, tree, "", dest, "", 0x04 | 0x40 /* F_ and T_EMPTY_PATH */) ==
-                 0;
-        if (tree >= 0) close(tree);
-        close(fd);
-        unlink(path); /* the mount keeps the file */
-        return ok ? 0 : -1;
+             syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0;
+        if (!ok) {
+            if (tree >= 0) close(tree);
+            close(fd);
+            unlink(path);
+            return -1; /* Python says why (clone_fd's errors) */
+        }
+        strcpy(params_file, path);
+        params_fd = fd;
+        return tree;
     }
     return -1;
+}
+
+/* Drop the private copy's name (and file) if it is still there: the mount keeps the file. */
+static void forget_params(void) {
+    if (params_file[0]) unlink(params_file), params_file[0] = '\0';
+    if (params_fd >= 0) close(params_fd), params_fd = -1;
 }
 
 /* --- create-container ------------------------------------------------------------------ */
@@ -1389,10 +1479,16 @@ int main(int argc, char **argv) {
         CHECK(ldconfig[0] == '/' && executable_file(ldconfig));
     }
 
-    /* --params, checked first as in device_files; mounted last (below) */
-    char *private = NULL;
-    size_t private_len = 0;
-    int params_dest = -1;
+    /* Every check first: nothing is written until all the steps are known to go through as
+     * the Python hook's would, so a doubt hands over a rootfs as it was. After the first
+     * write, a handover happens only where the Python hook, run again from the start, does
+     * exactly what it would have done alone (before ldconfig runs: the links it then finds
+     * in place, the conf file it rewrites); once ldconfig has run (it may replace links),
+     * the outcome is printed here, as Python prints it. */
+
+    /* --params (device_files): the host's file read, the container's checked, and the
+     * detached mount of the private copy made; attached last */
+    int params_tree = -1, params_dest = -1;
     if (params) {
         int fd = open(params, O_RDONLY | O_CLOEXEC);
         CHECK(fd >= 0);
@@ -1405,17 +1501,23 @@ int main(int argc, char **argv) {
             CHECK(errno == ENOENT || errno == ENOTDIR); /* no driver's procfs: nothing to do */
         } else {
             CHECK(!fstat(params_dest, &st) && S_ISREG(st.st_mode));
-            private = malloc(hlen + 32);
+            char *private = malloc(hlen + 32);
             CHECK(private);
-            private_len = private_params(host, hlen, private);
+            params_tree = prepare_params(private, private_params(host, hlen, private));
+            free(private);
+            CHECK(params_tree >= 0);
         }
         free(host);
     }
 
     /* the links (create_symlinks.create_symlinks): device links whose target is there,
-     * every link checked, then created */
+     * every link checked (none where the ld cache step writes: it would change them) */
     char phys[PATH_MAX], named[PATH_MAX];
     for (int i = 0; i < nlinks; i++) {
+        static const char *const ld_names[] = {"etc", "ld.so.conf", "ld.so.conf.d",
+                                               CONF_NAME, "ld.so.cache", "ld.so.cache~"};
+        for (size_t k = 0; k < sizeof ld_names / sizeof *ld_names; k++)
+            CHECK(strcmp(links[i].name, ld_names[k]));
         if (!links[i].device) continue;
         CHECK(!physical_dir(links[i].dir, phys));
         if (escapes(links[i].target, phys, named)) {
@@ -1453,22 +1555,15 @@ int main(int argc, char **argv) {
             links[i].skip = 1; /* in place */
         }
     }
-    for (int i = 0; i < nlinks; i++) {
-        if (links[i].skip) continue;
-        /* the folder as it was checked (the same fd), or made now with its parents */
-        int made = links[i].missing ? mkdirs_in(links[i].dir) : -1;
-        int fd = links[i].missing ? made : dir_in_root(links[i].dir);
-        CHECK(fd >= 0);
-        if (symlinkat(links[i].target, fd, links[i].name))
-            CHECK(errno == EEXIST && same_link(fd, links[i].name, links[i].target));
-        if (made >= 0) close(made);
-    }
 
+    /* the ld cache (update_ldcache._prepare), checked: every folder resolves, the conf
+     * folder is there or can be made, ld.so.conf is absent or includes it */
+    const char *wanted[MAX_ITEMS];
+    int nwanted = 0, ld_so_conf_absent = 0, nprocfs = 0;
+    char real[PATH_MAX];
+    static char procfs[MAX_PROCFS][PATH_MAX];
+    size_t body = sizeof CONF_HEADER;
     if (nfolders) {
-        /* the ld cache (update_ldcache._prepare): every folder must resolve in the rootfs */
-        const char *wanted[MAX_ITEMS];
-        int nwanted = 0;
-        size_t body = sizeof CONF_HEADER;
         for (int i = 0; i < nfolders; i++) {
             int dup = 0;
             for (int j = 0; j < nwanted; j++) dup |= !strcmp(wanted[j], folders[i]);
@@ -1479,23 +1574,19 @@ int main(int argc, char **argv) {
             wanted[nwanted++] = folders[i];
             body += strlen(folders[i]) + 1;
         }
-        int confdir = mkdirs_in(CONF_DIR);
-        CHECK(confdir >= 0);
-        char *conf = malloc(body);
-        CHECK(conf);
-        size_t at = (size_t)sprintf(conf, "%s", CONF_HEADER);
-        for (int i = 0; i < nwanted; i++) at += (size_t)sprintf(conf + at, "%s\n", wanted[i]);
-        CHECK(!replace_file(confdir, CONF_NAME, conf, at, 0));
-        close(confdir);
-        free(conf);
-
+        int fd = in_root(CONF_DIR, O_PATH | O_DIRECTORY, 0);
+        if (fd < 0) { /* made below: /etc must be a folder, or nothing */
+            CHECK(errno == ENOENT);
+            fd = in_root("/etc", O_PATH | O_DIRECTORY, 0);
+            CHECK(fd >= 0 || errno == ENOENT);
+            if (fd < 0) CHECK(fstatat(rootfd, "etc", &st, AT_SYMLINK_NOFOLLOW) && errno == ENOENT);
+            else CHECK(fstatat(fd, "ld.so.conf.d", &st, AT_SYMLINK_NOFOLLOW) && errno == ENOENT);
+        }
+        if (fd >= 0) close(fd);
         int lfd = in_root(LD_SO_CONF, O_PATH, 0);
         if (lfd < 0) {
             CHECK(errno == ENOENT);
-            int etc = in_root("/etc", O_PATH | O_DIRECTORY, 0);
-            CHECK(etc >= 0 &&
-                  !replace_file(etc, "ld.so.conf", INCLUDE_LINE, strlen(INCLUDE_LINE), 1));
-            close(etc);
+            ld_so_conf_absent = 1;
         } else {
             CHECK(!fstat(lfd, &st) && S_ISREG(st.st_mode) && st.st_size <= MAX_LD_SO_CONF);
             snprintf(self, sizeof self, "/proc/self/fd/%d", lfd);
@@ -1508,27 +1599,69 @@ int main(int argc, char **argv) {
             CHECK(text && !more && ld_so_conf_includes(text, tlen));
             free(text);
         }
-
-        /* ldconfig -r ROOTFS (update_ldcache._run_isolated) */
-        char real[PATH_MAX];
         CHECK(realpath(rootfs, real));
-        static char procfs[MAX_PROCFS][PATH_MAX];
-        int nprocfs = procfs_under(real, procfs);
+        nprocfs = procfs_under(real, procfs);
         CHECK(nprocfs >= 0);
-        char *ld_argv[] = {(char *)ldconfig, "-r", rootfs, "-C", "/etc/ld.so.cache",
-                           "-f", LD_SO_CONF, NULL};
-        int ran = run_ldconfig(ld_argv, real, procfs, nprocfs);
-        CHECK(ran >= 0);
-        if (ran == 1)
-            dprintf(2, PROGRAM " %s: skipped: %s exited with status -1 for %s: "
-                           "timed out after %ds\n", command, ldconfig, rootfs,
-                    LDCONFIG_TIMEOUT_MS / 1000);
     }
 
-    /* the private params last: nothing above opens the driver, and a doubt before this
-     * point hands over with no mount made (the Python hook would mount it a second time) */
-    if (private) CHECK(!mount_params(private, private_len, params_dest));
-    free(private);
+    /* now the writes: the links (their folders made as needed) */
+    for (int i = 0; i < nlinks; i++) {
+        if (links[i].skip) continue;
+        /* the folder as it was checked (the same fd), or made now with its parents */
+        int made = links[i].missing ? mkdirs_in(links[i].dir) : -1;
+        int fd = links[i].missing ? made : dir_in_root(links[i].dir);
+        CHECK(fd >= 0);
+        if (symlinkat(links[i].target, fd, links[i].name))
+            CHECK(errno == EEXIST && same_link(fd, links[i].name, links[i].target));
+        if (made >= 0) close(made);
+    }
+
+    if (nfolders) {
+        /* our conf file, ld.so.conf when the image has none, then ldconfig */
+        int confdir = mkdirs_in(CONF_DIR);
+        CHECK(confdir >= 0);
+        char *conf = malloc(body);
+        CHECK(conf);
+        size_t at = (size_t)sprintf(conf, "%s", CONF_HEADER);
+        for (int i = 0; i < nwanted; i++) at += (size_t)sprintf(conf + at, "%s\n", wanted[i]);
+        CHECK(!replace_file(confdir, CONF_NAME, conf, at, 0));
+        close(confdir);
+        free(conf);
+        if (ld_so_conf_absent) {
+            int etc = in_root("/etc", O_PATH | O_DIRECTORY, 0);
+            CHECK(etc >= 0 &&
+                  !replace_file(etc, "ld.so.conf", INCLUDE_LINE, strlen(INCLUDE_LINE), 1));
+            close(etc);
+        }
+        char *ld_argv[] = {(char *)ldconfig, "-r", rootfs, "-C", "/etc/ld.so.cache",
+                           "-f", LD_SO_CONF, NULL};
+        int status = 0;
+        char detail[4096];
+        int ran = run_ldconfig(ld_argv, real, procfs, nprocfs, &status, detail, sizeof detail);
+        CHECK(ran >= 0); /* it could not be run: nothing ran, Python runs it again */
+        if (ran == 1) {
+            /* an output Python would read otherwise: it runs again, from the start (only
+             * here, after ldconfig ran: the one known case where the outcome may differ,
+             * when this ldconfig replaced one of the links and its output is not plain) */
+            CHECK(detail[0]);
+            dprintf(2, PROGRAM " %s: skipped: %s exited with status %d for %s: %s\n", command,
+                    ldconfig, status, rootfs, detail);
+        }
+    }
+
+    /* the private params, attached last: nothing above opens the driver */
+    if (params_tree >= 0) {
+        int moved = (int)syscall(SYS_move_mount, params_tree, "", params_dest, "",
+                                 0x04 | 0x40 /* MOVE_MOUNT_F_ and _T_EMPTY_PATH */);
+        int e = errno;
+        close(params_tree);
+        forget_params(); /* the mount keeps the file; its name goes now */
+        if (moved) {
+            dprintf(2, PROGRAM " %s: cannot mount the private params on %s in %s: %s\n",
+                    command, PARAMS_PATH, rootfs, strerror(e));
+            return EXIT_HOOK;
+        }
+    }
     for (int i = 0; i < nlinks; i++) free((char *)links[i].target), free(links[i].dir);
     free(sd.t), free(sd.pool), free(cd.t), free(cd.pool), free(state), free(config);
     return 0;

@@ -32,6 +32,8 @@ ENV = dict(e.split("=", 1) for e in HOOK_ENV)
 SONAME = "libnvhooktest.so.1"
 LIB = f"{LIBDIR}/{SONAME}.0"
 RECORDER = '#!/bin/sh\necho handover >> "{record}"\nexec "{python}" "$@"\n'
+#: Where :func:`compare` lays out the tree each program runs on (the same path for both).
+TREE = "tree"
 
 
 @dataclass
@@ -193,7 +195,7 @@ CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
      ["NVIDIA_DISABLE_CUDA_COMPAT=1"], False),
     ("a missing folder", base, [*CC, "--folder", "/opt/none"], [], False),
     ("ld.so.conf without include", no_include, [*CC, *FOLDER], [], False),
-    ("ldconfig fails", base, [*CC, *FOLDER, "--ldconfig", "/bin/false"], [], False),
+    ("ldconfig fails", base, [*CC, *FOLDER, "--ldconfig", "/bin/false"], [], True),
     ("/etc a magic link", magic_etc, [*CC, *FOLDER], [], False),
     ("a target escaping", base, [*CC, "--link", f"../../../../../etc/passwd::{LIBDIR}/x"], [],
      False),
@@ -243,17 +245,19 @@ def compare(
     state: Callable[[Path], str | bytes] = state_json,
     config: bytes | None = None,
 ) -> bool:
-    """Run ``argv`` through both on identical trees; assert the same outcome; whether the
-    native hook handed the call over."""
+    """Run ``argv`` through both on identical trees, one after the other at the same path
+    (so that no byte of a state or message differs between them); assert the same outcome;
+    whether the native hook handed the call over. The native hook's tree stays at
+    ``tmp_path / TREE``."""
     results = []
     before = pair.handovers()
-    for side, program in (("a", pair.python), ("b", pair.native)):
-        bundle = _lay_out(tmp_path / side, build, library, env)
+    for program in (pair.python, pair.native):
+        shutil.rmtree(tmp_path / TREE, ignore_errors=True)
+        bundle = _lay_out(tmp_path / TREE, build, library, env)
         if config is not None:
             (bundle / "config.json").write_bytes(config)
         proc = _run(program, argv, state(bundle))
-        err = proc.stderr.decode().replace(str(bundle), "BUNDLE").replace(f"/{side}/", "/SIDE/")
-        results.append((proc.returncode, err, proc.stdout, tree(bundle)))
+        results.append((proc.returncode, proc.stderr, proc.stdout, tree(bundle)))
     assert results[1] == results[0]
     return pair.handovers() > before
 
@@ -275,7 +279,7 @@ def test_same_outcome(
     handed_over = compare(pair, tmp_path, build, test_library, argv, env)
     assert handed_over is not native
     if build is dri:  # only the GPU whose card node is a character device there
-        links = tmp_path / "b/bundle/rootfs/dev/dri/by-path"
+        links = tmp_path / TREE / "bundle/rootfs/dev/dri/by-path"
         assert sorted(p.name for p in links.iterdir()) == ["pci-0000:01:00.0-card"]
 
 
@@ -347,16 +351,9 @@ def test_any_state(pair: Pair, tmp_path: Path, test_library: Path, case: str) ->
 
 @pytest.mark.parametrize("case", sorted(CONFIG_CASES))
 def test_any_config(pair: Pair, tmp_path: Path, test_library: Path, case: str) -> None:
-    # the absolute rootfs of "an absolute root" is only known per side: written per side
-    data = CONFIG_CASES[case]
-    results = []
-    for side, program in (("a", pair.python), ("b", pair.native)):
-        bundle = _lay_out(tmp_path / side, base, test_library, [])
-        (bundle / "config.json").write_bytes(data.replace(b"ABS", bytes(bundle / "rootfs")))
-        proc = _run(program, [*CC, *FOLDER], state_json(bundle))
-        err = proc.stderr.decode().replace(str(bundle), "BUNDLE")
-        results.append((proc.returncode, err, tree(bundle / "rootfs")))
-    assert results[1] == results[0]
+    rootfs = tmp_path / TREE / "bundle" / "rootfs"  # for "an absolute root"
+    data = CONFIG_CASES[case].replace(b"ABS", bytes(rootfs))
+    compare(pair, tmp_path, base, test_library, [*CC, *FOLDER], [], config=data)
 
 
 def _mutate(rng: random.Random, data: bytes) -> bytes:
@@ -433,6 +430,34 @@ def test_the_note_decides_the_same(
 
     argv = [*CC, *FOLDER, "--cuda-compat", host]
     assert not compare(pair, tmp_path, build, test_library, argv, [])
-    conf = (tmp_path / "b/bundle/rootfs/etc/ld.so.conf.d/00-nvhook.conf").read_text()
+    conf = (tmp_path / TREE / "bundle/rootfs/etc/ld.so.conf.d/00-nvhook.conf").read_text()
     assert conf.splitlines()[1] == ("/usr/local/cuda/compat" if which == "lists" and
                                     host.startswith("550") else LIBDIR)  # fmt: skip
+
+
+#: What a failing ldconfig prints -> whether the native hook reads its last line as Python
+#: does (else the call goes to Python: the one handover after ldconfig ran).
+LDCONFIG_OUTPUTS: dict[str, tuple[bytes, bool]] = {
+    "lines": (b"ldconfig: one\nldconfig: two\n", True),
+    "trailing space and breaks": (b"  first\r\nlast one \t\x1c\n\x0b", True),
+    "ASCII separators": (b"a\x1cb\x1dc\x1ed\x1fe\x0cf", True),
+    "nothing": (b"", True),
+    "only space": (b" \n\t ", True),
+    "UTF-8": ("ldconfig: /usr/lib/libé.so: not ELF\n".encode(), True),
+    "invalid UTF-8": (b"ldconfig: \xff\xfe\n", False),
+    "a Unicode line break": ("one\u2028two".encode(), False),
+    "a NUL": (b"a\x00b", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LDCONFIG_OUTPUTS))
+def test_a_failing_ldconfig_is_reported_as_python_does(
+    pair: Pair, tmp_path: Path, test_library: Path, case: str
+) -> None:
+    output, native = LDCONFIG_OUTPUTS[case]
+    (tmp_path / "out").write_bytes(output)
+    fake = tmp_path / "ldconfig"
+    fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'out'}\nexit 3\n")
+    fake.chmod(0o755)
+    argv = [*CC, "--link", LINK, *FOLDER, "--ldconfig", str(fake)]
+    assert compare(pair, tmp_path, base, test_library, argv, []) is not native
