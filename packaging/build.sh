@@ -154,6 +154,15 @@ image_context() {
         cp /usr/share/doc/busybox-static/copyright "$ctx/licenses/busybox.copyright"
     cp -R "$stage/install.sh" "$stage/preflight" "$stage/setup" "$stage/config.toml" \
         "$stage/systemd" "$stage/wheels" "$ctx/nvhook/"
+    # the native front-end and hook frontend() built for this architecture (launchers in
+    # /opt/nvhook/bin compiled in): install.sh puts them in front of the Python launchers
+    local name
+    for name in nvhook-runtime nvhook-hook; do
+        if [[ -f "$stage/$name" ]]; then
+            mkdir -p "$ctx/nvhook/native"
+            cp "$stage/$name" "$ctx/nvhook/native/$name"
+        fi
+    done
     if [[ -z "$bundle" ]] && ((native)); then
         bundle="$tmp/python-$m"
         PYTHON="${BUNDLE_PYTHON:-/usr/bin/python3}" "$HERE/python-bundle.sh" "$bundle"

@@ -7,7 +7,9 @@
 #   venv    a self-contained Python environment in PREFIX, made by PYTHON, nvhook installed into
 #           it from SOURCE, and the nvhook-runtime / nvhook-hook launchers written with
 #           PREFIX/bin/python as their absolute, isolated interpreter (`nvhook
-#           install-entrypoints`). Without PYTHON, the interpreter is the node's own when it is
+#           install-entrypoints`), each behind its native program (the front-end, the hook)
+#           when native/ beside this script has them (the installer image) and PREFIX is
+#           /opt/nvhook, or when a C compiler works here. Without PYTHON, the interpreter is the node's own when it is
 #           supported (as packaging/setup picks it), else the Python bundled next to this script
 #           for the machine (python-$(uname -m)/, packaging/python-bundle.sh), copied to
 #           PREFIX/python first (it runs from there only, so PREFIX must be the one it was made
@@ -216,7 +218,14 @@ step_venv() {
     else
         "${pip[@]}" install --quiet --disable-pip-version-check --upgrade --force-reinstall "$source"
     fi
-    "$PREFIX/bin/nvhook" install-entrypoints >/dev/null
+    # the native front-end and hook the installer image carries (packaging/build.sh), built
+    # for PREFIX=/opt/nvhook (their launchers' paths are compiled in); else install-entrypoints
+    # builds them where a C compiler works, or writes the Python launchers in their place
+    local native=()
+    if [[ -x "$HERE/native/nvhook-runtime" && "$PREFIX" == /opt/nvhook ]]; then
+        native=(--frontend "$HERE/native/nvhook-runtime")
+    fi
+    "$PREFIX/bin/nvhook" install-entrypoints ${native[@]+"${native[@]}"} >/dev/null
     say "venv: $("$PREFIX/bin/nvhook" --version); launchers $PREFIX/bin/nvhook-runtime, nvhook-hook"
 }
 

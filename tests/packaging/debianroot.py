@@ -134,3 +134,37 @@ def ok(proc: subprocess.CompletedProcess[str]) -> str:
     """The stdout of a chroot call that must succeed."""
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
+
+
+def check_native_hook(root: Path, libdir: str, *, openat2: bool) -> None:
+    """The installed ``/opt/nvhook/bin/nvhook-hook`` in ``root`` is the native hook in front
+    of its Python launcher, and does a ``create-container`` on a small bundle there: the
+    SONAME link, nvhook's conf file, and the root's ldconfig run on the rootfs. With
+    ``openat2`` it does it itself (``NVHOOK_HOOK_TRACE`` prints no handover); without (qemu-user
+    7.2 has none) it hands the call to the Python hook: one "handing over" line."""
+    assert (root / "opt/nvhook/bin/nvhook-hook").read_bytes()[:4] == b"\x7fELF"
+    launcher = (root / "opt/nvhook/bin/nvhook-hook.py").read_text()
+    assert launcher.startswith("#!/opt/nvhook/bin/python -I")
+    bundle = root / "tmp/nvhook-hb"
+    lib = bundle / "rootfs" / libdir.lstrip("/")
+    (bundle / "rootfs/etc").mkdir(parents=True)
+    lib.mkdir(parents=True)
+    shutil.copy(root / libdir.lstrip("/") / "libc.so.6", lib)
+    (bundle / "config.json").write_text('{"root":{"path":"rootfs"}}')
+    state = '{"ociVersion":"1.0.2","id":"c","status":"creating","bundle":"/tmp/nvhook-hb"}'
+    hook = chroot(
+        root,
+        f"echo '{state}' | NVHOOK_HOOK_TRACE=1 /opt/nvhook/bin/nvhook-hook create-container "
+        f"--link libc.so.6::{libdir}/libc.so --folder {libdir}",
+    )
+    assert hook.returncode == 0, hook.stderr
+    if openat2:
+        assert hook.stderr == ""
+    else:
+        assert hook.stderr.startswith("nvhook-hook: handing over"), hook.stderr
+        assert hook.stderr.count("\n") == 1, hook.stderr
+    assert os.readlink(lib / "libc.so") == "libc.so.6"
+    conf = (bundle / "rootfs/etc/ld.so.conf.d/00-nvhook.conf").read_text()
+    assert conf.endswith(f"{libdir}\n")
+    assert b"libc.so.6" in (bundle / "rootfs/etc/ld.so.cache").read_bytes()
+    shutil.rmtree(bundle)

@@ -16,7 +16,6 @@ Grace kernel, NVIDIA's aarch64 driver, real GPUs.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import struct
 import subprocess
@@ -27,7 +26,14 @@ import pytest
 
 from nvhook.mock import create, load_profile
 from nvhook.shim import VERSION
-from tests.packaging.debianroot import chroot, debian_root, ok, require_foreign, scratch_copy
+from tests.packaging.debianroot import (
+    check_native_hook,
+    chroot,
+    debian_root,
+    ok,
+    require_foreign,
+    scratch_copy,
+)
 from tests.packaging.test_trixie import VERSION_LINES, with_stand_in
 from tests.support.containers import make_bundle, require
 
@@ -104,29 +110,9 @@ def test_deb_on_debian_12_arm64(root: Path, packages: dict[str, Path]) -> None:
     hooks = [h["path"] for hs in created.get("hooks", {}).values() for h in hs]
     assert hooks and all(h == "/opt/nvhook/bin/nvhook-hook" for h in hooks), hooks
 
-    # the aarch64 native hook runs a create-container: the SONAME link, our conf file, and
-    # the host's (the root's) ldconfig run on the rootfs. qemu-user 7.2 has no openat2
-    # (ENOSYS), so the hook probes for it and hands the call to the Python hook, which
-    # resolves paths with its walk: one "handing over" line (NVHOOK_HOOK_TRACE), nothing else
-    hook_root = root / "tmp/hb/rootfs"
-    (hook_root / "etc").mkdir(parents=True)
-    (hook_root / LIBDIR.lstrip("/")).mkdir(parents=True)
-    shutil.copy(root / LIBDIR.lstrip("/") / "libc.so.6", hook_root / LIBDIR.lstrip("/"))
-    (root / "tmp/hb/config.json").write_text('{"root":{"path":"rootfs"}}')
-    state = '{"ociVersion":"1.0.2","id":"c","status":"creating","bundle":"/tmp/hb"}'
-    hook = chroot(
-        root,
-        f"echo '{state}' | NVHOOK_HOOK_TRACE=1 /opt/nvhook/bin/nvhook-hook create-container "
-        f"--link libc.so.6::{LIBDIR}/libc.so --folder {LIBDIR}",
-    )
-    assert hook.returncode == 0, hook.stderr
-    assert hook.stderr == "" or (
-        hook.stderr.startswith("nvhook-hook: handing over") and hook.stderr.count("\n") == 1
-    ), hook.stderr
+    # the aarch64 native hook (qemu-user 7.2 has no openat2: it hands over to Python)
     assert elf_machine(root / "opt/nvhook/bin/nvhook-hook") == EM_AARCH64
-    assert os.readlink(hook_root / LIBDIR.lstrip("/") / "libc.so") == "libc.so.6"
-    assert (hook_root / "etc/ld.so.conf.d/00-nvhook.conf").read_text().endswith(f"{LIBDIR}\n")
-    assert b"libc.so.6" in (hook_root / "etc/ld.so.cache").read_bytes()
+    check_native_hook(root, LIBDIR, openat2=False)
 
     ok(chroot(root, "apt-get purge -y -q nvhook", timeout=600))
     assert not (root / "opt/nvhook").exists()

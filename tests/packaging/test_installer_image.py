@@ -32,7 +32,14 @@ import yaml
 from nvhook.mock import create, load_profile
 from nvhook.shim import VERSION
 from tests.packaging.conftest import ARCHES, PACKAGING, run_script
-from tests.packaging.debianroot import cache_dir, chroot, debian_root, ok, scratch_copy
+from tests.packaging.debianroot import (
+    cache_dir,
+    check_native_hook,
+    chroot,
+    debian_root,
+    ok,
+    scratch_copy,
+)
 from tests.support.containers import require
 from tests.support.podman import Podman
 
@@ -276,6 +283,11 @@ def check_nvhook_runs(node: Path, profile_name: str = PROFILE, machine: str = MA
     assert argv == ["--version", "--root /run/x state ctr-1"]
     shutil.rmtree(node / "mock")
     shutil.rmtree(work)
+    # the image's native front-end (it answered the state call above) and hook, in front of
+    # their Python launchers (under qemu-user, without openat2, the hook hands over)
+    assert (node / "opt/nvhook/bin/nvhook-runtime").read_bytes()[:4] == b"\x7fELF"
+    native = machine == os.uname().machine
+    check_native_hook(node, f"/usr/lib/{machine}-linux-gnu", openat2=native)
 
 
 def check_bundled_install(node: Path, log: str) -> None:
