@@ -76,7 +76,17 @@
 #define CONF_HEADER "# written by nvhook-hook update-ldcache\n"
 #define COMPAT_DIR "/usr/local/cuda/compat" /* nvhook.hook.cuda_compat.DEFAULT_DIR */
 
+/* The newer syscalls' numbers where the C library's headers predate them: the same on every
+ * architecture of the unified table (x86, arm, arm64, powerpc, s390, riscv); elsewhere
+ * (alpha, ia64, mips) a build needs headers that know them. */
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || defined(__arm__) || \
+    defined(__powerpc__) || defined(__s390__) || defined(__riscv)
+#define NVHOOK_UNIFIED_SYSCALLS 1
+#endif
 #ifndef SYS_openat2
+#ifndef NVHOOK_UNIFIED_SYSCALLS
+#error "SYS_openat2 is unknown here: build with kernel headers of Linux 5.6 or later"
+#endif
 #define SYS_openat2 437
 #endif
 #define RESOLVE_NO_MAGICLINKS_ 0x02
@@ -910,13 +920,14 @@ static int physical_dir(const char *dir, char *out) {
 }
 
 /* Whether target, read by a link in dir (a clean path in the root), climbs above "/"
- * (create_symlinks.target_escapes); when it does not and out is given, the path it names,
- * normalised (posixpath.normpath of the join). */
+ * (create_symlinks.target_escapes): 1 or 0, -1 when the path is too long to tell here (a
+ * doubt); when it does not and out is given, the path it names, normalised
+ * (posixpath.normpath of the join). */
 static int escapes(const char *target, const char *dir, char *out) {
     char buf[2 * PATH_MAX];
     size_t len = 0;
     if (target[0] != '/') {
-        if (strlen(dir) >= PATH_MAX) return 1;
+        if (strlen(dir) >= PATH_MAX) return -1;
         strcpy(buf, dir), len = strlen(buf);
         if (len == 1) len = 0; /* "/" */
     }
@@ -932,7 +943,7 @@ static int escapes(const char *target, const char *dir, char *out) {
             if (len > 0) len--; /* the slash */
             buf[len] = '\0';
         } else {
-            if (len + n + 2 >= sizeof buf) return 1;
+            if (len + n + 2 >= sizeof buf) return -1;
             buf[len++] = '/';
             memcpy(buf + len, c, n), len += n;
             buf[len] = '\0';
@@ -940,7 +951,7 @@ static int escapes(const char *target, const char *dir, char *out) {
         c = e;
     }
     if (out) {
-        if (len >= PATH_MAX) return 1;
+        if (len >= PATH_MAX) return -1;
         strcpy(out, len ? buf : "/");
     }
     return 0;
@@ -1201,12 +1212,21 @@ done:
 #define PARAMS_PATH "/proc/driver/nvidia/params"
 #define MAX_PARAMS (64 << 10)
 #ifndef SYS_open_tree
+#ifndef NVHOOK_UNIFIED_SYSCALLS
+#error "SYS_open_tree is unknown here: build with newer kernel headers"
+#endif
 #define SYS_open_tree 428
 #endif
 #ifndef SYS_move_mount
+#ifndef NVHOOK_UNIFIED_SYSCALLS
+#error "SYS_move_mount is unknown here: build with newer kernel headers"
+#endif
 #define SYS_move_mount 429
 #endif
 #ifndef SYS_mount_setattr
+#ifndef NVHOOK_UNIFIED_SYSCALLS
+#error "SYS_mount_setattr is unknown here: build with newer kernel headers"
+#endif
 #define SYS_mount_setattr 442
 #endif
 
@@ -1347,6 +1367,10 @@ int main(int argc, char **argv) {
     int ldcache_only = !strcmp(command, "update-ldcache");
     int links_only = !strcmp(command, "create-symlinks");
     CHECK(full || ldcache_only || links_only);
+    /* safepath's implementation (nvhook.hook.safepath.ENV_IMPL): this program is its openat2
+     * one, which "auto" picks where the kernel has it; "walk" or a typo is Python's */
+    const char *impl = getenv("NVHOOK_SAFEPATH");
+    CHECK(!impl || !strcmp(impl, "auto") || !strcmp(impl, "openat2"));
 
     /* the options (nvhook.hook.parse_args); anything else is Python's */
     static struct link links[MAX_ITEMS];
@@ -1402,11 +1426,7 @@ int main(int argc, char **argv) {
     /* the state, then config.json (nvhook.hook.read_state, rootfs_of, container_env) */
     int more;
     char *state = read_fd(0, MAX_STATE, &state_len, &more);
-    if (!state) {
-        dprintf(2, PROGRAM " %s: cannot read the container state on stdin: %s\n", command,
-                strerror(errno));
-        return 3;
-    }
+    CHECK(state); /* not readable (a directory?): Python's, with stdin as it is */
     state_data = state, stdin_read = more ? 2 : 1;
     CHECK(!more);
     struct doc sd, cd;
@@ -1520,7 +1540,9 @@ int main(int argc, char **argv) {
             CHECK(strcmp(links[i].name, ld_names[k]));
         if (!links[i].device) continue;
         CHECK(!physical_dir(links[i].dir, phys));
-        if (escapes(links[i].target, phys, named)) {
+        int out = escapes(links[i].target, phys, named);
+        CHECK(out >= 0);
+        if (out) {
             links[i].skip = 1;
             continue;
         }
@@ -1541,10 +1563,11 @@ int main(int argc, char **argv) {
         if (links[i].skip) continue;
         /* a target without ".." cannot climb out: no need to know where the folder is */
         if (has_dotdot(links[i].target))
-            CHECK(!physical_dir(links[i].dir, phys) && !escapes(links[i].target, phys, NULL));
+            CHECK(!physical_dir(links[i].dir, phys) && escapes(links[i].target, phys, NULL) == 0);
         int fd = dir_in_root(links[i].dir);
         if (fd < 0) {
-            CHECK(errno == ENOENT || errno == ENOTDIR); /* created below */
+            /* created below; not a file on the way (Python refuses that before any link) */
+            CHECK(errno == ENOENT);
             links[i].missing = 1;
             continue;
         }

@@ -110,6 +110,11 @@ def no_include(root: Path, library: Path) -> None:
     (root / "etc" / "ld.so.conf").write_text("/usr/local/lib\n")
 
 
+def afile(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "afile").write_text("a file, not a folder\n")
+
+
 def compat(root: Path, library: Path, *names: str) -> None:
     base(root, library)
     folder = root / "usr/local/cuda/compat"
@@ -176,6 +181,10 @@ CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
      True),
     ("--ldconfig given", base, [*CC, *FOLDER, "--ldconfig", "/sbin/ldconfig"], [], True),
     # handed over, each for its reason
+    ("a file above a link's folder", afile,
+     [*CC, "--link", LINK, "--link", "t::/afile/sub/x", *FOLDER], [], False),
+    ("a device link too long to judge here", base,
+     [*CC, "--device-link", "/".join(["a" * 200] * 25) + "::/dev/x", *FOLDER], [], False),
     ("another link there", other_link, [*CC, "--link", LINK, *FOLDER], [], False),
     ("a compat folder, newer", compat, [*CC, *FOLDER, "--cuda-compat", "550.54.15"], [], True),
     ("a compat folder, a link", compat_linked, [*CC, *FOLDER, "--cuda-compat", "550.54.15"],
@@ -464,3 +473,40 @@ def test_a_failing_ldconfig_is_reported_as_python_does(
     fake.chmod(0o755)
     argv = [*CC, "--link", LINK, *FOLDER, "--ldconfig", str(fake)]
     assert compare(pair, tmp_path, base, test_library, argv, []) is not native
+
+
+def test_stdin_it_cannot_read_is_pythons(pair: Pair, tmp_path: Path) -> None:
+    """A state it cannot read (stdin a directory): the Python hook's outcome, stdin as it is."""
+    results = []
+    for program in (pair.python, pair.native):
+        directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            proc = subprocess.run(
+                [program, *CC, *FOLDER], stdin=directory, capture_output=True, env=ENV,
+                timeout=60, check=False,
+            )  # fmt: skip
+        finally:
+            os.close(directory)
+        # CPython's own fatal error (its first line; the next name a thread id)
+        results.append((proc.returncode, proc.stderr.splitlines()[:1]))
+    assert results[1] == results[0]
+    assert results[0][0] != 0
+
+
+@pytest.mark.parametrize(("impl", "native"), [("openat2", True), ("auto", True), ("walk", False),
+                                               ("bogus", False)])  # fmt: skip
+def test_a_safepath_choice_other_than_openat2_is_pythons(
+    pair: Pair, tmp_path: Path, test_library: Path, impl: str, native: bool
+) -> None:
+    results = []
+    before = pair.handovers()
+    for program in (pair.python, pair.native):
+        shutil.rmtree(tmp_path / TREE, ignore_errors=True)
+        bundle = _lay_out(tmp_path / TREE, base, test_library, [])
+        proc = subprocess.run(
+            [program, *CC, "--link", LINK, *FOLDER], input=state_json(bundle).encode(),
+            capture_output=True, env={**ENV, "NVHOOK_SAFEPATH": impl}, timeout=60, check=False,
+        )  # fmt: skip
+        results.append((proc.returncode, proc.stderr, tree(bundle)))
+    assert results[1] == results[0]
+    assert (pair.handovers() > before) is not native
