@@ -1,38 +1,36 @@
 /*
- * nvhook-hook, the native hook (issue 16 item 3): the common createContainer call without
- * starting Python.
+ * nvhook-hook, the native hook (issue 16 item 3; docs/architecture.md D13): the
+ * createContainer work without starting Python.
  *
  * Every GPU container runs `nvhook-hook create-container` once, in its namespaces, before
  * pivot_root; CPython's start alone is several times what ldconfig costs. This program
- * does what nvhook.hook.create_container does, step for step and byte for byte, for the
- * call nvhook injects in the common case:
+ * does what nvhook.hook.create_container does, step for step and byte for byte:
  *
- *   create-container [--link TARGET::LINK]... [--folder DIR]... [--ldconfig PATH]
- *                    [--cuda-compat VERSION]
+ *   create-container [--params FILE] [--link TARGET::LINK]... [--device-link TARGET::LINK]...
+ *                    [--folder DIR]... [--ldconfig PATH] [--cuda-compat VERSION]
  *
- * when it is certain of the outcome: the OCI state on stdin and the bundle's config.json
- * parse and pass the checks oci.state.State.parse and oci.bundle.check_spec make; the
- * kernel has openat2 (every rootfs path is resolved with RESOLVE_IN_ROOT |
- * RESOLVE_NO_MAGICLINKS, as nvhook/hook/safepath.py does); the container's env names no
- * CUDA compat variable and the rootfs has no compat folder (ENOENT) to look into; each
- * link's folder exists, its target has no ".." and nothing is at the link yet (or the same
- * link); every --folder resolves in the rootfs; /etc/ld.so.conf is absent or a plain
- * text file that includes /etc/ld.so.conf.d; and the host's ldconfig exits 0.
+ * (and update-ldcache and create-symlinks, the same with fewer options), where it is
+ * certain of the outcome: the OCI state on stdin and the bundle's config.json parse and
+ * pass the checks oci.state.State.parse and oci.bundle.check_spec make; the kernel has
+ * openat2 (every rootfs path is resolved with RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS, as
+ * nvhook/hook/safepath.py does); the text it writes or compares is printable ASCII.
  *
- * Any doubt (another command or option, a parse error, a limit, non-ASCII text, an errno
- * it does not expect, ldconfig failing) hands the call over: the Python hook
- * (NVHOOK_LAUNCHER, compiled in) is exec'd with the argv unchanged and the same state on
- * stdin (replayed from a memfd), and decides as it always has: it prints the notes, the
- * refusals and their exit codes. What this program did before handing over is what the
- * Python hook does first too (links it then finds in place, a conf file it rewrites
- * whole), so the end state is the Python hook's.
+ * Any doubt (another command or option, a parse error, a limit, an errno it does not
+ * expect, a link in the way, a folder that does not resolve, a compat variable in the
+ * container's env...) hands the call over: the Python hook (NVHOOK_LAUNCHER, compiled in)
+ * is exec'd with the argv unchanged and the same state on stdin (replayed from a memfd),
+ * and decides as it always has: it prints the notes, the refusals and their exit codes.
+ * Every step is checked before anything is written, so a doubt hands over the rootfs as it
+ * was; after the first write, only where the Python hook, run again from the start, does
+ * what it would have done alone (see main).
  *
  * The ld cache step is the Python hook's: our conf file (a temp file renamed over it, no
  * fsync), ld.so.conf with the include line when the image has none (fsync'd), then the
  * host's ldconfig -r ROOTFS with an empty environment and RLIMIT_DATA capped, in a private
  * mount namespace with every procfs under the rootfs detached when there is one (see
  * nvhook/hook/update_ldcache.py for why). libc only; build with
- * -DNVHOOK_LAUNCHER='"/path/nvhook-hook.py"'.
+ * -DNVHOOK_LAUNCHER='"/path/nvhook-hook.py"'. NVHOOK_HOOK_TRACE=1 in the environment prints
+ * the source line of each handover.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -83,11 +81,21 @@
     defined(__powerpc__) || defined(__s390__) || defined(__riscv)
 #define NVHOOK_UNIFIED_SYSCALLS 1
 #endif
-#ifndef SYS_openat2
-#ifndef NVHOOK_UNIFIED_SYSCALLS
-#error "SYS_openat2 is unknown here: build with kernel headers of Linux 5.6 or later"
+#if !defined(NVHOOK_UNIFIED_SYSCALLS) && !(defined(SYS_openat2) && defined(SYS_open_tree) && \
+                                           defined(SYS_move_mount) && defined(SYS_mount_setattr))
+#error "openat2, open_tree, move_mount or mount_setattr unknown here: build with newer headers"
 #endif
+#ifndef SYS_openat2
 #define SYS_openat2 437
+#endif
+#ifndef SYS_open_tree
+#define SYS_open_tree 428
+#endif
+#ifndef SYS_move_mount
+#define SYS_move_mount 429
+#endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
 #endif
 #define RESOLVE_NO_MAGICLINKS_ 0x02
 #define RESOLVE_IN_ROOT_ 0x10
@@ -104,6 +112,25 @@ static int stdin_read; /* 1 once stdin was read (to EOF, or to the limit: 2) */
 
 /* --- handing over -------------------------------------------------------------------- */
 
+/* Write all of data to fd: 0, or -1 with errno. */
+static int write_all(int fd, const char *data, size_t len) {
+    for (size_t done = 0; done < len;) {
+        ssize_t w = write(fd, data + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+/* 2 * bytes random hex digits and a NUL into out (names nobody can guess): 0, or -1. */
+static int random_hex(char *out, size_t bytes) {
+    unsigned char rnd[16];
+    if (bytes > sizeof rnd || syscall(SYS_getrandom, rnd, bytes, 0) != (long)bytes) return -1;
+    for (size_t i = 0; i < bytes; i++) sprintf(out + 2 * i, "%02x", rnd[i]);
+    return 0;
+}
+
 /* Copy the rest of fd 0 into out (after a read that stopped at the limit). */
 static int copy_rest(int out) {
     char buf[65536];
@@ -114,12 +141,7 @@ static int copy_rest(int out) {
             if (errno == EINTR) continue;
             return -1;
         }
-        for (ssize_t done = 0; done < r;) {
-            ssize_t w = write(out, buf + done, (size_t)(r - done));
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) return -1;
-            done += w;
-        }
+        if (write_all(out, buf, (size_t)r)) return -1;
     }
 }
 
@@ -130,14 +152,7 @@ static void handover(void) {
     forget_params(); /* a private params file made for a mount not attached */
     if (stdin_read) {
         int fd = (int)syscall(SYS_memfd_create, "nvhook-hook-state", 1U /* MFD_CLOEXEC */);
-        size_t done = 0;
-        while (fd >= 0 && done < state_len) {
-            ssize_t w = write(fd, state_data + done, state_len - done);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) break;
-            done += (size_t)w;
-        }
-        if (fd < 0 || done < state_len || (stdin_read == 2 && copy_rest(fd)) ||
+        if (fd < 0 || write_all(fd, state_data, state_len) || (stdin_read == 2 && copy_rest(fd)) ||
             lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, 0) != 0) {
             dprintf(2, PROGRAM ": cannot hand the container state over to %s: %s\n",
                     NVHOOK_LAUNCHER, strerror(errno ? errno : EIO));
@@ -419,7 +434,7 @@ static int get(const struct doc *d, int obj, const char *key) {
     int found = -1;
     for (unsigned k = (unsigned)obj + 1; k < d->t[obj].end;) {
         unsigned v = k + 1;
-        if (!strcmp(d->t[k].s, key) && strlen(key) == d->t[k].len) found = (int)v;
+        if (!strcmp(d->t[k].s, key)) found = (int)v; /* no NUL in a key: a doubt */
         k = d->t[v].end;
     }
     return found;
@@ -593,21 +608,12 @@ static int clean_path(const char *p) {
 
 /* Write data to `name` in the directory dirfd: a temp file renamed over it (write_file). */
 static int replace_file(int dirfd, const char *name, const char *data, size_t len, int sync) {
-    unsigned char rnd[6];
-    char tmp[300];
-    if (syscall(SYS_getrandom, rnd, sizeof rnd, 0) != (long)sizeof rnd) return -1;
-    snprintf(tmp, sizeof tmp, ".%.200s.%02x%02x%02x%02x%02x%02x.nvhook", name, rnd[0], rnd[1],
-             rnd[2], rnd[3], rnd[4], rnd[5]);
+    char hex[13], tmp[300];
+    if (random_hex(hex, 6)) return -1;
+    snprintf(tmp, sizeof tmp, ".%.200s.%s.nvhook", name, hex);
     int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return -1;
-    size_t done = 0;
-    int ok = 1;
-    while (ok && done < len) {
-        ssize_t w = write(fd, data + done, len - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) ok = 0;
-        else done += (size_t)w;
-    }
+    int ok = !write_all(fd, data, len);
     if (ok && fchmod(fd, 0644)) ok = 0;
     if (ok && sync && fsync(fd)) ok = 0;
     if (close(fd)) ok = 0;
@@ -1001,11 +1007,16 @@ static int mkdirs_in(const char *dir) {
     return in_root(dir, O_PATH | O_DIRECTORY, 0);
 }
 
-/* Whether path has a ".." component. */
-static int has_dotdot(const char *path) {
-    for (const char *c = path; (c = strstr(c, "..")); c += 2)
-        if ((c == path || c[-1] == '/') && (c[2] == '/' || !c[2])) return 1;
-    return 0;
+/* The "." (1) and ".." (2) components of path, or-ed together. */
+static int dot_components(const char *path) {
+    int found = 0;
+    for (const char *c = path; *c;) {
+        size_t len = strcspn(c, "/");
+        if (len == 1 && c[0] == '.') found |= 1;
+        if (len == 2 && c[0] == '.' && c[1] == '.') found |= 2;
+        c += len + (c[len] == '/');
+    }
+    return found;
 }
 
 /* An O_PATH fd of the existing folder dir in the root, kept for the next call with the same
@@ -1064,6 +1075,15 @@ static uint64_t field(const unsigned char *p, int size) {
 #define NOTE_OWNER "NVIDIA Corporation"
 #define MAX_NOTE (64 << 10)
 
+/* At most MAX_NOTE bytes at off of fd into a new buffer (*got: what pread returned): 0, or -1
+ * for an offset pread cannot take or no memory (a doubt). */
+static int pread_note(int fd, uint64_t off, uint64_t len, unsigned char **buf, ssize_t *got) {
+    if (len > MAX_NOTE) len = MAX_NOTE;
+    if (off > (uint64_t)INT64_MAX / 2 || !(*buf = malloc(len + 1))) return -1;
+    *got = pread(fd, *buf, len, (off_t)off);
+    return 0;
+}
+
 /* The fwd_compatibility note's JSON (cuda_compat.read_fwd_compat_note), parsed into d:
  * 1 when there is one, 0 when Python finds none (None), -1 on a doubt. */
 static int read_note(int fd, struct doc *d) {
@@ -1088,12 +1108,8 @@ static int read_note(int fd, struct doc *d) {
 #define SH(i, off32, off64) \
     field(table + (size_t)(i) * size + (wide ? (off64) : (off32)), wide ? 8 : 4)
 #define SH4(i, off) field(table + (size_t)(i) * size + (off), 4)
-    uint64_t str_off = SH(shstrndx, 16, 24), str_len = SH(shstrndx, 20, 32);
-    if (str_len > MAX_NOTE) str_len = MAX_NOTE;
-    if (str_off > (uint64_t)INT64_MAX / 2) goto doubt;
-    strtab = malloc(str_len + 1);
-    if (!strtab) goto doubt;
-    ssize_t slen = pread(fd, strtab, str_len, (off_t)str_off);
+    ssize_t slen, dlen;
+    if (pread_note(fd, SH(shstrndx, 16, 24), SH(shstrndx, 20, 32), &strtab, &slen)) goto doubt;
     if (slen < 0) goto out;
     for (unsigned i = 0; i < shnum; i++) {
         uint64_t name = SH4(i, 0), type = SH4(i, 4);
@@ -1101,12 +1117,7 @@ static int read_note(int fd, struct doc *d) {
         if (type != 7 || name > (uint64_t)slen || (uint64_t)slen - name < want ||
             memcmp(strtab + name, NOTE_SECTION, want))
             continue;
-        uint64_t off = SH(i, 16, 24), len = SH(i, 20, 32);
-        if (len > MAX_NOTE) len = MAX_NOTE;
-        if (off > (uint64_t)INT64_MAX / 2) goto doubt;
-        data = malloc(len + 1);
-        if (!data) goto doubt;
-        ssize_t dlen = pread(fd, data, len, (off_t)off);
+        if (pread_note(fd, SH(i, 16, 24), SH(i, 20, 32), &data, &dlen)) goto doubt;
         if (dlen < 12) goto out; /* struct.error: None */
         uint64_t namesz = field(data, 4), descsz = field(data + 4, 4);
         size_t olen = namesz > (uint64_t)dlen - 12 ? (size_t)dlen - 12 : (size_t)namesz;
@@ -1211,24 +1222,6 @@ done:
 
 #define PARAMS_PATH "/proc/driver/nvidia/params"
 #define MAX_PARAMS (64 << 10)
-#ifndef SYS_open_tree
-#ifndef NVHOOK_UNIFIED_SYSCALLS
-#error "SYS_open_tree is unknown here: build with newer kernel headers"
-#endif
-#define SYS_open_tree 428
-#endif
-#ifndef SYS_move_mount
-#ifndef NVHOOK_UNIFIED_SYSCALLS
-#error "SYS_move_mount is unknown here: build with newer kernel headers"
-#endif
-#define SYS_move_mount 429
-#endif
-#ifndef SYS_mount_setattr
-#ifndef NVHOOK_UNIFIED_SYSCALLS
-#error "SYS_mount_setattr is unknown here: build with newer kernel headers"
-#endif
-#define SYS_mount_setattr 442
-#endif
 
 struct mount_attr_ {
     uint64_t attr_set, attr_clr, propagation, userns_fd;
@@ -1270,21 +1263,12 @@ static int params_fd = -1;
 static int prepare_params(const char *data, size_t len) {
     const char *dirs[] = {"/run", "/tmp"};
     for (size_t d = 0; d < 2; d++) {
-        unsigned char rnd[8];
-        if (syscall(SYS_getrandom, rnd, sizeof rnd, 0) != (long)sizeof rnd) return -1;
-        char path[128];
-        int n = snprintf(path, sizeof path, "%s/.nvhook-params.%d.", dirs[d], (int)getpid());
-        for (size_t i = 0; i < sizeof rnd; i++)
-            n += snprintf(path + n, sizeof path - (size_t)n, "%02x", rnd[i]);
+        char hex[17], path[128];
+        if (random_hex(hex, 8)) return -1;
+        snprintf(path, sizeof path, "%s/.nvhook-params.%d.%s", dirs[d], (int)getpid(), hex);
         int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
         if (fd < 0) continue;
-        int ok = fchmod(fd, 0444) == 0;
-        for (size_t done = 0; ok && done < len;) {
-            ssize_t w = write(fd, data + done, len - done);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) ok = 0;
-            else done += (size_t)w;
-        }
+        int ok = fchmod(fd, 0444) == 0 && !write_all(fd, data, len);
         if (!ok) {
             close(fd);
             unlink(path);
@@ -1316,6 +1300,10 @@ static void forget_params(void) {
 
 /* --- create-container ------------------------------------------------------------------ */
 
+/* Whether ld.so.conf's text has a line "include <a pattern holding /etc/ld.so.conf.d>"
+ * (update_ldcache._prepare: the first two words before a "#"); text that Python's
+ * splitlines() and split() would read otherwise (other control characters, non-ASCII) is
+ * a doubt. */
 static int ld_so_conf_includes(const char *text, size_t len) {
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)text[i];
@@ -1325,23 +1313,31 @@ static int ld_so_conf_includes(const char *text, size_t len) {
         const char *end = memchr(line, '\n', (size_t)(text + len - line));
         if (!end) end = text + len;
         const char *hash = memchr(line, '#', (size_t)(end - line));
-        const char *stop = hash ? hash : end;
-        char words[2][PATH_MAX];
+        const char *stop = hash ? hash : end, *word[2] = {NULL, NULL};
+        size_t wlen[2] = {0, 0};
         int n = 0;
         for (const char *c = line; c < stop && n < 2;) {
             while (c < stop && (*c == ' ' || *c == '\t')) c++;
             const char *w = c;
             while (c < stop && *c != ' ' && *c != '\t') c++;
-            if (c > w) {
-                if ((size_t)(c - w) >= PATH_MAX) DOUBT();
-                memcpy(words[n], w, (size_t)(c - w)), words[n][c - w] = '\0';
-                n++;
-            }
+            if (c > w) word[n] = w, wlen[n] = (size_t)(c - w), n++;
         }
-        if (n == 2 && !strcmp(words[0], "include") && strstr(words[1], CONF_DIR)) return 1;
+        if (n == 2 && wlen[0] == 7 && !memcmp(word[0], "include", 7) &&
+            memmem(word[1], wlen[1], CONF_DIR, sizeof CONF_DIR - 1))
+            return 1;
         line = end + 1;
     }
     return 0;
+}
+
+/* os.path.join(dir, name) for an absolute dir into out (PATH_MAX): 0, or -1 when too long;
+ * an absolute name stands alone. */
+static int join(char *out, const char *dir, const char *name) {
+    size_t dlen = strlen(dir);
+    const char *sep = dlen && dir[dlen - 1] == '/' ? "" : "/";
+    int n = name[0] == '/' ? snprintf(out, PATH_MAX, "%s", name)
+                           : snprintf(out, PATH_MAX, "%s%s%s", dir, sep, name);
+    return n < 0 || n >= PATH_MAX ? -1 : 0;
 }
 
 /* Parse TARGET::LINK into l (create_symlinks.parse_link); 0, or -1 on a doubt. */
@@ -1396,15 +1392,9 @@ int main(int argc, char **argv) {
             } else if (pass) {
                 continue;
             } else if (IS("--folder")) {
-                CHECK(nfolders < MAX_ITEMS && value[0] == '/' && !strpbrk(value, " #,:=\\"));
-                for (const char *c = value; *c;) { /* no "." or ".." component */
-                    const char *next = strchr(c + 1, '/');
-                    size_t len = next ? (size_t)(next - c - 1) : strlen(c + 1);
-                    CHECK(!((len == 1 && c[1] == '.') ||
-                            (len == 2 && c[1] == '.' && c[2] == '.')));
-                    if (!next) break;
-                    c = next;
-                }
+                /* update_ldcache.check_folder */
+                CHECK(nfolders < MAX_ITEMS && value[0] == '/' && !strpbrk(value, " #,:=\\") &&
+                      !dot_components(value));
                 folders[nfolders++] = value;
             } else if (IS("--ldconfig")) {
                 CHECK(!ldconfig);
@@ -1434,9 +1424,7 @@ int main(int argc, char **argv) {
     const char *bundle = sd.t[get(&sd, 0, "bundle")].s;
     CHECK(plain(bundle));
     char path[PATH_MAX];
-    size_t blen = strlen(bundle);
-    CHECK(blen + 13 < sizeof path);
-    snprintf(path, sizeof path, "%s%sconfig.json", bundle, bundle[blen - 1] == '/' ? "" : "/");
+    CHECK(!join(path, bundle, "config.json"));
     int cfd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     CHECK(cfd >= 0);
     struct stat st;
@@ -1450,13 +1438,7 @@ int main(int argc, char **argv) {
     const char *rp = cd.t[rootpath].s;
     CHECK(plain(rp));
     char rootfs[PATH_MAX];
-    if (rp[0] == '/') {
-        CHECK(strlen(rp) < sizeof rootfs);
-        strcpy(rootfs, rp);
-    } else {
-        CHECK(blen + strlen(rp) + 2 < sizeof rootfs);
-        snprintf(rootfs, sizeof rootfs, "%s%s%s", bundle, bundle[blen - 1] == '/' ? "" : "/", rp);
-    }
+    CHECK(!join(rootfs, bundle, rp)); /* rootfs_of: relative to the bundle */
     if (compat) { /* the env names no compat setting (cuda_compat.disabled_by, compat_dir_of) */
         int env = get(&cd, get(&cd, 0, "process"), "env");
         if (env >= 0)
@@ -1562,7 +1544,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nlinks; i++) {
         if (links[i].skip) continue;
         /* a target without ".." cannot climb out: no need to know where the folder is */
-        if (has_dotdot(links[i].target))
+        if (dot_components(links[i].target) & 2)
             CHECK(!physical_dir(links[i].dir, phys) && escapes(links[i].target, phys, NULL) == 0);
         int fd = dir_in_root(links[i].dir);
         if (fd < 0) {

@@ -200,23 +200,22 @@ def test_image_env_never_reaches_the_hooks(
     # 1.1.5 gives a createContainer hook without env the container's process.env), and the
     # loader acts before Python's -I can
     spec = json.loads((bundle / "config.json").read_text())
-    for hook in spec["hooks"]["createContainer"]:
-        del hook["env"]
-    for native in (True, False):
-        # the native hook is static: no loader of its own reads the variable; the Python
-        # launcher's interpreter does
+    installed = hooks[0]["path"]
+    launcher = python_launcher(installed)  # the installed hook itself when it is Python
+    for program in dict.fromkeys([installed, launcher]):
         for item in marks.iterdir():
             item.unlink()
         for hook in spec["hooks"]["createContainer"]:
-            hook["path"] = python_launcher(hook["path"]) if not native else hook["path"]
+            hook.pop("env", None)
+            hook["path"] = program
         (bundle / "config.json").write_text(json.dumps(spec))
         result = runc.run(bundle)
         assert result.returncode == 0, result.stderr
         loaded_by = {line for text in markers(marks).values() for line in text.splitlines()}
-        if native and python_launcher(hooks[0]["path"]) != hooks[0]["path"]:
+        if program == launcher:  # the loader of the launcher's interpreter reads it
+            assert os.path.realpath(interpreter_of(launcher)) in loaded_by, loaded_by
+        else:  # the native hook is static: no loader of its own reads the variable
             assert loaded_by == set(), loaded_by
-        elif not native:
-            assert os.path.realpath(interpreter_of(hooks[0]["path"])) in loaded_by, loaded_by
 
 
 # --------------------------------------------------------------------------- symlinks to the host

@@ -31,32 +31,19 @@ from oci import argv as oci_argv
 from oci.argv import CREATE_COMMANDS, RuntimeArgs
 from oci.errors import ArgvError
 from tests.oci import test_argv
+from tests.support.native import build_sanitized_program, require_cc
 
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "{who}" "$PWD" "$@" > "$FRONTEND_RECORD"\n'
-
-
-def _cc() -> str:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    return cc
 
 
 def build_sanitized(work: Path, recorder: str, *defines: str) -> tuple[Path, Path]:
     """The front-end built in ``work`` with ASan and UBSan and ``defines`` (``-DNAME=…``),
     handing over to a stand-in launcher written from ``recorder`` (``{who}``: "launcher");
     the binary and the launcher."""
-    cc = _cc()
     launcher = work / "launcher"
     launcher.write_text(recorder.format(who="launcher"))
     launcher.chmod(0o755)
-    binary = work / "nvhook-runtime"
-    subprocess.run(
-        [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
-         "-fno-sanitize-recover=all", f'-DNVHOOK_LAUNCHER="{launcher}"', *defines,
-         "-o", str(binary), SOURCE],
-        check=True,
-    )  # fmt: skip
+    binary = build_sanitized_program(SOURCE, work / "nvhook-runtime", str(launcher), *defines)
     return binary, launcher
 
 
@@ -514,7 +501,7 @@ def test_an_id_the_log_cannot_hold_as_is_hands_over(fe: Frontend) -> None:
 
 
 def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path: Path) -> None:
-    _cc()
+    require_cc()
     from nvhook.tools.entrypoints import install_entrypoints
 
     bin_dir = tmp_path / "bin"
