@@ -5,7 +5,7 @@
 In-process (median of ``--runs`` after a warm-up, so imports and first-time costs are
 excluded), for ``NVIDIA_VISIBLE_DEVICES=<devices>`` (default ``all``):
 
-- jit, procfs resolver: :func:`nvhook.requests.parse_requests` + :func:`nvhook.edits.plan`
+- jit, procfs resolver: :func:`nvhook.requests.parse_requests` + :func:`nvhook.planner.plan`
   with ``host.resolver = "procfs"`` (the shim's default);
 - jit, nvml resolver: the same with ``host.resolver = "nvml"`` (NVML init and shutdown on
   every call, against the mock's fake libnvidia-ml);
@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 _COLD = """
 import sys
-from nvhook.edits import Host, plan
+from nvhook.planner import Host, plan
 from nvhook.requests.policy import Policy
 from nvhook.requests.parse import parse_requests
 spec = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=" + sys.argv[2]]}}
@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", default="all")
     args = parser.parse_args(argv)
 
-    from nvhook.edits import Host, plan
     from nvhook.mock import create
+    from nvhook.planner import Host, plan
     from nvhook.requests.parse import parse_requests
     from nvhook.requests.policy import Policy
     from nvhook.tools.generate import generate_spec

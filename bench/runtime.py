@@ -216,8 +216,8 @@ def pristine_spec() -> dict[str, Any]:
 
 def cdi_spec(machine: Path) -> dict[str, Any]:
     """A spec shaped like ``nvhook cdi generate``'s, made from the jit edits of each device."""
-    from nvhook.edits import Host, plan
     from nvhook.mock import load_profile
+    from nvhook.planner import Host, plan
     from nvhook.requests.parse import parse_requests
     from nvhook.requests.policy import Policy
 

@@ -23,7 +23,7 @@ Modes (``runtime.mode``):
   the spec is stale (the driver was upgraded since it was written), and the error names
   the spec and the command that rewrites it (:mod:`nvhook.cdihints`), where runc would
   fail on the mount with a message naming neither;
-- ``jit``: the host is discovered directly (:mod:`nvhook.edits`);
+- ``jit``: the host is discovered directly (:mod:`nvhook.planner`);
 - ``auto`` (default): ``cdi`` when every requested device is a qualified CDI
   name (annotations always are), else ``jit``.
 """
@@ -42,7 +42,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from nvhook.edits import Plan
+    from nvhook.planner import Plan
     from nvhook.requests.requirements import Requirement
     from nvhook.settings import Settings
     from oci.argv import RuntimeArgs
@@ -211,7 +211,7 @@ def decide_spec(spec: dict[str, Any], settings: Settings, *, bundle: str = "") -
                 names = cdi_names(requests, settings.cdi_default_kind)
                 edits = _resolve_cdi(names, settings, warnings)
             else:
-                from nvhook.edits import Host, plan
+                from nvhook.planner import Host, plan
 
                 host = Host.from_settings(settings)
                 if requests.requirements and not requests.disable_require:

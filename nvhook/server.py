@@ -8,7 +8,7 @@ and, for each connection, **forks** a child that runs :func:`nvhook.shim.handle`
 very code the Python shim runs, with the caller's argv, environment, working directory,
 umask and standard streams. The parent never reads a request: it accepts, checks that
 its own code is still the code on disk, and forks. The native front-end
-(``nvhook/frontend/nvhook-runtime.c``) is its only client: it sends the calls it would
+(``nvhook/native/nvhook-runtime.c``) is its only client: it sends the calls it would
 hand to the Python shim, and execs the runtime the reply names itself (containerd waits
 on its pid, runc inherits its stdio), or exits with the code. Anything that goes wrong
 before the reply makes the front-end exec the Python shim with the call unchanged.
@@ -115,9 +115,9 @@ PRELOAD = (
     "nvhook.discover.libraries",
     "nvhook.discover.nodes",
     "nvhook.discover.root",
-    "nvhook.edits",
+    "nvhook.planner",
     "nvhook.errors",
-    "nvhook.frontend",
+    "nvhook.native",
     "nvhook.hook.create_symlinks",
     "nvhook.hook.update_ldcache",
     "nvhook.legacyhook",

@@ -299,7 +299,7 @@ def _frontend_data(
     warnings: list[str] | None,
 ) -> None:
     """Keep the native front-end's data for these settings (one ``stat`` when it is there)."""
-    from nvhook.frontend import ensure_data
+    from nvhook.native import ensure_data
 
     ensure_data(path, st, settings, cache_dir or cache_directory(), warnings)
 

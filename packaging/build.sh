@@ -74,7 +74,7 @@ find_nfpm() {
 }
 
 # frontend MACHINE STAGE: compile nvhook-runtime's native front-end and the native nvhook-hook
-# (nvhook/frontend, libc only) for MACHINE into STAGE and list them in STAGE's nfpm.yaml as
+# (nvhook/native, libc only) for MACHINE into STAGE and list them in STAGE's nfpm.yaml as
 # /usr/lib/nvhook/nvhook-runtime and /usr/lib/nvhook/nvhook-hook (setup installs each in front
 # of its Python launcher, /opt/nvhook/bin/NAME.py, whose path is compiled in), when a C
 # compiler for MACHINE is here: cc for this machine, MACHINE-linux-gnu-gcc for
@@ -103,7 +103,7 @@ frontend() {
             # shellcheck disable=SC2086 # $static: one flag or none
             if "${cc[@]}" -std=c11 -O2 -s $static -Wall -Wextra -Werror \
                 -DNVHOOK_LAUNCHER="\"/opt/nvhook/bin/$name.py\"" \
-                -o "$stage/$name" "$ROOT/nvhook/frontend/$name.c" 2>"$stage/cc.log"; then
+                -o "$stage/$name" "$ROOT/nvhook/native/$name.c" 2>"$stage/cc.log"; then
                 rm -f "$stage/cc.log"
                 printf '%s\n' "  - src: ./$name" "    dst: /usr/lib/nvhook/$name" \
                     "    file_info:" "      mode: 0755" >>"$stage/nfpm.yaml"
@@ -111,7 +111,7 @@ frontend() {
                 break
             fi
         done
-        [[ -n "$built" ]] || die "${cc[*]} cannot compile nvhook/frontend/$name.c: $(cat "$stage/cc.log")"
+        [[ -n "$built" ]] || die "${cc[*]} cannot compile nvhook/native/$name.c: $(cat "$stage/cc.log")"
     done
 }
 

@@ -57,7 +57,7 @@ def python_hook_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def native_hook_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The native ``nvhook-hook`` (nvhook/frontend/nvhook-hook.c), built fresh with ASan and
+    """The native ``nvhook-hook`` (nvhook/native/nvhook-hook.c), built fresh with ASan and
     UBSan, handing over to the Python launcher; skipped without a C compiler."""
     from tests.support.native import build_native_hook
 

@@ -78,7 +78,7 @@ class Golden:
         """A spec directory holding what ``nvhook cdi generate`` writes for the mock."""
         key = (profile, capabilities)
         if key not in self._cdi:
-            from nvhook.edits import Host
+            from nvhook.planner import Host
             from nvhook.tools.generate import generate_spec
             from oci.cdi.write import write_spec
 
@@ -182,7 +182,7 @@ def _run_jit(
 def _run_generate(
     case_dir: Path, case: dict[str, Any], base: None, golden: Golden
 ) -> dict[str, Any]:
-    from nvhook.edits import Host
+    from nvhook.planner import Host
     from nvhook.tools.generate import generate_spec
     from oci.cdi.write import dump_spec
 

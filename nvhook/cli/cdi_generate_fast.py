@@ -182,7 +182,7 @@ def check(params: dict[str, Any]) -> Job:
 
 def run(job: Job) -> str | None:
     """Generate and write the spec; the summary line for stderr (None: written to stdout)."""
-    from nvhook.edits import Host
+    from nvhook.planner import Host
     from nvhook.tools.generate import generate_spec, summary
     from oci.cdi.version import minimum_version
     from oci.cdi.write import Format, dump_spec, write_spec

@@ -56,7 +56,7 @@ def device_plugin(
         click.echo(f"{check_file}: valid device plugin configuration")
         return
     from nvhook.deviceplugin.plugin import DevicePlugin
-    from nvhook.edits import Host
+    from nvhook.planner import Host
     from nvhook.settings import load_settings
 
     config = load_config(config_file)

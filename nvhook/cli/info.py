@@ -20,8 +20,8 @@ def info(root: str, driver_root: str | None, dev_root: str | None, as_json: bool
 
     Exits 6, with one line on stderr saying what to do, when the driver is not loaded or
     no GPU is usable (the report is printed all the same)."""
-    from nvhook.edits import Host
     from nvhook.errors import DriverError
+    from nvhook.planner import Host
     from nvhook.tools.info import host_info, render_text
 
     data = host_info(Host(root=root, driver_root=driver_root or "", dev_root=dev_root or ""))

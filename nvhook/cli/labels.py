@@ -36,7 +36,7 @@ def labels(
     Node Feature Discovery's local feature files."""
     from nvhook.deviceplugin.config import load_config
     from nvhook.deviceplugin.labels import labels_text, node_labels, read_node, write_feature_file
-    from nvhook.edits import Host
+    from nvhook.planner import Host
 
     config = load_config(config_file)
     host = Host(root=root, driver_root=driver_root or "", dev_root=dev_root or "")

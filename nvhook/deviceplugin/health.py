@@ -16,7 +16,7 @@ from nvhook.errors import DriverError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nvhook.edits import Host
+    from nvhook.planner import Host
 
 __all__ = ["probe"]
 
@@ -24,7 +24,7 @@ __all__ = ["probe"]
 def probe(host: Host, gpus: Sequence[tuple[str, str]]) -> dict[str, str]:
     """The unhealthy GPUs among ``gpus`` ((UUID, ``/proc`` bus id) pairs): UUID → why."""
     from nvhook.devices.nvml import open_nvml
-    from nvhook.edits import nvml_library_dir
+    from nvhook.planner import nvml_library_dir
 
     problems: dict[str, str] = {}
     proc = os.path.join(host.root, "proc/driver/nvidia/gpus")

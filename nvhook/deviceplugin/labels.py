@@ -37,7 +37,7 @@ from nvhook.errors import WorkdirError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.devices.nvml import DriverInfo, GpuInfo, MigInfo
-    from nvhook.edits import Host
+    from nvhook.planner import Host
 
 __all__ = [
     "FEATURE_FILE",
@@ -78,7 +78,7 @@ def product(name: str) -> str:
 def read_node(host: Host) -> tuple[DriverInfo, tuple[GpuInfo, ...]]:
     """The driver and the GPUs, as NVML (from the host's driver root) reports them."""
     from nvhook.devices.nvml import open_nvml
-    from nvhook.edits import nvml_library_dir
+    from nvhook.planner import nvml_library_dir
 
     with open_nvml(nvml_library_dir(host.driver_root)) as nvml:
         return nvml.driver(), nvml.gpus()

@@ -37,7 +37,7 @@ from nvhook.errors import DriverError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.devices.nvml import GpuInfo
-    from nvhook.edits import Host
+    from nvhook.planner import Host
 
 __all__ = ["DEFAULT_DIRECTORY", "KUBELET_SOCKET", "DevicePlugin", "read_gpus"]
 
@@ -49,7 +49,7 @@ _TICK = 0.2  # seconds between checks of kubelet's socket
 def read_gpus(host: Host) -> tuple[GpuInfo, ...]:
     """The host's GPUs as NVML (from the driver root) lists them."""
     from nvhook.devices.nvml import open_nvml
-    from nvhook.edits import nvml_library_dir
+    from nvhook.planner import nvml_library_dir
 
     with open_nvml(nvml_library_dir(host.driver_root)) as nvml:
         return nvml.gpus()

@@ -27,7 +27,7 @@ from nvhook.errors import DriverError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.devices.nvml import GpuInfo, GpuTopology
-    from nvhook.edits import Host
+    from nvhook.planner import Host
 
 __all__ = ["ANCESTOR_LEVELS", "build_topology", "read_numa_node", "read_topology"]
 
@@ -105,7 +105,7 @@ def read_topology(host: Host, gpus: Sequence[GpuInfo]) -> Topology:
     """The topology of ``gpus`` (NVML index order) on ``host``, from NVML (loaded from the
     driver root) and sysfs; raises :class:`~nvhook.errors.DriverError` when NVML fails."""
     from nvhook.devices.nvml import open_nvml
-    from nvhook.edits import nvml_library_dir
+    from nvhook.planner import nvml_library_dir
 
     with open_nvml(nvml_library_dir(host.driver_root)) as nvml:
         answers = nvml.topology()

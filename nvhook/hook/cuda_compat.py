@@ -27,7 +27,7 @@ module's is dropped):
 
 The CUDA version the container then gets is the note's, else the one NVIDIA's CUDA
 release notes give the branch (:data:`CUDA_BY_BRANCH`, "CUDA Toolkit and Corresponding
-Driver Versions"), else unknown; :mod:`nvhook.edits` checks ``NVIDIA_REQUIRE_CUDA`` against
+Driver Versions"), else unknown; :mod:`nvhook.planner` checks ``NVIDIA_REQUIRE_CUDA`` against
 it. A container that sets :data:`~nvhook.constants.ENV_DISABLE_CUDA_COMPAT` to true, or a
 node with ``hook.cuda_compat = false``, keeps the host's ``libcuda``.
 

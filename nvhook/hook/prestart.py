@@ -95,7 +95,7 @@ def prestart(state: State, *, log: Callable[[str], None]) -> bool:
 
     environ = container_env(spec)
     steps = [_hook_step(hook, settings.hook_ldconfig, environ) for hook in edits.hooks]
-    from nvhook.edits import INJECTED_ENV  # "served": a process's env cannot change now
+    from nvhook.planner import INJECTED_ENV  # "served": a process's env cannot change now
 
     env = added_entries(spec.get("process", {}).get("env"), result.get("process", {}).get("env"))
     if [e for e in env if e != INJECTED_ENV]:

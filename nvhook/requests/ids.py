@@ -1,7 +1,7 @@
 """The values of a container's request: device ids, the device request, provenance, Requests.
 
 :mod:`nvhook.requests.parse` builds them from a ``config.json``; the device resolvers
-(:mod:`nvhook.devices.gpus`), the edits (:mod:`nvhook.edits`) and ``nvhook explain`` read
+(:mod:`nvhook.devices.gpus`), the edits (:mod:`nvhook.planner`) and ``nvhook explain`` read
 them.
 
 - A device id is one item of a device list: :class:`Index` (``0``), :class:`Uuid`

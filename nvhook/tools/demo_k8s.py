@@ -58,7 +58,7 @@ def run_kubernetes_demo(workdir: str, echo: Callable[[str], None]) -> int:
     from nvhook.deviceplugin.plugin import DevicePlugin
     from nvhook.deviceplugin.resources import GPU_RESOURCE
     from nvhook.deviceplugin.server import Kubelet, create_container_config
-    from nvhook.edits import Host
+    from nvhook.planner import Host
     from nvhook.tools import demo
     from nvhook.tools.demo import explain_bundle, mock_host
     from nvhook.tools.generate import generate_spec

@@ -14,7 +14,7 @@ shebang), so ``nvhook install-entrypoints`` writes them, next to the
 interpreter by default; ``./dev setup`` and the node installer run it.
 
 Where a C compiler exists, ``nvhook-runtime`` is the native front-end instead
-(:mod:`nvhook.frontend`, issue 16): it runs the calls that ask for nothing without
+(:mod:`nvhook.native`, issue 16): it runs the calls that ask for nothing without
 starting Python and hands every other call to the Python launcher, written as
 ``nvhook-runtime.py`` beside it (which tells the shim that ``nvhook-runtime`` is
 itself, so that the shim never picks it as the low-level runtime). ``nvhook-shim-server``
@@ -24,7 +24,7 @@ chooses: ``"auto"`` (build it when a compiler works, else the Python launcher as
 ``nvhook-runtime``), ``"off"``, or the path of one built beforehand for this
 directory (the packages ship it compiled).
 
-``nvhook-hook`` is native the same way (``nvhook/frontend/nvhook-hook.c``, issue 16 item
+``nvhook-hook`` is native the same way (``nvhook/native/nvhook-hook.c``, issue 16 item
 3): it does the common ``create-container`` call itself and hands every other call, argv
 and stdin unchanged, to the Python hook written as ``nvhook-hook.py`` beside it. With a
 prebuilt front-end, the prebuilt hook is the ``nvhook-hook`` beside it (when there is one).
@@ -214,7 +214,7 @@ def _frontend(target: Path, path: Path, frontend: str) -> Path | None:
     None when there is none (``frontend`` "off", or no compiler)."""
     import shutil
 
-    from nvhook.frontend import HOOK_SOURCE, SOURCE, build
+    from nvhook.native import HOOK_SOURCE, SOURCE, build
 
     if frontend == "off":
         return None

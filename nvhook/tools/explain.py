@@ -33,7 +33,7 @@ from oci.errors import Error
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.create import Decision
-    from nvhook.edits import Plan
+    from nvhook.planner import Plan
     from nvhook.requests.ids import Requests
     from nvhook.requests.policy import Policy
     from nvhook.settings import Settings
@@ -116,7 +116,7 @@ def describe(
             out["missing_files"] = {k: list(v) for k, v in files.missing.items()}
     if decision.edits is not None:
         out["edits"] = _edits(decision.edits)
-        from nvhook.edits import INJECTED_ENV
+        from nvhook.planner import INJECTED_ENV
 
         if INJECTED_ENV in decision.edits.env:
             out["after_injection"] = (

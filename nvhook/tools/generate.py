@@ -11,8 +11,8 @@ one CDI kind and spec file each; ``gpu`` (the default) is ``<vendor>/<class>``:
   (``gpu0``, ``mig0:1``); the default is ``index`` and ``uuid``, the names the shim's cdi
   mode asks for. MIG UUIDs only NVML knows, so generate resolves through NVML (loaded from
   the driver root) when a GPU has MIG devices and ``uuid`` names are asked for
-  (:func:`nvhook.edits.nvml_mig_view`: the few calls that name them, without ``pynvml``), or
-  through :func:`nvhook.edits.nvml_view` when ``host.resolver`` is ``nvml``; otherwise ``/proc``
+  (:func:`nvhook.planner.nvml_mig_view`: the few calls that name them, without ``pynvml``), or
+  through :func:`nvhook.planner.nvml_view` when ``host.resolver`` is ``nvml``; otherwise ``/proc``
   gives the same GPUs (indices, UUIDs, minors, MIG access nodes) without loading NVML;
 - **per-device edits** are the device's nodes and nothing else: ``/dev/nvidia<minor>``
   (the driver's minor, not the index), for a MIG device also its parent's node and
@@ -24,7 +24,7 @@ one CDI kind and spec file each; ``gpu`` (the default) is ``<vendor>/<class>``:
   nodes, the driver files of the chosen capabilities, the ``create-container`` hook
   (links, then the ld cache), and ``NVIDIA_VISIBLE_DEVICES=void`` (a second injector then
   adds nothing): exactly what jit mode injects for ``NVIDIA_VISIBLE_DEVICES=none``
-  (:func:`nvhook.edits.plan` computes them, so the two modes cannot drift apart); with
+  (:func:`nvhook.planner.plan` computes them, so the two modes cannot drift apart); with
   graphics or display the hook carries the DRI ``by-path`` links of every GPU as
   ``--device-link``s, and makes only those whose node the container has, so the links
   follow the devices without a second hook process per device (NVIDIA puts a
@@ -94,8 +94,8 @@ from nvhook.discover.nodes import (
     nvswitch_nodes,
     with_host_access,
 )
-from nvhook.edits import GRAPHICS_CAPABILITIES, Host, nvml_mig_view, nvml_view, plan
 from nvhook.errors import DriverError, RequestError
+from nvhook.planner import GRAPHICS_CAPABILITIES, Host, nvml_mig_view, nvml_view, plan
 from nvhook.requests.ids import All, NoGpus, Requests
 from nvhook.requests.policy import canonical_capabilities
 from oci._frozen import Frozen

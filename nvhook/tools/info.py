@@ -40,8 +40,8 @@ from nvhook.devices.procfs import ProcDriver, read_driver, read_mig_minors
 from nvhook.discover import discover_driver_files
 from nvhook.discover.catalog import HOST_SPECIFIC
 from nvhook.discover.nodes import imex_nodes, nvswitch_nodes
-from nvhook.edits import Host, nvml_library_dir
 from nvhook.errors import DriverError
+from nvhook.planner import Host, nvml_library_dir
 
 __all__ = ["host_info", "render_text"]
 

@@ -146,7 +146,7 @@ def injected_hooks(
 
 def python_launcher(hook: str) -> str:
     """The Python launcher of the hook program ``hook``: itself, or the ``nvhook-hook.py``
-    beside it when ``hook`` is the native hook (nvhook/frontend/nvhook-hook.c)."""
+    beside it when ``hook`` is the native hook (nvhook/native/nvhook-hook.c)."""
     with open(hook, "rb") as f:
         native = f.read(4) == b"\x7fELF"
     return f"{hook}.py" if native else hook

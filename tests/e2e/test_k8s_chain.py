@@ -29,8 +29,8 @@ from nvhook.cri.client import CriClient
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_config
-from nvhook.edits import Host
 from nvhook.mock import Profile
+from nvhook.planner import Host
 from tests.e2e.conftest import Shim, parse_probe
 from tests.e2e.test_cri import containerd_with_nvidia, run_pod
 from tests.support.containers import Containerd, unique_id

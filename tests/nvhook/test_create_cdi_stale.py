@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.edits import Host
+from nvhook.planner import Host
 from nvhook.tools.generate import generate_spec
 from oci.cdi.write import write_spec
 from oci.errors import ExitCode

@@ -1,4 +1,4 @@
-"""The native front-end (nvhook/frontend): it execs the runtime only where the shim would.
+"""The native front-end (nvhook/native): it execs the runtime only where the shim would.
 
 The front-end is built here with the sanitizers (``-fsanitize=address,undefined``) and a
 stand-in Python launcher; both the stand-in launcher and the stand-in runtime record their
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from nvhook.errors import NvhookError
-from nvhook.frontend import SOURCE, build, data_name
 from nvhook.legacyhook import LEGACY_HOOK
+from nvhook.native import SOURCE, build, data_name
 from nvhook.requests.parse import parse_requests
 from nvhook.requests.policy import Policy
 from nvhook.settings import load_settings

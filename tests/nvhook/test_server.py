@@ -637,7 +637,7 @@ def test_preload_holds_every_module_a_create_imports(
             b = probe.bundle(f"b{n}{m}", config)
             seen |= set(probe.modules_at_exec("create", "--bundle", str(b), "c1"))
     ours = {m for m in seen if m.split(".")[0] in ("oci", "nvhook")}
-    assert "nvhook.edits" in ours and "oci.cdi.registry" in ours
+    assert "nvhook.planner" in ours and "oci.cdi.registry" in ours
     missing = [
         m for m in ours if m not in PRELOAD and not any(p.startswith(m + ".") for p in PRELOAD)
     ]

@@ -124,4 +124,4 @@ def test_create_with_gpus_imports_no_heavy_library(
     assert (second / "config.json").read_bytes() != config
     for name in HEAVY:
         assert not loaded(name, modules), f"create with GPUs imported {loaded(name, modules)}"
-    assert "nvhook.edits" in modules
+    assert "nvhook.planner" in modules

@@ -1,4 +1,4 @@
-"""nvhook's native programs (nvhook/frontend/*.c) built for tests: ASan and UBSan, any
+"""nvhook's native programs (nvhook/native/*.c) built for tests: ASan and UBSan, any
 report fatal, handing over to a given launcher."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.frontend import HOOK_SOURCE
+from nvhook.native import HOOK_SOURCE
 
 
 def require_cc() -> str:

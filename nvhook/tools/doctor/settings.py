@@ -101,7 +101,7 @@ def launcher_problem(path: str, root: str) -> str | None:
     except OSError as e:
         return f"{path}: cannot read: {e.strerror}"
     if first.startswith("\x7fELF") and os.path.basename(path) in ("nvhook-runtime", "nvhook-hook"):
-        # the native front-end or hook (nvhook.frontend): what counts is the launcher it
+        # the native front-end or hook (nvhook.native): what counts is the launcher it
         # hands over to
         return launcher_problem(path + ".py", root)
     if not first.startswith("#!"):

@@ -13,7 +13,7 @@ import yaml
 
 from nvhook.cli import main
 from nvhook.cli.cdi_generate import _output_and_format
-from nvhook.edits import Host
+from nvhook.planner import Host
 from nvhook.tools.generate import generate_spec
 from oci.cdi.write import dump_spec
 

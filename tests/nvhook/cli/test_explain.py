@@ -12,7 +12,7 @@ import pytest
 
 from nvhook.cli import main
 from nvhook.discover.hooks import default_hook_path
-from nvhook.edits import Host
+from nvhook.planner import Host
 from nvhook.settings import defaults
 from nvhook.tools.explain import explain, render_text
 from nvhook.tools.generate import generate_spec

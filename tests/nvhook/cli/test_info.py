@@ -11,8 +11,8 @@ import pytest
 
 from nvhook.cli import main
 from nvhook.constants import ALL_CAPABILITIES
-from nvhook.edits import Host
 from nvhook.mock import compiled, lib_dirs, list_profiles, load_profile
+from nvhook.planner import Host
 from nvhook.tools.info import host_info, render_text
 
 

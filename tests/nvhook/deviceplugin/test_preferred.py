@@ -22,7 +22,7 @@ import pytest
 from nvhook.deviceplugin.model import Device, PluginConfig, Resource, TimeSlicedResource
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.preferred import LEVELS, Topology, preferred
-from nvhook.edits import Host
+from nvhook.planner import Host
 
 DATA = Path(__file__).parents[2] / "data" / "preferred"
 CASES = sorted(p.name for p in DATA.iterdir() if (p / "case.toml").is_file())

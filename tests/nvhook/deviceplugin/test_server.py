@@ -16,8 +16,8 @@ import pytest
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet, PluginClient
-from nvhook.edits import Host
 from nvhook.mock import load_profile
+from nvhook.planner import Host
 
 DGX = load_profile("dgx-a100")
 UUIDS = [g.uuid for g in DGX.gpus]

@@ -13,8 +13,8 @@ from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.preferred import LEVELS
 from nvhook.deviceplugin.topology import build_topology, read_numa_node, read_topology
 from nvhook.devices.nvml import GpuTopology, NvLink
-from nvhook.edits import Host
 from nvhook.errors import DriverError
+from nvhook.planner import Host
 from tests.nvhook.deviceplugin.conftest import gpu
 
 NV, SW, HB, NODE, SYS = (

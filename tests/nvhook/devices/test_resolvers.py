@@ -22,10 +22,10 @@ from nvhook.devices.gpus import (
 from nvhook.devices.nvml_ctypes import mig_ids
 from nvhook.devices.procfs import read_driver, read_mig_minors
 from nvhook.discover.nodes import gpu_nodes
-from nvhook.edits import Host, nvml_view
 from nvhook.errors import UnknownDeviceError
 from nvhook.mock import compiled, list_profiles, load_profile
 from nvhook.mock.layout import LIB_DIR
+from nvhook.planner import Host, nvml_view
 from nvhook.requests.ids import All, DeviceRequest, Devices, NoGpus
 from nvhook.requests.parse import parse_device_list
 

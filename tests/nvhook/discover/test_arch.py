@@ -11,9 +11,9 @@ from nvhook.discover import DEFAULT_SEARCH_PATHS, discover_driver_files
 from nvhook.discover.arch import driver_arch, machine_arch, normalize_arch
 from nvhook.discover.ldsocache import read_ld_cache
 from nvhook.discover.root import Root
-from nvhook.edits import nvml_library_dir
 from nvhook.errors import DriverError
 from nvhook.mock import elfgen, ldcache
+from nvhook.planner import nvml_library_dir
 
 V = "550.90.07"
 ARM = "/usr/lib/aarch64-linux-gnu"

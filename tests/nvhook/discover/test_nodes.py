@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.discover.nodes import feature_nodes
-from nvhook.edits import Host, plan
+from nvhook.planner import Host, plan
 from nvhook.requests.parse import parse_requests
 from nvhook.requests.policy import Policy
 

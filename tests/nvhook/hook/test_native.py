@@ -1,4 +1,4 @@
-"""The native ``nvhook-hook`` (nvhook/frontend/nvhook-hook.c) does what the Python hook does.
+"""The native ``nvhook-hook`` (nvhook/native/nvhook-hook.c) does what the Python hook does.
 
 Every other hook test runs against both programs (the ``hook_bin`` fixture). These compare
 them directly: the same call on two identical rootfs trees, one through the Python launcher

@@ -17,7 +17,7 @@ import pytest
 
 from nvhook.cli import main
 from nvhook.discover.hooks import default_hook_path
-from nvhook.edits import Host
+from nvhook.planner import Host
 from nvhook.tools.cdicheck import (
     Finding,
     check_specs,

@@ -14,10 +14,10 @@ import pytest
 from nvhook.create import decide_spec
 from nvhook.discover.hooks import validate_injected_hook
 from nvhook.discover.nodes import with_host_access
-from nvhook.edits import Host
 from nvhook.errors import DriverError, RequestError
 from nvhook.mock import compiled, list_profiles, load_profile
 from nvhook.mock.model import mig_caps_minor
+from nvhook.planner import Host
 from nvhook.settings import Settings, defaults
 from nvhook.tools.generate import DEFAULT_CAPABILITIES, device_names, generate_spec
 from oci.cdi.apply import apply

@@ -12,7 +12,7 @@
  *     strings the Python side wrote for it (request variables, annotation prefixes,
  *     ...) and no JSON escape that could spell one (\u, \/);
  *   - the data file the Python side wrote into the cache directory
- *     (nvhook/frontend/__init__.py: root-owned 0600, in a directory only root can write)
+ *     (nvhook/native/__init__.py: root-owned 0600, in a directory only root can write)
  *     describes the settings file as it is now (path, dev, inode, size, mtime ns) and
  *     does not say "handover" (debug logging, a policy the shim would refuse, ...);
  *   - the runtime is found as nvhook.shim.find_runtime finds it, from the candidates in
