@@ -37,10 +37,13 @@ __all__ = [
     "ENV_REQUIRE_IGNORED",
     "ENV_REQUIRE_PREFIX",
     "ENV_VISIBLE_DEVICES",
+    "FALLBACK_RUNTIMES",
     "FEATURE_DISABLED",
     "FEATURE_ENABLED",
+    "HOOK_PROGRAM",
     "MAX_ENV_VALUE_CHARS",
     "REQUIREMENT_KEYS",
+    "VERSION",
 ]
 
 # --- process.env -------------------------------------------------------------------------
@@ -135,3 +138,12 @@ CDI_OUTPUT = "/var/run/cdi/nvidia.json"
 
 #: A container is privileged when this is in ``process.capabilities.bounding``.
 CAP_SYS_ADMIN = "CAP_SYS_ADMIN"
+
+#: nvhook's version, as in pyproject.toml (a test keeps them equal): printed by
+#: ``nvhook-runtime --version`` without importing importlib.metadata on every call.
+VERSION = "0.1.0"
+#: Where runc lives on Debian/Ubuntu and most distributions, tried after the runtimes of
+#: ``runtime.runtimes`` (the shim's exec, and the native front-end's data file).
+FALLBACK_RUNTIMES = ("/usr/sbin/runc", "/usr/bin/runc")
+#: The hook program's name: ``args[0]`` of every hook nvhook injects, and its launcher's.
+HOOK_PROGRAM = "nvhook-hook"

@@ -215,10 +215,11 @@ def decide_spec(spec: dict[str, Any], settings: Settings, *, bundle: str = "") -
 
                 host = Host.from_settings(settings)
                 if requests.requirements and not requests.disable_require:
-                    from nvhook.hook import container_env  # the compat libcuda's CUDA counts
+                    # the compat libcuda's CUDA counts
+                    from nvhook.rootfs.spec import container_env, rootfs_path
 
                     env = container_env(spec)
-                    planned = plan(requests, host, rootfs=_rootfs(spec, bundle), env=env)
+                    planned = plan(requests, host, rootfs=rootfs_path(spec, bundle), env=env)
                 else:
                     planned = plan(requests, host)
                 edits = planned.edits
@@ -242,17 +243,6 @@ def decide_spec(spec: dict[str, Any], settings: Settings, *, bundle: str = "") -
         error,
         tuple(warnings),
     )
-
-
-def _rootfs(spec: dict[str, Any], bundle: str) -> str | None:
-    """The container's rootfs (``root.path``, relative to the bundle), None when unknown."""
-    import os
-
-    root = spec.get("root")
-    path = root.get("path") if isinstance(root, dict) else None
-    if not isinstance(path, str) or not path or not (bundle or os.path.isabs(path)):
-        return None
-    return path if os.path.isabs(path) else os.path.join(bundle, path)
 
 
 def _resolve_cdi(names: tuple[str, ...], settings: Settings, warnings: list[str]) -> Edits:

@@ -19,6 +19,7 @@ Hierarchy (the root, :class:`oci.errors.Error`, is shared with the ``oci`` error
         ├── ContainerEngineError  a private containerd, its CRI or an image tool (umoci,
         │                      skopeo) that the demo drives failed
         ├── HookError          a hook refused to act (path escaping the rootfs, conflicting link)
+        │   └── UsageError     a hook's command line cannot be understood (exit 2)
         └── EngineConfigError  an engine's config file (containerd, Docker, CRI-O, podman) is
             │                  invalid or unsupported: `nvhook runtime configure` changed nothing
             └── EngineWriteError   a config file, drop-in or backup cannot be written or restored
@@ -43,6 +44,7 @@ __all__ = [
     "RuntimeNotFound",
     "UnknownDeviceError",
     "UnknownProfileError",
+    "UsageError",
     "WorkdirError",
 ]
 
@@ -93,6 +95,12 @@ class ContainerEngineError(NvhookError):
 
 class HookError(NvhookError):
     exit_code = ExitCode.HOOK
+
+
+class UsageError(HookError):
+    """A hook's command line cannot be understood (exit code 2)."""
+
+    exit_code = ExitCode.USAGE
 
 
 class EngineConfigError(NvhookError):

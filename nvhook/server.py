@@ -4,7 +4,7 @@ CPython's start and the shim's imports cost more than issue 16's 12 ms budget fo
 ``create`` with a GPU, whatever the shim does. This server imports the start path's
 modules once (:data:`PRELOAD`), listens on a unix socket (:data:`SOCKET_NAME` in the
 cache directory: ``/run/nvhook/shim.sock`` by default, a directory only root may write)
-and, for each connection, **forks** a child that runs :func:`nvhook.shim.handle`, the
+and, for each connection, **forks** a child that runs :func:`nvhook.call.handle`, the
 very code the Python shim runs, with the caller's argv, environment, working directory,
 umask and standard streams. The parent never reads a request: it accepts, checks that
 its own code is still the code on disk, and forks. The native front-end
@@ -100,6 +100,7 @@ _HEADER = struct.Struct("<4sI")
 #: The modules a create imports (jit and cdi, errors included), imported before forking:
 #: a child then imports nothing (tests/nvhook/test_server.py checks the list).
 PRELOAD = (
+    "nvhook.call",
     "nvhook.cdihints",
     "nvhook.constants",
     "nvhook.create",
@@ -115,18 +116,17 @@ PRELOAD = (
     "nvhook.discover.libraries",
     "nvhook.discover.nodes",
     "nvhook.discover.root",
-    "nvhook.planner",
     "nvhook.errors",
-    "nvhook.native",
     "nvhook.hook.create_symlinks",
     "nvhook.hook.update_ldcache",
     "nvhook.legacyhook",
+    "nvhook.native",
+    "nvhook.planner",
     "nvhook.requests.ids",
     "nvhook.requests.parse",
     "nvhook.requests.policy",
     "nvhook.requests.requirements",
     "nvhook.settings",
-    "nvhook.shim",
     "oci._cache",
     "oci._frozen",
     "oci.argv",
@@ -317,14 +317,14 @@ def _become(request: Request, fds: list[int], pid: int) -> None:
             os.environ[name] = value
     sys.argv = [request.program, *request.argv]
     _streams()
-    import nvhook.shim
+    import nvhook.call
 
-    nvhook.shim._caller_pid = pid
+    nvhook.call._caller_pid = pid
 
 
 def _run(argv: Sequence[str]) -> bytes:
-    """:func:`nvhook.shim.handle` as the Python shim runs it; the reply's body."""
-    from nvhook.shim import handle
+    """:func:`nvhook.call.handle` as the Python shim runs it; the reply's body."""
+    from nvhook.call import handle
 
     try:
         step = handle(argv)

@@ -39,7 +39,11 @@ from oci._frozen import Frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, NoReturn
+
+    #: ``load_settings``'s ``loaded``: (path, its stat or None, the settings, the cache dir).
+    Loaded = Callable[[str, os.stat_result | None, "Settings", str], None]
 
 __all__ = [
     "CACHE_ENV",
@@ -253,12 +257,19 @@ def cache_directory() -> str:
 
 
 def load_settings(
-    path: str | None = None, *, cache_dir: str | None = None, warnings: list[str] | None = None
+    path: str | None = None,
+    *,
+    cache_dir: str | None = None,
+    warnings: list[str] | None = None,
+    loaded: Loaded | None = None,
 ) -> Settings:
     """The settings: defaults overlaid with the config file, validated (cached by file identity).
 
     The cache goes to ``cache_dir``, else :func:`cache_directory`; a refused cache
-    directory is appended to ``warnings`` (the shim logs it).
+    directory is appended to ``warnings`` (the shim logs it). Loading writes nothing but
+    that cache; ``loaded``, when given, is called once the settings are known, with the
+    file's path, its ``stat`` (None: absent), the settings and the cache directory (the
+    runtime call keeps the native front-end's data file this way: :mod:`nvhook.call`).
     """
     explicit = path is not None
     if path is None:
@@ -268,7 +279,8 @@ def load_settings(
     except FileNotFoundError:
         if explicit:
             _fail(f"{path}: configuration file not found (named by ${CONFIG_ENV})")
-        _frontend_data(path, None, defaults(), cache_dir, warnings)
+        if loaded is not None:
+            loaded(path, None, defaults(), cache_dir or cache_directory())
         return defaults()
     except OSError as e:
         _fail(f"{path}: cannot read configuration file: {e.strerror}")
@@ -282,26 +294,15 @@ def load_settings(
     if type(cached) is tuple and len(cached) == 2 and cached[0] == key:
         settings = _checked(cached[1])
         if settings is not None:
-            _frontend_data(path, st, settings, directory, warnings)
+            if loaded is not None:
+                loaded(path, st, settings, directory)
             return settings
     values = _parse(path)
     _cache.store(directory, name, (key, values), warnings)
     settings = Settings(*values)
-    _frontend_data(path, st, settings, directory, warnings)
+    if loaded is not None:
+        loaded(path, st, settings, directory)
     return settings
-
-
-def _frontend_data(
-    path: str,
-    st: os.stat_result | None,
-    settings: Settings,
-    cache_dir: str | None,
-    warnings: list[str] | None,
-) -> None:
-    """Keep the native front-end's data for these settings (one ``stat`` when it is there)."""
-    from nvhook.native import ensure_data
-
-    ensure_data(path, st, settings, cache_dir or cache_directory(), warnings)
 
 
 def defaults() -> Settings:

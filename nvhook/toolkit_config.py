@@ -4,14 +4,14 @@ NVIDIA Container Toolkit's ``nvidia-container-runtime`` reads
 ``/etc/nvidia-container-runtime/config.toml``. :data:`TOOLKIT_KEYS` lists every key of that
 file and says, for each, either which nvhook setting (:data:`nvhook.settings.KEYS`) means
 the same and how the value carries over, or why nvhook has no equivalent.
-:func:`import_toolkit_config` applies that table to one file: every key in it ends up
-either in :attr:`Imported.settings` or in :attr:`Imported.unsupported` with the reason;
-:func:`render_toml` prints the result as an nvhook config file.
+:func:`nvhook.tools.toolkit_import.import_toolkit_config` applies that table to one file.
 
 :func:`toolkit_note` is what the settings loader adds to its error when an unknown key
 in nvhook's config is one of the toolkit's: it runs only on that error path. That is
-why this module is not under ``nvhook/tools/``: the shim reaches it, and the start path
-never reaches the tools (``tests/test_layers.py``).
+why this module holds only the table and that note, and imports nothing of nvhook: the
+settings loader (rank 2 of the start path) reaches it on its error path, so it ranks
+below it (``tests/test_layers.py``), and the importer that needs :data:`nvhook.settings.KEYS`
+is a tool.
 """
 
 from __future__ import annotations
@@ -20,18 +20,15 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nvhook.errors import ConfigError
-from nvhook.settings import KEYS
 from oci._frozen import Frozen
 
 __all__ = [
     "TOOLKIT_KEYS",
     "TOOLKIT_SECTIONS",
-    "Imported",
     "KeyMapping",
-    "import_toolkit_config",
+    "as_is",
+    "flatten",
     "looks_like_toolkit",
-    "render_toml",
     "toolkit_note",
 ]
 
@@ -47,7 +44,8 @@ class KeyMapping(Frozen):
     convert: Convert | None = None  # None: the value as is
 
 
-def _same(value: Any) -> Any:
+def as_is(value: Any) -> Any:
+    """The converter of a key whose value carries over unchanged."""
     return value
 
 
@@ -106,7 +104,7 @@ def _host_ldconfig(value: Any) -> str:
     return value[1:]
 
 
-def _mapped(target: str, convert: Convert = _same, note: str = "") -> KeyMapping:
+def _mapped(target: str, convert: Convert = as_is, note: str = "") -> KeyMapping:
     return KeyMapping(target, note, convert)
 
 
@@ -201,116 +199,16 @@ TOOLKIT_SECTIONS = (
 _TOP_LEVEL = frozenset(k for k in TOOLKIT_KEYS if "." not in k)
 
 
-class Imported(Frozen):
-    """What :func:`import_toolkit_config` made of one file."""
-
-    path: str
-    #: nvhook key -> (value, the toolkit key it came from), in :data:`KEYS` order
-    settings: tuple[tuple[str, Any, str], ...]
-    #: (toolkit key as written, its value, why it is not carried over)
-    unsupported: tuple[tuple[str, Any, str], ...]
-
-
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+def flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """``(dotted key, value)`` for every leaf; a toolkit key's own table is one leaf."""
     out: list[tuple[str, Any]] = []
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, Mapping) and dotted not in TOOLKIT_KEYS:
-            out += _flatten(value, dotted + ".")
+            out += flatten(value, dotted + ".")
         else:
             out.append((dotted, value))
     return out
-
-
-def _check_value(key: str, value: Any) -> str | None:
-    """Why nvhook would refuse ``value`` for ``key`` (its type and allowed values), or None."""
-    _default, kind, allowed, _doc = KEYS[key]
-    if kind == "boolean":
-        return None if isinstance(value, bool) else f"expected true or false, found {value!r}"
-    if kind == "list of strings":
-        ok = isinstance(value, list) and all(isinstance(v, str) and v for v in value)
-        return None if ok else f"expected a list of non-empty strings, found {value!r}"
-    if not isinstance(value, str):
-        return f"expected a string, found {value!r}"
-    if allowed is not None and value not in allowed:
-        return f"{value!r} is not one of {', '.join(allowed)}"
-    if kind == "absolute path or empty" and value and not value.startswith("/"):
-        return f"expected an absolute path, found {value!r}"
-    return None
-
-
-def import_toolkit_config(path: str) -> Imported:
-    """Every key of the toolkit config ``path``: nvhook's setting for it, or why there is none.
-
-    Raises :class:`ConfigError` when the file cannot be read or is not TOML.
-    """
-    import tomllib
-
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: invalid TOML: {e}") from e
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
-    found: dict[str, tuple[Any, str]] = {}
-    unsupported: list[tuple[str, Any, str]] = []
-    for key, value in _flatten(data):
-        mapping = TOOLKIT_KEYS.get(key)
-        if mapping is None:
-            if key.startswith("features."):
-                reason = "a toolkit feature flag; nvhook has no feature flags"
-            else:
-                reason = "not a key of nvidia-container-runtime's config.toml nor of nvhook's"
-            unsupported.append((key, value, reason))
-            continue
-        if mapping.target is None:
-            unsupported.append((key, value, mapping.reason))
-            continue
-        convert = mapping.convert or _same
-        try:
-            converted = convert(value)
-        except ValueError as e:
-            unsupported.append((key, value, str(e)))
-            continue
-        problem = _check_value(mapping.target, converted)
-        if problem is not None:
-            unsupported.append((key, value, f"{mapping.target}: {problem}"))
-            continue
-        found[mapping.target] = (converted, key)
-    settings = tuple((k, *found[k]) for k in KEYS if k in found)
-    return Imported(path=path, settings=settings, unsupported=tuple(unsupported))
-
-
-def _toml_value(value: Any) -> str:
-    import json
-
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ", ".join(json.dumps(v) for v in value) + "]"
-    return json.dumps(value, ensure_ascii=False)
-
-
-def render_toml(imported: Imported) -> str:
-    """An nvhook config file holding ``imported``'s settings, the rest as comments."""
-    lines = [
-        f"# nvhook settings equivalent to {imported.path}",
-        "# (made by `nvhook config import`; nvhook reads /etc/nvhook/config.toml)",
-    ]
-    section = None
-    for key, value, source in imported.settings:
-        table, _, name = key.partition(".")
-        if table != section:
-            lines += ["", f"[{table}]"]
-            section = table
-        lines.append(f"{name} = {_toml_value(value)}  # from {source}")
-    if imported.unsupported:
-        lines += ["", "# Not carried over:"]
-        for key, value, reason in imported.unsupported:
-            lines.append(f"# {key} = {_toml_value(value)}: {reason}")
-    return "\n".join(lines) + "\n"
 
 
 def looks_like_toolkit(data: Mapping[str, Any]) -> bool:
@@ -327,7 +225,7 @@ def toolkit_note(path: str, data: Mapping[str, Any]) -> str:
     if not looks_like_toolkit(data):
         return ""
     pairs = []
-    for key, _value in _flatten(data):
+    for key, _value in flatten(data):
         mapping = TOOLKIT_KEYS.get(key)
         if mapping is not None and mapping.target is not None:
             pairs.append(f"{key} -> {mapping.target}")

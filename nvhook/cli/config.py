@@ -22,6 +22,6 @@ def import_command(file: str) -> None:
     commented out, with the reason nvhook has no equivalent. Review the output, then
     save it as /etc/nvhook/config.toml.
     """
-    from nvhook.toolkit_config import import_toolkit_config, render_toml
+    from nvhook.tools.toolkit_import import import_toolkit_config, render_toml
 
     click.echo(render_toml(import_toolkit_config(file)), nl=False)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import posixpath
 
+from nvhook.constants import HOOK_PROGRAM
 from nvhook.errors import HookError
 from oci.cdi.edits import Hook
 
@@ -46,8 +47,6 @@ __all__ = [
     "validate_injected_hook",
 ]
 
-#: ``args[0]`` of every injected hook.
-HOOK_PROGRAM = "nvhook-hook"
 #: The whole environment of every injected hook: a fixed PATH, nothing from the container.
 HOOK_ENV: tuple[str, ...] = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin",)
 #: The OCI ``timeout`` of every injected hook, in seconds. Above update-ldcache's own 60 s

@@ -3,7 +3,7 @@
 A createContainer hook. For each ``TARGET::LINK``:
 
 - ``LINK`` is an absolute path inside the container; its missing parent directories are
-  created (through :mod:`nvhook.hook.safepath`, so inside the rootfs whatever symlinks
+  created (through :mod:`nvhook.rootfs.safepath`, so inside the rootfs whatever symlinks
   the image has on the way);
 - ``TARGET`` is written verbatim as the link's target, absolute or relative, but a target
   that would resolve outside the rootfs is refused. "Outside" is decided lexically:
@@ -34,7 +34,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from nvhook.hook.safepath import Impl, RootFd
+    from nvhook.rootfs.safepath import Impl, RootFd
 
 __all__ = ["SEPARATOR", "create_symlinks", "parse_link", "target_escapes"]
 
@@ -44,7 +44,7 @@ SEPARATOR = "::"
 
 def parse_link(spec: str) -> tuple[str, str]:
     """``TARGET::LINK`` -> (target, link), checking both."""
-    from nvhook.hook import UsageError
+    from nvhook.errors import UsageError
 
     target, sep, link = spec.partition(SEPARATOR)
     if not sep or not target or not link:
@@ -118,7 +118,7 @@ def create_symlinks(
     """Create each ``(target, link)`` in the container at ``rootfs``, and each of
     ``device_links`` whose target is a character device there; return the links created."""
     try:
-        from nvhook.hook.safepath import open_root  # ctypes: only when a hook runs
+        from nvhook.rootfs.safepath import open_root  # ctypes: only when a hook runs
 
         with open_root(rootfs, impl=impl) as root:
             present = [(t, lk) for t, lk in device_links if _is_device(root, t, lk)]

@@ -16,7 +16,7 @@ module's is dropped):
 
 - the folder is ``/usr/local/cuda/compat``, or the one the image names in
   :data:`~nvhook.constants.ENV_CUDA_COMPAT_DIR` (an absolute path, resolved *inside* the
-  rootfs like every other path, :mod:`nvhook.hook.safepath`);
+  rootfs like every other path, :mod:`nvhook.rootfs.safepath`);
 - it holds exactly one ``libcuda.so.<X.Y[.Z]>`` that is a regular file (a directory, a
   FIFO, a device or a symlink of that name is not a library; two are ambiguous: skipped);
 - when the library carries NVIDIA's ``.note.cuda.fwd_compatibility`` ELF note (JSON:
@@ -47,7 +47,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from nvhook.hook.safepath import RootFd
+    from nvhook.rootfs.safepath import RootFd
 
 __all__ = [
     "CUDA_BY_BRANCH",
@@ -121,7 +121,7 @@ def compat_in(rootfs: str, env: Mapping[str, str], host_driver: str) -> Compat |
     them)."""
     if disabled_by(env):
         return None
-    from nvhook.hook.safepath import open_root
+    from nvhook.rootfs.safepath import open_root
 
     with open_root(rootfs) as root:
         return find_compat(root, compat_dir_of(env), host_driver)

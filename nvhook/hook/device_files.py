@@ -14,7 +14,7 @@ hook; at createContainer it runs in the container's mount namespace before
 
 1. read ``HOSTFILE`` (the host's params, a host path: before ``pivot_root`` the host's tree
    is still this namespace's) and set ``ModifyDeviceFiles: 0`` in it;
-2. resolve ``/proc/driver/nvidia/params`` in the rootfs with :mod:`nvhook.hook.safepath`
+2. resolve ``/proc/driver/nvidia/params`` in the rootfs with :mod:`nvhook.rootfs.safepath`
    (a symlinked ``/proc`` or ``/proc/driver`` stays inside the root, a magic link is
    refused, exit 11) to an ``O_PATH`` fd, which must be a regular file; when it does not
    exist (no driver's procfs in the container) the step says so on stderr and is skipped;
@@ -115,7 +115,7 @@ def disable_device_file_modification(
     """Mount a copy of ``host_params`` with ``ModifyDeviceFiles: 0`` over ``target`` in
     ``rootfs``; False, silently, when the container has no such file."""
     from nvhook.hook.mountns import attach, clone_fd
-    from nvhook.hook.safepath import open_root
+    from nvhook.rootfs.safepath import open_root
 
     data = private_params(_read_host(host_params))
     with open_root(rootfs) as root:

@@ -14,7 +14,7 @@ namespace and inside the rootfs, never in the host's:
    a forked child enters the container's mount namespace
    (``setns(/proc/<pid>/ns/mnt)``; the child is single-threaded, as ``setns`` needs);
 3. there, the rootfs is opened and every target resolved inside it by
-   :mod:`nvhook.hook.safepath` (a symlinked ``/dev`` or library folder stays inside);
+   :mod:`nvhook.rootfs.safepath` (a symlinked ``/dev`` or library folder stays inside);
    device nodes are ``mknodat``-ed in their resolved parent directory, mount points
    created the same way, and each detached mount is attached with
    ``move_mount`` onto the ``O_PATH`` descriptor of its target: no path string is
@@ -331,7 +331,7 @@ def _inside(  # pragma: no cover - runs in the child
 ) -> None:
     # imported on the host's side: after setns, paths are looked up in the container's
     # mount namespace
-    from nvhook.hook.safepath import open_root
+    from nvhook.rootfs.safepath import open_root
 
     try:
         _setns(ns_fd)

@@ -33,7 +33,7 @@ _CLONE_NEWNET = 0x40000000
 
 def check_ifname(name: str, *, what: str = "interface name") -> None:
     """Raise :class:`UsageError` unless ``name`` is a valid Linux interface name."""
-    from nvhook.hook import UsageError
+    from nvhook.errors import UsageError
 
     if (
         not name
@@ -49,7 +49,7 @@ def check_ifname(name: str, *, what: str = "interface name") -> None:
 
 def parse_device(spec: str) -> tuple[str, str]:
     """``HOST=NAME`` -> (host interface, name in the container)."""
-    from nvhook.hook import UsageError
+    from nvhook.errors import UsageError
 
     host, sep, name = spec.partition("=")
     if not sep:
@@ -84,7 +84,7 @@ def _names(ipr: Any) -> set[str]:
 
 def move_devices(pid: int, devices: Sequence[tuple[str, str]]) -> None:
     """Move each ``(host, name)`` into the network namespace of ``pid`` and rename it ``name``."""
-    from nvhook.hook import UsageError
+    from nvhook.errors import UsageError
 
     hosts = [host for host, _ in devices]
     names = [name for _, name in devices]

@@ -91,7 +91,7 @@ def prestart(state: State, *, log: Callable[[str], None]) -> bool:
     if result == spec:
         log(f"{state.bundle}/config.json already carries the edits (nvhook-runtime): nothing to do")
         return False
-    from nvhook.hook import container_env
+    from nvhook.rootfs.spec import container_env, require_rootfs
 
     environ = container_env(spec)
     steps = [_hook_step(hook, settings.hook_ldconfig, environ) for hook in edits.hooks]
@@ -105,7 +105,7 @@ def prestart(state: State, *, log: Callable[[str], None]) -> bool:
         _linux(spec, "resources", "devices"), _linux(result, "resources", "devices")
     )
     mounts = added_entries(spec.get("mounts"), result.get("mounts"))
-    rootfs = _rootfs(spec, state.bundle)
+    rootfs = require_rootfs(spec, state.bundle)
 
     from nvhook.hook.cgroups import allow_devices
     from nvhook.hook.mountns import inject
@@ -120,17 +120,10 @@ def prestart(state: State, *, log: Callable[[str], None]) -> bool:
     return True
 
 
-def _rootfs(spec: dict[str, Any], bundle: str) -> str:
-    root = spec.get("root")
-    path = root.get("path") if isinstance(root, dict) else None
-    if not isinstance(path, str) or not path:
-        raise HookError(f"{bundle}/config.json: root.path is missing")
-    return path if os.path.isabs(path) else os.path.join(bundle, path)
-
-
 def _hook_step(hook: Hook, ldconfig: str, env: Mapping[str, str]) -> Callable[[str], None]:
     """What running ``hook`` at createContainer would do, as a call over the rootfs."""
-    from nvhook.hook import PROGRAM, create_container, parse_args
+    from nvhook.hook.args import PROGRAM, parse_args
+    from nvhook.hook.create_container import create_container
     from nvhook.hook.create_symlinks import parse_link
     from nvhook.hook.update_ldcache import check_folder
 

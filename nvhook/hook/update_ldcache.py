@@ -8,7 +8,7 @@ bundle's root path. Steps:
    driver's folders come before the image's own, e.g. a CUDA compat folder),
    creating ``/etc/ld.so.conf.d`` if missing, and ``/etc/ld.so.conf`` with
    ``include /etc/ld.so.conf.d/*.conf`` when the image has none (busybox,
-   distroless); every write goes through :mod:`nvhook.hook.safepath`;
+   distroless); every write goes through :mod:`nvhook.rootfs.safepath`;
 2. run the *host's* ``ldconfig -r ROOTFS -C /etc/ld.so.cache -f /etc/ld.so.conf``
    with an empty environment (when the image's own ld.so.conf does not include
    ``ld.so.conf.d``, the folders are also given on the command line).
@@ -49,7 +49,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from nvhook.hook.safepath import Impl, RootFd
+    from nvhook.rootfs.safepath import Impl, RootFd
 
 __all__ = [
     "CONF_DIR",
@@ -111,7 +111,7 @@ def default_ldconfig() -> str:
 
 def check_folder(folder: str) -> None:
     """A library folder must be an absolute, clean path that fits on an ld.so.conf line."""
-    from nvhook.hook import UsageError
+    from nvhook.errors import UsageError
 
     if not folder.startswith("/") or any(c in _BAD_FOLDER_CHARS for c in folder):
         raise UsageError(f"--folder must be an absolute path without spaces, got {folder!r}")
@@ -142,7 +142,7 @@ def update_ldcache(
     elif not (os.path.isfile(ldconfig) and os.access(ldconfig, os.X_OK)):
         raise HookError(f"--ldconfig {ldconfig} is not an executable file on the host")
 
-    from nvhook.hook.safepath import open_root  # ctypes: only when a hook runs
+    from nvhook.rootfs.safepath import open_root  # ctypes: only when a hook runs
 
     with open_root(rootfs, impl=impl) as root:
         try:

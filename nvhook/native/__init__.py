@@ -25,8 +25,8 @@ Its text, every line ``key value`` (``end`` last)::
     log /var/log/nvhook-runtime.log       only when runtime.log_level is info: the front-end
                                           writes the shim's line for a create it execs
     runtime runc                          each candidate, in order (runtime.runtimes, then
-    runtime /usr/sbin/runc                nvhook.shim.FALLBACK_RUNTIMES), found on PATH as
-                                          nvhook.shim.find_runtime finds them
+    runtime /usr/sbin/runc                nvhook.constants.FALLBACK_RUNTIMES), found on PATH as
+                                          nvhook.call.find_runtime finds them
     trigger NVIDIA_VISIBLE_DEVICES        strings whose presence in config.json hands a create
     ...                                   to the shim (:func:`triggers`)
     end
@@ -92,8 +92,9 @@ def ensure_data(
 ) -> None:
     """Write the front-end's data for ``settings`` (read from ``config``) unless it exists.
 
-    Called by :func:`nvhook.settings.load_settings` on every load: one ``stat`` when the
-    file is there. Never raises; a path the front-end would not look up is skipped.
+    Called by the runtime call (:func:`nvhook.call.handle`) on every load of the settings:
+    one ``stat`` when the file is there. Never raises; a path the front-end would not
+    look up is skipped.
     """
     try:
         if config != os.path.abspath(config) or not os.path.isabs(directory):
@@ -116,7 +117,7 @@ def ensure_data(
 
 def data_text(config: str, st: os.stat_result | None, settings: Settings) -> bytes:
     """The data file for ``settings``, read from ``config`` (``st``: its stat, None: absent)."""
-    from nvhook.shim import FALLBACK_RUNTIMES
+    from nvhook.constants import FALLBACK_RUNTIMES
 
     lines = [f"nvhook-runtime-frontend {FORMAT}", f"config {config}", f"settings {_identity(st)}"]
     runtimes = (*settings.runtime_runtimes, *FALLBACK_RUNTIMES)

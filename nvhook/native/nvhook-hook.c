@@ -13,7 +13,7 @@
  * certain of the outcome: the OCI state on stdin and the bundle's config.json parse and
  * pass the checks oci.state.State.parse and oci.bundle.check_spec make; the kernel has
  * openat2 (every rootfs path is resolved with RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS, as
- * nvhook/hook/safepath.py does); the text it writes or compares is printable ASCII.
+ * nvhook/rootfs/safepath.py does); the text it writes or compares is printable ASCII.
  *
  * Any doubt (another command or option, a parse error, a limit, an errno it does not
  * expect, a link in the way, a folder that does not resolve, a compat variable in the
@@ -60,7 +60,7 @@
 #define PROGRAM "nvhook-hook"
 #define MAX_STATE (1 << 20)          /* the OCI state on stdin */
 #define MAX_CONFIG (4 << 20)         /* config.json; a larger one goes to Python */
-#define MAX_LD_SO_CONF (1 << 20)     /* nvhook.hook.safepath.RootFd.read_file's limit */
+#define MAX_LD_SO_CONF (1 << 20)     /* nvhook.rootfs.safepath.RootFd.read_file's limit */
 #define MAX_ITEMS 512                /* --link and --folder values */
 #define MAX_DEPTH 256                /* JSON nesting */
 #define MAX_PROCFS 64                /* procfs mounts under the rootfs */
@@ -1363,7 +1363,7 @@ int main(int argc, char **argv) {
     int ldcache_only = !strcmp(command, "update-ldcache");
     int links_only = !strcmp(command, "create-symlinks");
     CHECK(full || ldcache_only || links_only);
-    /* safepath's implementation (nvhook.hook.safepath.ENV_IMPL): this program is its openat2
+    /* safepath's implementation (nvhook.rootfs.safepath.ENV_IMPL): this program is its openat2
      * one, which "auto" picks where the kernel has it; "walk" or a typo is Python's */
     const char *impl = getenv("NVHOOK_SAFEPATH");
     CHECK(!impl || !strcmp(impl, "auto") || !strcmp(impl, "openat2"));

@@ -67,7 +67,7 @@ NATIVE: tuple[str, ...] = ("nvhook-runtime", "nvhook-hook")
 
 ENTRYPOINTS: tuple[Entrypoint, ...] = (
     Entrypoint("nvhook-runtime", "nvhook.shim", "main"),
-    Entrypoint("nvhook-hook", "nvhook.hook", "main"),
+    Entrypoint("nvhook-hook", "nvhook.hook.dispatch", "main"),
     # the runtime shim pre-forked for the native front-end (docs/architecture.md D12)
     Entrypoint("nvhook-shim-server", "nvhook.server", "main"),
 )
@@ -78,7 +78,7 @@ CLI_ENTRYPOINT = Entrypoint("nvhook", "nvhook.cli", "main")
 #: ``nvhook-hook`` under the name Docker's ``--gpus`` looks for on dockerd's PATH (it runs
 #: it with argv ``[nvidia-container-runtime-hook, prestart]``: hook mode). Installed
 #: beside the others unless a file of another origin (NVIDIA's toolkit) holds the name.
-LEGACY_HOOK_ENTRYPOINT = Entrypoint("nvidia-container-runtime-hook", "nvhook.hook", "main")
+LEGACY_HOOK_ENTRYPOINT = Entrypoint("nvidia-container-runtime-hook", "nvhook.hook.dispatch", "main")
 _MARK = "written by `nvhook install-entrypoints`"
 
 

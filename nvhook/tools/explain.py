@@ -207,8 +207,8 @@ def _driver_params(decision: Decision) -> str | None:
 def _cuda_compat(decision: Decision) -> str | None:
     """What the hook's ``--cuda-compat`` will do in this container (None: not asked)."""
     from nvhook.constants import ENV_DISABLE_CUDA_COMPAT
-    from nvhook.hook import container_env
     from nvhook.hook.cuda_compat import Compat, compat_in, disabled_by
+    from nvhook.rootfs.spec import container_env
 
     version = _hook_option(decision, "--cuda-compat")
     if version is None or decision.spec is None:

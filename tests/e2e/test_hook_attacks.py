@@ -28,7 +28,7 @@ import pytest
 
 from nvhook.discover.hooks import HOOK_ENV, default_hook_path, symlinks_hook
 from nvhook.errors import HookError
-from nvhook.hook import parse_args
+from nvhook.hook.args import parse_args
 from nvhook.hook.create_symlinks import create_symlinks, parse_link
 from nvhook.hook.update_ldcache import LDCONFIG_MAX_DATA, LDCONFIG_TIMEOUT_S, update_ldcache
 from tests.e2e.attack_support import (
@@ -53,7 +53,7 @@ from tests.nvhook.hook.conftest import Flipper
 from tests.support.containers import Runc, unique_id
 
 if TYPE_CHECKING:
-    from nvhook.hook.safepath import Impl
+    from nvhook.rootfs.safepath import Impl
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime]
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from nvhook.errors import HookError
-from nvhook.hook.safepath import open_root
+from nvhook.rootfs.safepath import open_root
 from tests.e2e.attack_support import (
     FORMS,
     LD_FILES,
@@ -44,7 +44,7 @@ from tests.nvhook.hook.conftest import Flipper
 from tests.support.containers import Runc, require, unique_id
 
 if TYPE_CHECKING:
-    from nvhook.hook.safepath import Impl
+    from nvhook.rootfs.safepath import Impl
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime]
 

@@ -3,7 +3,8 @@
 The front-end is built here with the sanitizers (``-fsanitize=address,undefined``) and a
 stand-in Python launcher; both the stand-in launcher and the stand-in runtime record their
 argv, so each call shows who got it. The data file comes from the real writer
-(:func:`nvhook.settings.load_settings`). Checks: runc's argv conformance table of
+(:func:`nvhook.native.ensure_data`, as the runtime call runs it after loading the
+settings). Checks: runc's argv conformance table of
 ``tests/oci/test_argv.py`` (the front-end must read the same bundle as ``oci.argv``), a
 fuzz test against :func:`nvhook.requests.parse.parse_requests` (whenever the shim would
 edit, the call is handed over), and the data file's hardening.
@@ -23,7 +24,7 @@ import pytest
 
 from nvhook.errors import NvhookError
 from nvhook.legacyhook import LEGACY_HOOK
-from nvhook.native import SOURCE, build, data_name
+from nvhook.native import SOURCE, build, data_name, ensure_data
 from nvhook.requests.parse import parse_requests
 from nvhook.requests.policy import Policy
 from nvhook.settings import load_settings
@@ -71,7 +72,9 @@ class Frontend:
         self.config.write_text(
             f'[runtime]\nruntimes = ["{self.runtime}"]\nlog_file = "{log_file}"\n{extra}'
         )
-        self.settings = load_settings(str(self.config), cache_dir=str(self.cache))
+        self.settings = load_settings(
+            str(self.config), cache_dir=str(self.cache), loaded=ensure_data
+        )
 
     def data_file(self) -> Path:
         return self.cache / data_name(str(self.config), os.stat(self.config))
@@ -208,7 +211,7 @@ def test_the_front_end_never_picks_itself(fe: Frontend, tmp_path: Path) -> None:
     shutil.copy(fe.runtime, second / "runc")
     fe.configure()
     fe.config.write_text(fe.config.read_text().replace(str(fe.runtime), "runc"))
-    fe.settings = load_settings(str(fe.config), cache_dir=str(fe.cache))
+    fe.settings = load_settings(str(fe.config), cache_dir=str(fe.cache), loaded=ensure_data)
     who, argv = fe.call(["state", "c1"], PATH=f"{first}:{second}")
     assert (who, argv) == ("runtime", ["state", "c1"])
 
@@ -479,7 +482,7 @@ def test_the_data_file_is_hardened_and_names_the_settings(fe: Frontend) -> None:
     assert f"runtime {fe.runtime}" in lines and lines[-1] == "end"
     assert {"trigger NVIDIA_VISIBLE_DEVICES", "trigger cdi.k8s.io/"} <= set(lines)
     fe.config.write_text(fe.config.read_text() + "\n")  # a new identity: a new file, old gone
-    load_settings(str(fe.config), cache_dir=str(fe.cache))
+    load_settings(str(fe.config), cache_dir=str(fe.cache), loaded=ensure_data)
     assert not data.exists() and fe.data_file().exists()
 
 

@@ -269,9 +269,9 @@ def _in_process(
 def test_no_low_level_runtime(
     shim: Shim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import nvhook.shim
+    import nvhook.call
 
-    monkeypatch.setattr(nvhook.shim, "FALLBACK_RUNTIMES", ("/nonexistent/sbin/runc",))
+    monkeypatch.setattr(nvhook.call, "FALLBACK_RUNTIMES", ("/nonexistent/sbin/runc",))
     monkeypatch.setenv("PATH", str(shim.tmp / "empty-path"))
     shim.write_config(runtimes=["/nonexistent/runc-a", "no-such-runtime-b"])
     log = shim.tmp / "log.json"
@@ -284,7 +284,7 @@ def test_no_low_level_runtime(
 
 
 def test_the_shim_never_picks_itself(shim: Shim, monkeypatch: pytest.MonkeyPatch) -> None:
-    import nvhook.shim
+    import nvhook.call
 
     bin_dir = shim.tmp / "bin"
     bin_dir.mkdir()
@@ -292,7 +292,7 @@ def test_the_shim_never_picks_itself(shim: Shim, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("PATH", f"{bin_dir}:{shim.fake.parent}")
     monkeypatch.setattr(sys, "argv", [str(bin_dir / "runc")])
     shutil.copy(shim.fake, shim.tmp / "runc")
-    assert nvhook.shim.find_runtime(["runc"]) == str(shim.tmp / "runc")
+    assert nvhook.call.find_runtime(["runc"]) == str(shim.tmp / "runc")
 
 
 def test_unwritable_bundle(
@@ -339,7 +339,7 @@ def test_invalid_configuration_fails_only_a_gpu_create(shim: Shim) -> None:
 
 
 def test_version_prints_nvhooks_then_the_runtimes(shim: Shim) -> None:
-    from nvhook.shim import VERSION
+    from nvhook.constants import VERSION
 
     for flag in ("--version", "-v"):
         result = shim.run(flag)
@@ -352,7 +352,7 @@ def test_the_version_is_pyprojects() -> None:
     import tomllib
     from importlib.metadata import version
 
-    from nvhook.shim import VERSION
+    from nvhook.constants import VERSION
 
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert VERSION == pyproject["project"]["version"] == version("nvhook")

@@ -9,7 +9,8 @@ import pytest
 from nvhook.cli import main
 from nvhook.errors import ConfigError
 from nvhook.settings import KEYS, load_settings
-from nvhook.toolkit_config import TOOLKIT_KEYS, import_toolkit_config, render_toml
+from nvhook.toolkit_config import TOOLKIT_KEYS
+from nvhook.tools.toolkit_import import import_toolkit_config, render_toml
 
 #: nvidia-container-runtime's config.toml as the toolkit's packages install it, every key set
 TOOLKIT = """\

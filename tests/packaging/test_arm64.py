@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.constants import VERSION
 from nvhook.mock import create, load_profile
-from nvhook.shim import VERSION
 from tests.packaging.debianroot import (
     check_native_hook,
     chroot,

@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nvhook.constants import VERSION
 from nvhook.mock import create, load_profile
-from nvhook.shim import VERSION
 from tests.packaging.conftest import ARCHES, PACKAGING, run_script
 from tests.packaging.debianroot import (
     cache_dir,

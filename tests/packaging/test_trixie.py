@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.constants import VERSION
 from nvhook.mock import create, load_profile
-from nvhook.shim import VERSION
 from tests.packaging.debianroot import chroot, debian_root, ok, scratch_copy
 from tests.support.containers import make_bundle, require
 

@@ -20,8 +20,8 @@ from nvhook.discover.hooks import (
     symlinks_hook,
     validate_injected_hook,
 )
-from nvhook.errors import HookError
-from nvhook.hook import COMMANDS, UsageError
+from nvhook.errors import HookError, UsageError
+from nvhook.hook.args import COMMANDS
 from oci.cdi.edits import Edits, Hook
 
 
@@ -134,7 +134,7 @@ def test_validate_refuses(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (f"#!{sys.executable}\nfrom nvhook.hook import main\n", "isolated"),
+        (f"#!{sys.executable}\nfrom nvhook.hook.dispatch import main\n", "isolated"),
         (f"#!{sys.executable} -E\n", "isolated"),
         (f"#!{sys.executable} --I\n", "isolated"),
         ("#!/usr/bin/env python3 -I\n", "isolated"),

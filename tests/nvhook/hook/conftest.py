@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from nvhook.discover.hooks import HOOK_ENV
-from nvhook.hook.safepath import ENV_IMPL, openat2_available
+from nvhook.rootfs.safepath import ENV_IMPL, openat2_available
 from tests.support.containers import (  # noqa: F401  (fixtures and the root-marker hook)
     pytest_runtest_setup,
     require,
@@ -26,7 +26,7 @@ from tests.support.containers import (  # noqa: F401  (fixtures and the root-mar
 )
 
 if TYPE_CHECKING:
-    from nvhook.hook.safepath import Impl
+    from nvhook.rootfs.safepath import Impl
 
 IMPLS = ("openat2", "walk")
 LIBDIR = "/usr/lib/x86_64-linux-gnu"

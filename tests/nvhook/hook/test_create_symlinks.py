@@ -9,15 +9,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from nvhook.errors import HookError
-from nvhook.hook import UsageError
+from nvhook.errors import HookError, UsageError
 from nvhook.hook.create_symlinks import create_symlinks, parse_link, target_escapes
 from oci.errors import ExitCode
 
 from .conftest import HookRunner, escape_forms, snapshot, write_bundle
 
 if TYPE_CHECKING:
-    from nvhook.hook.safepath import Impl
+    from nvhook.rootfs.safepath import Impl
 
 LIB = "/usr/lib/x86_64-linux-gnu"
 

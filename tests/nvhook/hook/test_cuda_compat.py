@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from nvhook.hook.cuda_compat import CUDA_BY_BRANCH, Compat, find_compat, read_fwd_compat_note
-from nvhook.hook.safepath import open_root
 from nvhook.mock.compat import lay_out_compat
+from nvhook.rootfs.safepath import open_root
 
 from .conftest import LIBDIR, HookRunner, escape_forms
 
 if TYPE_CHECKING:
-    from nvhook.hook.safepath import Impl
+    from nvhook.rootfs.safepath import Impl
 
 COMPAT = "/usr/local/cuda/compat"
 HOST = "550.54.15"

@@ -66,7 +66,7 @@ def evil(tmp_path: Path, cc: Callable[..., Path]) -> dict[str, Path]:
     pythonpath.mkdir()
     (pythonpath / "sitecustomize.py").write_text(planter("sitecustomize"))
     (pythonpath / "json.py").write_text(planter("json") + "from _json import *\n")
-    # nvhook.hook.safepath imports ctypes: a shadow that runs first, then hands over the real one
+    # nvhook.rootfs.safepath imports ctypes: a shadow that runs first, then hands over the real one
     (pythonpath / "ctypes").mkdir()
     (pythonpath / "ctypes" / "__init__.py").write_text(
         planter("ctypes")

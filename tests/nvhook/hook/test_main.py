@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.hook import COMMANDS, USAGE, UsageError, main, parse_args
+from nvhook.errors import UsageError
+from nvhook.hook.args import COMMANDS, USAGE, parse_args
+from nvhook.hook.dispatch import main
 from oci.errors import ExitCode
 
 from .conftest import HookRunner
 
-MODULES = ["nvhook.hook", "nvhook.discover.hooks",
-           *(f"nvhook.hook.{m}" for m in ("create_symlinks", "netdev", "safepath",
+MODULES = ["nvhook.hook.dispatch", "nvhook.discover.hooks",
+           "nvhook.rootfs.safepath", "nvhook.rootfs.spec",
+           *(f"nvhook.hook.{m}" for m in ("args", "create_container", "create_symlinks", "netdev",
                                           "update_ldcache", "device_files"))]  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.discover.hooks import netdev_hook
-from nvhook.hook import UsageError
+from nvhook.errors import UsageError
 from nvhook.hook.netdev import check_ifname, parse_device
 from oci.errors import ExitCode
 from tests.support.containers import Runc, make_bundle, require, require_root

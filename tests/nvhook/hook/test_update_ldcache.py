@@ -35,7 +35,7 @@ from .conftest import (
 )
 
 if TYPE_CHECKING:
-    from nvhook.hook.safepath import Impl
+    from nvhook.rootfs.safepath import Impl
 
 SONAME = "libnvhooktest.so.1"
 ARGS = ["update-ldcache", "--folder", LIBDIR]

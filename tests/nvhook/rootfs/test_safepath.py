@@ -1,4 +1,4 @@
-"""nvhook.hook.safepath: both implementations against a hostile rootfs.
+"""nvhook.rootfs.safepath: both implementations against a hostile rootfs.
 
 The "host" is a directory next to the rootfs; symlinks in the rootfs point at it in every
 form an image can use. Whatever the form, nothing may appear in or change under it.
@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from nvhook.errors import HookError
-from nvhook.hook import safepath
-from nvhook.hook.safepath import RootFd, open_root
+from nvhook.rootfs import safepath
+from nvhook.rootfs.safepath import RootFd, open_root
+from tests.nvhook.hook.conftest import Flipper, escape_forms, snapshot
 from tests.support.containers import require, require_root
 
-from .conftest import Flipper, escape_forms, snapshot
-
 if TYPE_CHECKING:
-    from nvhook.hook.safepath import Impl
+    from nvhook.rootfs.safepath import Impl
 
 
 @pytest.fixture
@@ -332,7 +331,7 @@ def test_procfs_magic_links_in_the_rootfs_are_refused(world: tuple[Path, Path]) 
             f"""
             import json, sys
             from nvhook.errors import HookError
-            from nvhook.hook.safepath import open_root, openat2_available
+            from nvhook.rootfs.safepath import open_root, openat2_available
             out = {{}}
             for impl in ("openat2", "walk") if openat2_available() else ("walk",):
                 root = open_root({str(rootfs)!r}, impl=impl)
