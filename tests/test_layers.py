@@ -28,6 +28,16 @@ generated ``nvhook.deviceplugin.v1beta1`` and ``nvhook.cri.v1``, pydantic only i
 ``nvhook.cli``, tomlkit only in ``nvhook.engines``, jsonschema and referencing only in
 ``oci.cdi.validate`` (type-only imports included), so what each costs is paid in one place.
 
+Rule D, the start path is a ladder: :data:`RANKS` gives every module the launchers reach
+(rule B's closure) a rank, from ``oci`` (0) up to the process entry points (9), and an
+import that can execute (module level or inside a function; ``TYPE_CHECKING`` imports are
+exempt) may only target a lower rank, or a module of its own package at the same rank (one
+entry of the table, such as ``oci`` or ``nvhook.hook``, or one package below the top level). A
+module on the start path without a rank fails too, and so does a cycle among the start
+path's imports (the packages a module is inside, which Python runs first anyway, do not
+count as its imports). A failure prints the chain from an entry point. The ranks are
+docs/architecture.md section 4's table.
+
 Each rule is also run on a planted tree with a bad import, to show it fails when violated.
 ``tests/nvhook/test_shim_imports.py`` checks the other side: what the shim really loads.
 """
@@ -67,6 +77,42 @@ HOMES: dict[str, tuple[str, ...]] = {
     # protobuf, through the generated api_pb2 of each
     "google": ("nvhook.deviceplugin.v1beta1", "nvhook.cri.v1"),
     "pydantic": ("nvhook.deviceplugin.config",),
+}
+
+#: Rule D: the ranks of the start path (docs/architecture.md section 4), by module or
+#: package (the longest prefix wins). An import may only go down, or sideways within its
+#: own package.
+RANKS: dict[str, int] = {
+    "oci": 0,
+    # values and errors: no import above oci ("nvhook" is the package module alone)
+    "nvhook": 1,
+    "nvhook.constants": 1,
+    "nvhook.errors": 1,
+    "nvhook.legacyhook": 1,
+    "nvhook.toolkit_config": 1,
+    # the settings, and reading a container's rootfs and spec
+    "nvhook.settings": 2,
+    "nvhook.rootfs": 2,
+    # what a container asks for; the hook's steps (each one job over a rootfs)
+    "nvhook.requests": 3,
+    "nvhook.hook": 3,
+    # devices; the native front-end's data file (its triggers come from the requests)
+    "nvhook.devices": 4,
+    "nvhook.native": 4,
+    # driver files, nodes and the hooks to inject
+    "nvhook.discover": 5,
+    # the jit planner; what to do about a CDI failure
+    "nvhook.planner": 6,
+    "nvhook.cdihints": 6,
+    # the create path: requests, then devices and edits, applied in memory
+    "nvhook.create": 7,
+    # one runtime call up to its exec: argv, settings, the create, the messages
+    "nvhook.call": 8,
+    # the process entry points: runtime shim, shim server, hook dispatcher, hook mode
+    "nvhook.shim": 9,
+    "nvhook.server": 9,
+    "nvhook.hook.dispatch": 9,
+    "nvhook.hook.prestart": 9,
 }
 
 
@@ -272,6 +318,132 @@ def home_violations(root: Path) -> list[str]:
     return out
 
 
+def ranked_as(module: str, ranks: dict[str, int] = RANKS) -> str | None:
+    """The longest prefix of ``module`` that ``ranks`` holds (None: unranked); ``nvhook``
+    ranks its package module alone, so a new module of it needs a rank of its own."""
+    parts = module.split(".")
+    for i in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:i])
+        if prefix in ranks and (prefix != "nvhook" or prefix == module):
+            return prefix
+    return None
+
+
+def rank_of(module: str, ranks: dict[str, int] = RANKS) -> int | None:
+    """``module``'s rank: that of :func:`ranked_as` (None: unranked)."""
+    unit = ranked_as(module, ranks)
+    return None if unit is None else ranks[unit]
+
+
+def _same_unit(source: str, target: str, modules: dict[str, Path], ranks: dict[str, int]) -> bool:
+    """Whether an import between two modules of one rank stays in its own package: both
+    ranked by one entry of ``ranks`` (``oci``, ``nvhook.hook``), or in one package below
+    the top level (``nvhook.hook.dispatch`` and ``nvhook.hook.prestart``)."""
+    if ranked_as(source, ranks) == ranked_as(target, ranks):
+        return True
+    package = _package_of(source, modules)
+    return "." in package and package == _package_of(target, modules)
+
+
+def _package_of(module: str, modules: dict[str, Path]) -> str:
+    path = modules.get(module)
+    if path is not None and path.name == "__init__.py":
+        return module
+    return module.rpartition(".")[0]
+
+
+def ladder_violations(
+    root: Path, entries: Sequence[str], ranks: dict[str, int] = RANKS
+) -> list[str]:
+    """Rule D's violations for ``entries`` in the tree under ``root``."""
+    modules = discover(root)
+    reached, _ = start_path(root, entries)
+    out: list[str] = []
+    graph: dict[str, set[str]] = {}
+    for source in sorted(reached):
+        rank = rank_of(source, ranks)
+        if rank is None:
+            out.append(f"{source} has no rank (add it to RANKS): {chain(reached, source)}")
+            continue
+        graph[source] = set()
+        for imp in imports_of(source, modules[source], modules):
+            if not imp.runtime:
+                continue
+            for target in _executed(imp.target, modules):
+                if target == source or _within(source, target):
+                    continue  # itself, or a package it is inside: already running
+                graph[source].add(target)
+                theirs = rank_of(target, ranks)
+                where = f"{source}:{imp.line}" + ("" if imp.module_level else ", in a function")
+                if theirs is None or theirs < rank:
+                    continue  # unranked targets are reported as modules of their own
+                if theirs == rank and _same_unit(source, target, modules, ranks):
+                    continue
+                how = "up" if theirs > rank else "sideways, out of its package"
+                out.append(
+                    f"{source} (rank {rank}) imports {target} (rank {theirs}) at {where}: "
+                    f"{how}; reached as {chain(reached, source)}"
+                )
+    out += [f"an import cycle on the start path: {c}" for c in _cycles(graph)]
+    return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Each strongly connected set of more than one module, as ``a -> b -> … -> a``."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[str] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm; the start path is a few dozen deep
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in graph:
+                continue
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            members = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                members.append(member)
+                if member == node:
+                    break
+            if len(members) > 1:
+                found.append(_cycle_path(graph, set(members)))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _cycle_path(graph: dict[str, set[str]], members: set[str]) -> str:
+    """One cycle through the smallest member of ``members``, by a breadth-first search."""
+    start = min(members)
+    previous: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for nxt in sorted(graph[node] & members):
+            if nxt == start:
+                steps = [node]
+                while steps[-1] != start:
+                    steps.append(previous[steps[-1]])
+                return " -> ".join([*reversed(steps), start])
+            if nxt not in previous:
+                previous[nxt] = node
+                queue.append(nxt)
+    raise AssertionError("a strongly connected set has a cycle")  # pragma: no cover
+
+
 def entry_modules(root: Path) -> list[str]:
     """The launchers' modules (``ENTRYPOINTS``) and, for a package, all its modules."""
     from nvhook.tools.entrypoints import ENTRYPOINTS
@@ -290,7 +462,7 @@ def test_oci_imports_only_the_stdlib_itself_and_its_cdi_libraries() -> None:
 
 def test_the_start_path_never_reaches_the_tools() -> None:
     entries = entry_modules(ROOT)
-    assert {"nvhook.shim", "nvhook.hook"} <= set(entries)
+    assert {"nvhook.shim", "nvhook.hook.dispatch", "nvhook.server"} <= set(entries)
     assert start_path_violations(ROOT, entries) == []
 
 
@@ -304,6 +476,15 @@ def test_the_start_path_closure_follows_lazy_imports() -> None:
     assert "nvhook.create" in reached  # the shim imports it inside main()
     assert "oci.cdi.registry" in reached
     assert {"pyroute2", "yaml"} <= set(libraries)  # netdev and the CDI registry, lazily
+
+
+def test_the_start_path_is_a_ladder() -> None:
+    assert ladder_violations(ROOT, entry_modules(ROOT)) == []
+
+
+def test_every_rank_names_a_module_that_exists() -> None:
+    modules = discover(ROOT)
+    assert [name for name in RANKS if name not in modules] == []
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -462,3 +643,83 @@ def test_rule_c_fails_on_a_planted_import(tmp_path: Path) -> None:
         "nvhook.devices.gpus (line 2) imports pynvml: only nvhook.devices.nvml may",
         "nvhook.tools.generate (line 1) imports click: only nvhook.cli may",
     ]
+
+
+LADDER = {
+    "nvhook/shim.py": "def main():\n    from nvhook.create import prepare\n",
+    "nvhook/create.py": (
+        "from nvhook import errors\nfrom nvhook.devices import gpus\n"
+        "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from nvhook import shim\n"  # types only
+    ),
+    "nvhook/errors.py": "import os\n",
+    "nvhook/devices/__init__.py": "",
+    "nvhook/devices/gpus.py": "from . import procfs\nfrom nvhook.errors import x\n",
+    "nvhook/devices/procfs.py": "from nvhook.devices import gpus as _g\nimport nvhook.errors\n",
+    "nvhook/hook/__init__.py": "",
+    "nvhook/hook/dispatch.py": "def main():\n    from nvhook.hook import prestart, step\n",
+    "nvhook/hook/prestart.py": (
+        "from nvhook.create import prepare\nfrom nvhook.hook.step import run\n"
+    ),
+    "nvhook/hook/step.py": "from nvhook.errors import HookError\n",
+}
+LADDER_ENTRIES = ["nvhook.shim", "nvhook.hook.dispatch"]
+LADDER_RANKS = {
+    "nvhook": 1,
+    "nvhook.errors": 1,
+    "nvhook.hook": 2,
+    "nvhook.devices": 3,
+    "nvhook.create": 4,
+    "nvhook.shim": 5,
+    "nvhook.hook.dispatch": 5,
+    "nvhook.hook.prestart": 5,
+}
+
+
+def test_rule_d_passes_a_clean_ladder(tmp_path: Path) -> None:
+    """Down, sideways in one package (devices.gpus <-> procfs is a cycle, though: below),
+    a package a module is inside, and a types-only import up are all fine."""
+    files = {**LADDER, "nvhook/devices/procfs.py": "import nvhook.errors\n"}
+    assert ladder_violations(plant(tmp_path, files), LADDER_ENTRIES, LADDER_RANKS) == []
+
+
+@pytest.mark.parametrize(
+    ("planted", "expected"),
+    [
+        (  # up, inside a function: the chain names how the start path gets there
+            {"nvhook/errors.py": "def f():\n    from nvhook.create import prepare\n"},
+            "nvhook.errors (rank 1) imports nvhook.create (rank 4) at nvhook.errors:2, in a "
+            "function: up; reached as nvhook.shim -> nvhook.create (nvhook.shim:2, in a "
+            "function) -> nvhook.errors (nvhook.create:1)",
+        ),
+        (  # a step importing the dispatcher's package module at a higher rank
+            {"nvhook/hook/step.py": "from nvhook.hook.prestart import x\n"},
+            "nvhook.hook.step (rank 2) imports nvhook.hook.prestart (rank 5) at "
+            "nvhook.hook.step:1: up",
+        ),
+        (  # an entry point importing another: same rank, another package
+            {"nvhook/hook/prestart.py": "from nvhook.shim import main\n"},
+            "nvhook.hook.prestart (rank 5) imports nvhook.shim (rank 5) at "
+            "nvhook.hook.prestart:1: sideways, out of its package",
+        ),
+        (  # a module with no rank
+            {"nvhook/create.py": "from nvhook import extra\n", "nvhook/extra.py": ""},
+            "nvhook.extra has no rank (add it to RANKS): nvhook.shim -> nvhook.create",
+        ),
+        (  # a cycle inside one package: allowed by rank, refused as a ring
+            {},
+            "an import cycle on the start path: nvhook.devices.gpus -> nvhook.devices.procfs "
+            "-> nvhook.devices.gpus",
+        ),
+        (  # the executed branch of `if not TYPE_CHECKING` counts
+            {"nvhook/errors.py": "if not TYPE_CHECKING:\n    import nvhook.devices.gpus\n"},
+            "nvhook.errors (rank 1) imports nvhook.devices (rank 3) at nvhook.errors:2: up",
+        ),
+    ],
+)
+def test_rule_d_fails_on_a_planted_import(
+    tmp_path: Path, planted: dict[str, str], expected: str
+) -> None:
+    root = plant(tmp_path, {**LADDER, **planted})
+    violations = ladder_violations(root, LADDER_ENTRIES, LADDER_RANKS)
+    assert violations, "the planted import went unnoticed"
+    assert any(v.startswith(expected) for v in violations), violations
