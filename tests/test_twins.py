@@ -120,7 +120,7 @@ PLANTED = """\
 
 | behaviour | one side | other side | oracle | why both | exit |
 |---|---|---|---|---|---|
-| hook | `nvhook/native/hook.c` | `nvhook/hook/x.py` | `tests/test_x.py::test_same` | 2 vs 14 | never |
+| hook | `nvhook/native/hook.c` | `nvhook/hook/x.py` | `tests/test_x.py::test_same` | 2 | never |
 
 ## 6. Next
 """
