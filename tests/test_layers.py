@@ -417,7 +417,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[str]:
                 if member == node:
                     break
             if len(members) > 1:
-                found.append(_cycle_path(graph, set(members)))
+                ring = ", ".join(sorted(members))
+                found.append(f"{_cycle_path(graph, set(members))} ({len(members)} modules: {ring})")
 
     for node in sorted(graph):
         if node not in index:
@@ -723,3 +724,26 @@ def test_rule_d_fails_on_a_planted_import(
     violations = ladder_violations(root, LADDER_ENTRIES, LADDER_RANKS)
     assert violations, "the planted import went unnoticed"
     assert any(v.startswith(expected) for v in violations), violations
+
+
+def report(root: Path = ROOT, ranks: dict[str, int] = RANKS) -> str:
+    """The start path's shape, for a person: modules, those on a cycle, imports going up."""
+    entries = entry_modules(root)
+    reached, _ = start_path(root, entries)
+    violations = ladder_violations(root, entries, ranks)
+    rings = [v for v in violations if v.startswith("an import cycle")]
+    on_ring = {m for v in rings for m in v.rpartition(" modules: ")[2].rstrip(")").split(", ")}
+    up = [v for v in violations if ": up;" in v or "sideways, out of its package" in v]
+    lines = [
+        f"start path: {len(reached)} modules from {len(entries)} entry modules",
+        f"on an import cycle: {len(on_ring)} modules in {len(rings)} cycles",
+        *(f"  {v}" for v in rings),
+        f"imports against the ranks: {len(up)}",
+        *(f"  {v}" for v in up),
+        f"unranked: {sum('has no rank' in v for v in violations)}",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m tests.test_layers: the ladder's report for this tree
+    print(report())
