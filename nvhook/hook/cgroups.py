@@ -4,9 +4,12 @@ In hook mode the device nodes are not in config.json, so runc's device cgroup de
 them; the hook adds allow rules for exactly those nodes (docs/architecture.md D3 names
 the cost: an engine or systemd that re-applies the cgroup from the spec drops them).
 
+The process is the one :func:`nvhook.hook.container_init.check_init` checked and holds:
+its ``/proc/<pid>/cgroup`` is the text read then (the hook runs in the host's cgroup
+namespace, so the paths are absolute), never looked up by pid again.
+
 - **cgroup v1** (also the "hybrid" layout, where the devices controller stays on v1):
-  the container's ``devices`` cgroup is read from ``/proc/<pid>/cgroup`` (the hook runs
-  in the host's cgroup namespace, so the path is absolute), the controller's mount from
+  the container's ``devices`` cgroup is its line of that text, the controller's mount from
   ``/proc/self/mountinfo``, and each rule written to its ``devices.allow``
   (``c 195:0 rwm``), one write per rule, as the kernel parses them.
 - **cgroup v2** (unified only, no v1 ``devices`` controller for the pid) controls devices
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from nvhook.hook.container_init import ContainerInit
+
 __all__ = ["allow_devices", "devices_cgroup", "rule_line", "unified_cgroup"]
 
 
@@ -47,24 +52,23 @@ def rule_line(rule: dict[str, Any]) -> str:
     return f"{kind} {majors}:{minors} {access}"
 
 
-def _cgroup_paths(pid: int, proc: str) -> dict[str, str]:
-    """``pid``'s cgroups: each v1 controller, and ``""`` for the unified one -> its path."""
-    try:
-        with open(f"{proc}/{pid}/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise HookError(f"cannot read {proc}/{pid}/cgroup: {e.strerror}") from None
+def _cgroup_paths(pid: int, cgroup: str) -> dict[str, str]:
+    """Each v1 controller, and ``""`` for the unified one -> its path, from ``pid``'s
+    ``/proc/<pid>/cgroup`` text ``cgroup``."""
     paths: dict[str, str] = {}
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
+    for line in cgroup.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            raise HookError(f"/proc/{pid}/cgroup: unexpected line {line!r}")
+        _, controllers, path = fields
         for controller in controllers.split(","):
             paths.setdefault(controller, path)
     return paths
 
 
-def devices_cgroup(pid: int, *, proc: str = "/proc") -> str:
-    """The directory of ``pid``'s v1 ``devices`` cgroup on this host."""
-    relative = _cgroup_paths(pid, proc).get("devices")
+def devices_cgroup(pid: int, cgroup: str, *, proc: str = "/proc") -> str:
+    """The directory of ``pid``'s v1 ``devices`` cgroup (``cgroup``: its /proc/<pid>/cgroup)."""
+    relative = _cgroup_paths(pid, cgroup).get("devices")
     if relative is None:
         raise HookError(
             f"pid {pid} has no cgroup v1 devices controller: its device cgroup is cgroup "
@@ -84,9 +88,9 @@ def devices_cgroup(pid: int, *, proc: str = "/proc") -> str:
     return os.path.join(mount_point, *parts)
 
 
-def unified_cgroup(pid: int, *, proc: str = "/proc") -> str:
+def unified_cgroup(pid: int, cgroup: str, *, proc: str = "/proc") -> str:
     """The directory of ``pid``'s cgroup v2 (its ``0::`` line under the cgroup2 mount)."""
-    relative = _cgroup_paths(pid, proc).get("")
+    relative = _cgroup_paths(pid, cgroup).get("")
     if relative is None:
         raise HookError(f"pid {pid} is in no cgroup v1 devices controller nor cgroup v2")
     point = None
@@ -133,18 +137,22 @@ def _devices_mount(proc: str) -> tuple[str, str]:
     )
 
 
-def allow_devices(pid: int, rules: Sequence[dict[str, Any]], *, proc: str = "/proc") -> str:
-    """Allow each allow rule in ``pid``'s device cgroup; return the cgroup directory.
+def allow_devices(
+    init: ContainerInit, rules: Sequence[dict[str, Any]], *, proc: str = "/proc"
+) -> str:
+    """Allow each allow rule in ``init``'s device cgroup; return the cgroup directory.
 
     cgroup v1: one write per rule to ``devices.allow``. cgroup v2: the device programs
-    attached to the cgroup are extended (:func:`nvhook.hook.cgroup_bpf.extend`)."""
-    if "devices" not in _cgroup_paths(pid, proc):
-        directory = unified_cgroup(pid, proc=proc)
+    attached to the cgroup are extended (:func:`nvhook.hook.cgroup_bpf.extend`). ``proc``
+    is where this hook's own ``self/mountinfo`` is read."""
+    pid, cgroup = init.pid, init.cgroup
+    if "devices" not in _cgroup_paths(pid, cgroup):
+        directory = unified_cgroup(pid, cgroup, proc=proc)
         from nvhook.hook.cgroup_bpf import extend
 
         extend(directory, rules)
         return directory
-    directory = devices_cgroup(pid, proc=proc)
+    directory = devices_cgroup(pid, cgroup, proc=proc)
     lines = [rule_line(r) for r in rules if r.get("allow")]
     if not lines:
         return directory

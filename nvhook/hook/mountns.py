@@ -9,10 +9,10 @@ namespace and inside the rootfs, never in the host's:
    (``open_tree(OPEN_TREE_CLONE)``), and made read-only/nosuid/nodev/noexec as its
    options say (``mount_setattr``): the source is resolved in the host's namespace,
    where the hook's paths mean what they say;
-2. the pid must be a child of the runtime that started the hook (a createContainer hook
-   would be handed ``pid: 1``, which is not the container from the host's ``/proc``);
-   a forked child enters the container's mount namespace
-   (``setns(/proc/<pid>/ns/mnt)``; the child is single-threaded, as ``setns`` needs);
+2. a forked child enters the container's mount namespace through the descriptor that
+   :func:`nvhook.hook.container_init.check_init` opened while it checked the pid (a child
+   of the runtime that started the hook, in another mount namespace), never by the pid
+   again (``setns``; the child is single-threaded, as ``setns`` needs);
 3. there, the rootfs is opened and every target resolved inside it by
    :mod:`nvhook.rootfs.safepath` (a symlinked ``/dev`` or library folder stays inside);
    device nodes are ``mknodat``-ed in their resolved parent directory, mount points
@@ -50,12 +50,15 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
+    from nvhook.hook.container_init import ContainerInit
+
 __all__ = [
     "INJECT_TIMEOUT_S",
     "MAX_DEVICES",
     "MAX_MOUNTS",
     "MOUNT_FLAGS",
     "attach",
+    "check_bounds",
     "clone_fd",
     "clone_mount",
     "inject",
@@ -191,64 +194,42 @@ def attach(tree: int, target: int) -> None:
     )
 
 
-def _mount_ns(pid: int | str) -> tuple[int, int]:
-    st = os.stat(f"/proc/{pid}/ns/mnt")
-    return st.st_dev, st.st_ino
-
-
-def _parent_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("PPid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return -1
-
-
-def inject(
-    pid: int,
-    rootfs: str,
-    *,
-    devices: Sequence[dict[str, Any]],
-    mounts: Sequence[dict[str, Any]],
-    then: Callable[[], None] | None = None,
-) -> None:
-    """Create ``devices`` and attach ``mounts`` (OCI spec entries) in ``pid``'s rootfs.
-
-    ``then`` runs afterwards in the same child, inside the container's mount namespace.
-    Raises :class:`HookError` naming what failed; what was done before stays (runc
-    destroys a container whose prestart hook fails).
-    """
+def check_bounds(devices: Sequence[object], mounts: Sequence[object]) -> None:
+    """Refuse more than :data:`MAX_DEVICES` nodes or :data:`MAX_MOUNTS` mounts."""
     for what, items, most in (
         ("device nodes", devices, MAX_DEVICES),
         ("mounts", mounts, MAX_MOUNTS),
     ):
         if len(items) > most:
             raise HookError(f"refusing to inject {len(items)} {what} (at most {most})")
-    if _parent_of(pid) != os.getppid():
-        raise HookError(
-            f"pid {pid} of the container state is not a child of the runtime that started "
-            "this hook: run nvhook-hook prestart as a prestart or createRuntime hook"
-        )
-    try:
-        mine, theirs = _mount_ns("self"), _mount_ns(pid)
-    except OSError as e:
-        raise HookError(f"cannot read the mount namespace of pid {pid}: {e.strerror}") from None
-    if theirs == mine:
-        raise HookError(f"pid {pid} shares this hook's mount namespace: not a container's init")
-    ns_fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+
+
+def inject(
+    init: ContainerInit,
+    rootfs: str,
+    *,
+    devices: Sequence[dict[str, Any]],
+    mounts: Sequence[dict[str, Any]],
+    then: Callable[[], None] | None = None,
+) -> None:
+    """Create ``devices`` and attach ``mounts`` (OCI spec entries) in ``init``'s rootfs.
+
+    ``init`` was checked and is held by :func:`nvhook.hook.container_init.check_init`: its
+    mount namespace is entered through the descriptor opened then, never by its pid.
+    ``then`` runs afterwards in the same child, inside the container's mount namespace.
+    Raises :class:`HookError` naming what failed; what was done before stays (runc
+    destroys a container whose prestart hook fails).
+    """
+    check_bounds(devices, mounts)
     trees: list[tuple[dict[str, Any], int]] = []
     try:
         for mount in mounts:
             source, destination = mount["source"], mount["destination"]
             trees.append((mount, clone_mount(source, mount.get("options") or (), destination)))
-        _in_child(lambda: _inside(ns_fd, rootfs, devices, trees, then))
+        _in_child(lambda: _inside(init.mount_ns, rootfs, devices, trees, then))
     finally:
         for _, fd in trees:
             os.close(fd)
-        os.close(ns_fd)
 
 
 def _in_child(work: Callable[[], None], *, timeout: float = INJECT_TIMEOUT_S) -> None:

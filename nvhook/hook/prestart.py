@@ -15,8 +15,10 @@ the live container instead:
    dockerd, annotations, policy, requirements; jit, or cdi for qualified names), and
    apply the edits to the spec *in memory*. When that changes nothing, config.json
    already carries the edits (``nvhook-runtime`` made them): nothing more is done;
-2. the device cgroup allow rules for exactly the new device nodes
-   (:mod:`nvhook.hook.cgroups`);
+2. the pid checked to be the container's init and held
+   (:mod:`nvhook.hook.container_init`: a child of the runtime that started the hook, in
+   another mount namespace; pinned with a pidfd), before anything is changed; then the
+   device cgroup allow rules for exactly the new device nodes (:mod:`nvhook.hook.cgroups`);
 3. the device nodes and the read-only bind mounts of the driver files, same entries
    and options as the spec would have had, in the container's mount namespace
    (:mod:`nvhook.hook.mountns`);
@@ -75,7 +77,10 @@ def prestart(state: State, *, log: Callable[[str], None]) -> bool:
     from oci.bundle import Bundle
 
     if state.pid is None or state.pid <= 0:
-        raise HookError("the container state has no pid: run prestart as a prestart hook")
+        raise HookError(
+            "the container state has no pid: run nvhook-hook prestart as a prestart or "
+            "createRuntime hook"
+        )
     bundle = Bundle(state.bundle)
     spec = bundle.load()
     warnings: list[str] = []
@@ -108,15 +113,20 @@ def prestart(state: State, *, log: Callable[[str], None]) -> bool:
     rootfs = require_rootfs(spec, state.bundle)
 
     from nvhook.hook.cgroups import allow_devices
-    from nvhook.hook.mountns import inject
+    from nvhook.hook.container_init import check_init
+    from nvhook.hook.mountns import check_bounds, inject
 
-    allow_devices(state.pid, rules)
+    check_bounds(devices, mounts)
 
     def then() -> None:
         for step in steps:
             step(rootfs)
 
-    inject(state.pid, rootfs, devices=devices, mounts=mounts, then=then)
+    # the pid is checked and held before any cgroup or mount namespace is touched; both
+    # steps act on what the check read, never on the pid again
+    with check_init(state.pid) as init:
+        allow_devices(init, rules)
+        inject(init, rootfs, devices=devices, mounts=mounts, then=then)
     return True
 
 

@@ -141,6 +141,7 @@ import itertools, json, os, select, sys
 targets = json.loads(sys.argv[1])
 min_swaps = int(sys.argv[2])
 progress = int(sys.argv[3])  # a file descriptor: the rounds made so far go there
+independent = sys.argv[4] == "independent"
 aside = itertools.count()
 swaps = 0
 
@@ -158,16 +159,35 @@ def put(src, dest):
                 os.unlink(dest)
 
 
+def to_link(path, forms):
+    link = path + ".l"
+    os.symlink(forms[swaps % len(forms)], link)
+    os.rename(path, f"{path}.old{next(aside)}")
+    put(link, path)  # a symlink towards the host
+
+
+def to_dir(path):
+    fresh = path + ".d"
+    os.mkdir(fresh)
+    os.unlink(path)
+    put(fresh, path)  # and a directory again
+
+
 print("ready", flush=True)
 while swaps < min_swaps or not select.select([sys.stdin], [], [], 0)[0]:
-    for path, forms in targets.items():
-        link, fresh = path + ".l", path + ".d"
-        os.symlink(forms[swaps % len(forms)], link)
-        os.rename(path, f"{path}.old{next(aside)}")
-        put(link, path)  # a symlink towards the host
-        os.mkdir(fresh)
-        os.unlink(path)
-        put(fresh, path)  # and a directory again
+    if independent:  # a Gray code over the paths: each one flip a step, every mix of states
+        paths = list(targets)
+        for step in range(1, 2 ** len(paths) + 1):
+            index = (step & -step).bit_length() - 1
+            path = paths[index % len(paths)]
+            if os.path.islink(path):
+                to_dir(path)
+            else:
+                to_link(path, targets[path])
+    else:
+        for path, forms in targets.items():
+            to_link(path, forms)
+            to_dir(path)
     swaps += 1
     os.pwrite(progress, swaps.to_bytes(8, "little"), 0)
 print(swaps, flush=True)
@@ -177,18 +197,30 @@ print(swaps, flush=True)
 class Flipper:
     """In another process (so really in parallel), flips each path between a directory and
     a symlink (cycling through its targets) until the block ends and at least ``min_swaps``
-    rounds were made; ``swaps`` is the count made, :meth:`progress` the count so far."""
+    rounds were made; ``swaps`` is the count made, :meth:`progress` the count so far.
 
-    def __init__(self, targets: Mapping[Path, Sequence[str]], *, min_swaps: int = 300) -> None:
+    By default each path is a symlink only for a moment of each round (it is flipped back
+    before the next path is); with ``independent``, a round flips one path a step through
+    every mix of links and directories (a Gray code), so each path is a link about half the
+    time whatever the others are."""
+
+    def __init__(
+        self,
+        targets: Mapping[Path, Sequence[str]],
+        *,
+        min_swaps: int = 300,
+        independent: bool = False,
+    ) -> None:
         self._arg = json.dumps({str(p): list(forms) for p, forms in targets.items()})
         self._min_swaps = min_swaps
+        self._mode = "independent" if independent else "each"
         self.swaps = 0
 
     def __enter__(self) -> Flipper:
         self._progress = os.memfd_create("nvhook-flipper-progress", 0)
         argv = [sys.executable, "-c", _FLIP_SCRIPT, self._arg, str(self._min_swaps)]
         self._proc = subprocess.Popen(
-            [*argv, str(self._progress)],
+            [*argv, str(self._progress), self._mode],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -8,6 +8,7 @@ import pytest
 
 from nvhook.errors import HookError
 from nvhook.hook.cgroups import allow_devices, devices_cgroup, rule_line, unified_cgroup
+from nvhook.hook.container_init import ContainerInit
 
 MOUNTINFO_V1 = (
     "30 25 0:26 / /sys/fs/cgroup/devices rw,nosuid - cgroup cgroup rw,devices\n"
@@ -22,6 +23,16 @@ def _proc(tmp_path: Path, cgroup: str, mountinfo: str = MOUNTINFO_V1) -> Path:
     (proc / "42/cgroup").write_text(cgroup)
     (proc / "self/mountinfo").write_text(mountinfo)
     return proc
+
+
+def _cg(proc: Path) -> str:
+    """The fake pid 42's /proc/42/cgroup text, as the check of its pid read it."""
+    return (proc / "42/cgroup").read_text()
+
+
+def _init(proc: Path) -> ContainerInit:
+    """The fake pid 42 as :func:`check_init` would hand it over (no namespace, no pidfd)."""
+    return ContainerInit(42, _cg(proc), -1, None)
 
 
 @pytest.mark.parametrize(
@@ -44,28 +55,29 @@ def test_rule_line_refuses_odd_access() -> None:
 
 def test_v1_cgroup_dir(tmp_path: Path) -> None:
     proc = _proc(tmp_path, "12:devices:/docker/abc\n0::/docker/abc\n")
-    assert devices_cgroup(42, proc=str(proc)) == "/sys/fs/cgroup/devices/docker/abc"
+    assert devices_cgroup(42, _cg(proc), proc=str(proc)) == "/sys/fs/cgroup/devices/docker/abc"
 
 
 def test_mount_root_is_stripped(tmp_path: Path) -> None:
     info = "30 25 0:26 /outer /cg rw - cgroup cgroup rw,devices,freezer\n"
     proc = _proc(tmp_path, "5:freezer,devices:/outer/c1\n", info)
-    assert devices_cgroup(42, proc=str(proc)) == "/cg/c1"
+    assert devices_cgroup(42, _cg(proc), proc=str(proc)) == "/cg/c1"
 
 
 def test_v2_only_has_no_v1_devices_cgroup(tmp_path: Path) -> None:
     proc = _proc(tmp_path, "0::/system.slice/c1\n")
     with pytest.raises(HookError, match=r"no cgroup v1 devices controller.*cgroup v2"):
-        devices_cgroup(42, proc=str(proc))
+        devices_cgroup(42, _cg(proc), proc=str(proc))
 
 
 def test_v2_cgroup_dir(tmp_path: Path) -> None:
     """The unified cgroup is found under the cgroup2 mount (tests/nvhook/hook/test_cgroup_bpf.py
     extends a real one's device program)."""
     proc = _proc(tmp_path, "0::/system.slice/c1\n")
-    assert unified_cgroup(42, proc=str(proc)) == "/sys/fs/cgroup/unified/system.slice/c1"
+    found = unified_cgroup(42, _cg(proc), proc=str(proc))
+    assert found == "/sys/fs/cgroup/unified/system.slice/c1"
     with pytest.raises(HookError, match="unexpected cgroup v2 path"):
-        unified_cgroup(42, proc=str(_proc(tmp_path / "x", "0::/a/../b\n")))
+        unified_cgroup(42, "0::/a/../b\n", proc=str(proc))
 
 
 def test_v2_rules_extend_the_device_programs(
@@ -82,7 +94,7 @@ def test_v2_rules_extend_the_device_programs(
     monkeypatch.setattr(cgroup_bpf, "extend", extend)
     proc = _proc(tmp_path, "0::/c1\n")
     rules: list[dict[str, object]] = [{"allow": True, "type": "c", "major": 195, "minor": 0}]
-    assert allow_devices(42, rules, proc=str(proc)) == "/sys/fs/cgroup/unified/c1"
+    assert allow_devices(_init(proc), rules, proc=str(proc)) == "/sys/fs/cgroup/unified/c1"
     assert calls == [("/sys/fs/cgroup/unified/c1", rules)]
 
 
@@ -97,7 +109,7 @@ def test_allow_writes_one_rule_per_write(tmp_path: Path) -> None:
         {"allow": False, "type": "a"},  # not ours to write: runc's deny-all
         {"allow": True, "type": "c", "major": 195, "minor": 255, "access": "rw"},
     ]
-    assert allow_devices(42, rules, proc=str(proc)) == str(cg)
+    assert allow_devices(_init(proc), rules, proc=str(proc)) == str(cg)
     # a plain file here: the two allow rules, in order, with no separator (the kernel file
     # takes one rule per write(2)); the deny rule is not written
     assert (cg / "devices.allow").read_text() == "c 195:0 rwmc 195:255 rw"

@@ -11,6 +11,7 @@ import pytest
 
 from nvhook.errors import HookError
 from nvhook.hook import mountns
+from nvhook.hook.container_init import ContainerInit
 
 
 def test_a_child_that_does_not_finish_is_killed() -> None:
@@ -48,7 +49,11 @@ def test_too_many_nodes_or_mounts_are_refused_before_anything(
     mounts: list[dict[str, Any]] = [mount] * (9 - many)
     name = "device nodes" if what == "devices" else "mounts"
     with pytest.raises(HookError, match=rf"^refusing to inject 6 {name} \(at most 3\)$"):
-        mountns.inject(os.getpid(), "/nonexistent", devices=devices, mounts=mounts)
-    # at the bound itself, the next check speaks: this process is no container
-    with pytest.raises(HookError, match=r"shares this hook.s mount namespace"):
-        mountns.inject(os.getpid(), "/nonexistent", devices=devices[:3], mounts=mounts[:3])
+        mountns.check_bounds(devices, mounts)
+    init = ContainerInit(os.getpid(), "", -1, None)  # never entered: refused before
+    with pytest.raises(HookError, match=rf"^refusing to inject 6 {name} \(at most 3\)$"):
+        mountns.inject(init, "/nonexistent", devices=devices, mounts=mounts)
+    # at the bound itself, the next step speaks: the first mount's source is cloned
+    mountns.check_bounds(devices[:3], mounts[:3])
+    with pytest.raises(HookError, match=r"^cannot clone /nonexistent for /x: No such file"):
+        mountns.inject(init, "/nonexistent", devices=devices[:3], mounts=mounts[:3])
