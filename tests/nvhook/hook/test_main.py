@@ -1,4 +1,4 @@
-"""nvhook.hook.args and nvhook.hook.dispatch: the command line of ``nvhook-hook`` (parsed by hand: no click, no argparse)."""
+"""nvhook.hook.args and nvhook.hook.dispatch: the command line of ``nvhook-hook`` (by hand)."""
 
 from __future__ import annotations
 
