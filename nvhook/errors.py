@@ -16,6 +16,7 @@ Hierarchy (the root, :class:`oci.errors.Error`, is shared with the ``oci`` error
         │   └── UnknownProfileError  no mock profile has that name (a usage error: exit 2)
         ├── WorkdirError       a working directory cannot be created or written (demo --dir)
         ├── RuntimeNotFound    no low-level runtime (runc/crun) to exec
+        ├── MissingExtraError  a part needs a library of an extra that is not installed
         ├── ContainerEngineError  a private containerd, its CRI or an image tool (umoci,
         │                      skopeo) that the demo drives failed
         ├── HookError          a hook refused to act (path escaping the rootfs, conflicting link)
@@ -37,6 +38,7 @@ __all__ = [
     "EngineWriteError",
     "ExitCode",
     "HookError",
+    "MissingExtraError",
     "MockError",
     "NvhookError",
     "RequestError",
@@ -91,6 +93,27 @@ class RuntimeNotFound(NvhookError):
 
 class ContainerEngineError(NvhookError):
     exit_code = ExitCode.RUNTIME
+
+
+#: The distribution that installs each import name of an extra's libraries.
+_DISTRIBUTIONS = {"grpc": "grpcio", "google": "protobuf", "yaml": "PyYAML"}
+
+
+class MissingExtraError(NvhookError):
+    """A part of nvhook needs a library of one of its extras, and it is not installed: one
+    line naming the part, the library and the ``pip install`` that adds it."""
+
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, part: str, error: ImportError, extra: str) -> None:
+        module = (error.name or "").split(".")[0] or "a library"
+        library = _DISTRIBUTIONS.get(module, module)
+        super().__init__(
+            f"{part} needs {library}, which is not installed: pip install 'nvhook[{extra}]' "
+            "(nvhook's packages and installer image include every extra)"
+        )
+        self.library = library
+        self.extra = extra
 
 
 class HookError(NvhookError):

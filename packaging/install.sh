@@ -214,9 +214,10 @@ step_venv() {
     if ((wheelhouse)); then
         # offline, and deaf to the node's own pip configuration
         PIP_CONFIG_FILE=/dev/null "${pip[@]}" --isolated install --quiet --disable-pip-version-check \
-            --no-index --find-links "$source" --upgrade --force-reinstall nvhook
+            --no-index --find-links "$source" --upgrade --force-reinstall 'nvhook[all]'
     else
-        "${pip[@]}" install --quiet --disable-pip-version-check --upgrade --force-reinstall "$source"
+        "${pip[@]}" install --quiet --disable-pip-version-check --upgrade --force-reinstall \
+            "${source}[all]"
     fi
     # the native front-end and hook the installer image carries (packaging/build.sh), built
     # for PREFIX=/opt/nvhook (their launchers' paths are compiled in); else install-entrypoints

@@ -2,8 +2,8 @@
 # wheels.sh OUTDIR: a wheelhouse from which nvhook installs offline, with any supported Python.
 #
 # OUTDIR receives nvhook's wheel (built from SOURCE), one of pip itself, and the wheels of
-# every dependency for every supported interpreter (CPython PY_VERSIONS) on every
-# architecture of ARCHES, so that packaging/install.sh and the packages (packaging/build.sh)
+# every dependency, the extras' too (nvhook[all]), for every supported interpreter (CPython
+# PY_VERSIONS) on every architecture of ARCHES, so that packaging/install.sh and the packages (packaging/build.sh)
 # make the venv with `python3 -m venv --without-pip` and `python3 OUTDIR/pip-*.whl/pip install
 # --no-index`: no network, and no python3-venv (ensurepip) on the target.
 #
@@ -97,7 +97,7 @@ main() {
             "$python" -m pip download --quiet --only-binary=:all: --dest "$out" \
                 --implementation cp --python-version "$v" --abi "cp${v/./}" --abi abi3 \
                 --abi none --platform "manylinux2014_$a" --platform "manylinux_2_17_$a" \
-                "$wheel"
+                "${wheel}[all]"
         done
     done
     ls "$out"/pip-*.whl >/dev/null

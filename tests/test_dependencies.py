@@ -40,10 +40,28 @@ def _project() -> dict[str, Any]:
     return project
 
 
+#: The extras of optional parts, each a home of its libraries (``nvhook[all]`` is them all).
+EXTRAS = ("netdev", "kubernetes")
+
+
 def _requirements(group: str | None) -> list[Requirement]:
+    """The requirements of ``group`` (None: the dependencies), nvhook's own extras expanded."""
     project = _project()
     texts = project["dependencies"] if group is None else project["optional-dependencies"][group]
-    return [Requirement(text) for text in texts]
+    out: list[Requirement] = []
+    for text in texts:
+        requirement = Requirement(text)
+        if canonicalize_name(requirement.name) == "nvhook":
+            for extra in sorted(requirement.extras):
+                out += _requirements(extra)
+        else:
+            out.append(requirement)
+    return out
+
+
+def _runtime_requirements() -> list[Requirement]:
+    """Every library oci and nvhook may import: the dependencies and every extra's."""
+    return [r for group in (None, *EXTRAS) for r in _requirements(group)]
 
 
 def _has_upper_bound(specifier: SpecifierSet) -> bool:
@@ -73,20 +91,33 @@ def test_the_dependencies_are_what_the_packages_import() -> None:
             continue
         for dist in distributions.get(top, [f"<no distribution installs {top}>"]):
             imported.setdefault(canonicalize_name(dist), f"{imp.source}:{imp.line}")
-    declared = {canonicalize_name(r.name) for r in _requirements(None)}
+    declared = {canonicalize_name(r.name) for r in _runtime_requirements()}
     assert sorted(declared - set(imported)) == [], "declared and never imported"
     undeclared = {d: where for d, where in imported.items() if d not in declared}
     assert undeclared == {}, "imported and not declared"
 
 
+def test_the_extras_are_all_of_them_and_the_tests_install_them() -> None:
+    """``all`` is every extra, the tests install ``all``, and no library is both a dependency
+    and an extra's."""
+    extras = _project()["optional-dependencies"]
+    assert set(extras) == {*EXTRAS, "all", "test"}
+    assert {canonicalize_name(r.name) for r in _requirements("all")} == {
+        canonicalize_name(r.name) for group in EXTRAS for r in _requirements(group)
+    }
+    assert "nvhook[all]" in extras["test"]
+    core = {canonicalize_name(r.name) for r in _requirements(None)}
+    assert core.isdisjoint(canonicalize_name(r.name) for g in EXTRAS for r in _requirements(g))
+
+
 def test_private_api_dependencies_have_upper_bounds() -> None:
-    declared = {canonicalize_name(r.name): r for r in _requirements(None)}
+    declared = {canonicalize_name(r.name): r for r in _runtime_requirements()}
     for name in PRIVATE_APIS:
         requirement = declared[canonicalize_name(name)]
         assert _has_upper_bound(requirement.specifier), f"{requirement} needs an upper bound"
 
 
-@pytest.mark.parametrize("group", [None, "test"], ids=["dependencies", "test"])
+@pytest.mark.parametrize("group", [None, *EXTRAS, "test"], ids=["dependencies", *EXTRAS, "test"])
 def test_installed_versions_are_within_the_declared_bounds(group: str | None) -> None:
     outside = []
     for requirement in _requirements(group):

@@ -18,10 +18,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import grpc
+from nvhook.errors import ContainerEngineError, MissingExtraError
 
-from nvhook.cri.v1 import api_pb2 as pb
-from nvhook.errors import ContainerEngineError
+try:
+    import grpc
+
+    from nvhook.cri.v1 import api_pb2 as pb
+except ImportError as e:  # the kubernetes extra
+    raise MissingExtraError("nvhook's CRI client (demo --kubernetes)", e, "kubernetes") from e
 
 __all__ = [
     "HOST_NETWORK",

@@ -30,8 +30,14 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic.alias_generators import to_camel
+
+from nvhook.errors import MissingExtraError
+
+try:
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+    from pydantic.alias_generators import to_camel
+except ImportError as e:  # the kubernetes extra
+    raise MissingExtraError("nvhook's device plugin configuration", e, "kubernetes") from e
 
 from nvhook.deviceplugin.errors import PluginConfigError
 from nvhook.deviceplugin.model import PluginConfig, TimeSlicedResource

@@ -29,13 +29,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import grpc
+from nvhook.errors import MissingExtraError
+
+try:
+    import grpc
+
+    from nvhook.deviceplugin.v1beta1 import api_pb2 as pb
+except ImportError as e:  # the kubernetes extra
+    raise MissingExtraError("nvhook's device plugin", e, "kubernetes") from e
 
 from nvhook.deviceplugin.allocate import allocate
 from nvhook.deviceplugin.errors import AllocationError, RegistrationError
 from nvhook.deviceplugin.model import PluginConfig, Resource
 from nvhook.deviceplugin.preferred import Topology, preferred
-from nvhook.deviceplugin.v1beta1 import api_pb2 as pb
 
 __all__ = [
     "API_VERSION",

@@ -149,24 +149,33 @@ def find_compat(root: RootFd, folder: str, host_driver: str) -> Compat | str:
     except OSError as e:
         return f"no compat folder {folder} ({e.strerror})"
     try:
-        where = root.realpath(folder)
-        found = []
-        for name in os.listdir(fd):
-            version = _version(name[len(_PREFIX) :]) if name.startswith(_PREFIX) else None
-            if version is None:
-                continue
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if stat.S_ISREG(st.st_mode):
-                found.append((name, version))
-        if not found:
-            return f"no libcuda.so.<version> file in {where}"
-        if len(found) > 1:
-            names = ", ".join(sorted(n for n, _ in found))
-            return f"more than one libcuda in {where} ({names}): not choosing"
-        (name, version), text = found[0], found[0][0][len(_PREFIX) :]
-        note = _note_of(fd, name)
+        return _find_in(root, folder, fd, host, host_driver)
+    except OSError as e:  # the folder changed under the hook (an image swapping it): no compat
+        return f"cannot read the compat folder {folder} ({e.strerror})"
     finally:
         os.close(fd)
+
+
+def _find_in(
+    root: RootFd, folder: str, fd: int, host: tuple[int, ...], host_driver: str
+) -> Compat | str:
+    """:func:`find_compat` once ``folder`` is open as ``fd``."""
+    where = root.realpath(folder)
+    found = []
+    for name in os.listdir(fd):
+        version = _version(name[len(_PREFIX) :]) if name.startswith(_PREFIX) else None
+        if version is None:
+            continue
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode):
+            found.append((name, version))
+    if not found:
+        return f"no libcuda.so.<version> file in {where}"
+    if len(found) > 1:
+        names = ", ".join(sorted(n for n, _ in found))
+        return f"more than one libcuda in {where} ({names}): not choosing"
+    (name, version), text = found[0], found[0][0][len(_PREFIX) :]
+    note = _note_of(fd, name)
     branch = CUDA_BY_BRANCH.get(version[0], "")
     cuda = str(note.get("CUDA version") or "") if note else branch
     supported = note.get("driver") if note is not None else None

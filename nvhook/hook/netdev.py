@@ -113,8 +113,13 @@ def move_devices(pid: int, devices: Sequence[tuple[str, str]]) -> None:
 
 
 def _move(nsfd: int, pid: int, devices: Sequence[tuple[str, str]]) -> None:
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
+    try:
+        from pyroute2 import IPRoute
+        from pyroute2.netlink.exceptions import NetlinkError
+    except ImportError as e:
+        from nvhook.errors import MissingExtraError
+
+        raise MissingExtraError("nvhook-hook netdev", e, "netdev") from e
 
     with IPRoute() as host:
         indices: dict[str, int] = {}

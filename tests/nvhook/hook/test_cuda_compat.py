@@ -139,6 +139,25 @@ def test_a_symlinked_folder_is_resolved_inside_the_rootfs(tmp_path: Path, impl: 
         assert not isinstance(found, Compat) or "999" not in found.library, form
 
 
+def test_a_folder_that_changes_after_it_is_opened_is_no_compat(
+    tmp_path: Path, impl: Impl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image swapping its compat folder between the hook's open and its next look (what
+    tests/e2e/test_hook_race.py does) gets no compat folder, not a traceback."""
+    rootfs = tmp_path / "rootfs"
+    _plain(rootfs, "libcuda.so.575.57.08", "/usr/local/cuda/compat")
+    with open_root(str(rootfs), impl=impl) as root:
+
+        def gone(self: object, path: str) -> str:
+            raise FileNotFoundError(2, "No such file or directory", path)
+
+        monkeypatch.setattr(type(root), "realpath", gone)
+        found = find_compat(root, "/usr/local/cuda/compat", "550.54.15")
+    assert (
+        found == "cannot read the compat folder /usr/local/cuda/compat (No such file or directory)"
+    )
+
+
 def _elf64_header(shentsize: int, shnum: int) -> bytes:
     """An ELF64 little-endian header whose section table is at 64 (nothing else)."""
     import struct

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from nvhook.discover.hooks import netdev_hook
-from nvhook.errors import UsageError
-from nvhook.hook.netdev import check_ifname, parse_device
+from nvhook.errors import MissingExtraError, UsageError
+from nvhook.hook.netdev import check_ifname, move_devices, parse_device
 from oci.errors import ExitCode
+from tests.nvhook.test_extras import hide
 from tests.support.containers import Runc, make_bundle, require, require_root
 
 from .conftest import HookRunner, state_json
@@ -174,3 +175,14 @@ def test_kernel_refusal_is_reported(run_hook: HookRunner, netns_pid: int) -> Non
     assert proc.returncode == ExitCode.HOOK
     assert f"cannot move host interface lo into the container (pid {netns_pid})" in proc.stderr
     assert "lo" in _links()
+
+
+@pytest.mark.root
+def test_netdev_names_its_missing_extra(monkeypatch: pytest.MonkeyPatch, netns_pid: int) -> None:
+    hide(monkeypatch, "pyroute2")
+    with pytest.raises(MissingExtraError) as caught:
+        move_devices(netns_pid, [("nvhook-x0", "eth9")])
+    assert str(caught.value).startswith(
+        "nvhook-hook netdev needs pyroute2, which is not installed: pip install 'nvhook[netdev]'"
+    )
+    assert caught.value.exit_code == ExitCode.CONFIG
