@@ -3,9 +3,9 @@
 #
 # OUTDIR receives nvhook's wheel (built from SOURCE), one of pip itself, and the wheels of
 # every dependency, the extras' too (nvhook[all]), for every supported interpreter (CPython
-# PY_VERSIONS) on every architecture of ARCHES, so that packaging/install.sh and the packages (packaging/build.sh)
-# make the venv with `python3 -m venv --without-pip` and `python3 OUTDIR/pip-*.whl/pip install
-# --no-index`: no network, and no python3-venv (ensurepip) on the target.
+# PY_VERSIONS) on every architecture of ARCHES, so that packaging/install.sh and the
+# packages (packaging/build.sh) make the venv with `python3 -m venv --without-pip` and
+# `python3 OUTDIR/pip-*.whl/pip install --no-index`: no network, and no python3-venv (ensurepip) on the target.
 #
 # A pure-Python wheel is taken wherever the project publishes one; the compiled ones (PyYAML,
 # rpds-py) are fetched per interpreter and architecture as manylinux2014 (glibc >= 2.17)
