@@ -23,7 +23,7 @@ import pytest
 
 from nvhook.errors import NvhookError
 from nvhook.legacyhook import LEGACY_HOOK
-from nvhook.native import SOURCE, build, data_name
+from nvhook.native import FORMAT, SOURCE, build, data_name
 from nvhook.requests.parse import parse_requests
 from nvhook.requests.policy import Policy
 from nvhook.settings import load_settings
@@ -474,7 +474,7 @@ def test_the_data_file_is_hardened_and_names_the_settings(fe: Frontend) -> None:
     st = data.stat()
     assert (st.st_mode & 0o7777, st.st_uid) == (0o600, os.geteuid())
     lines = data.read_text().splitlines()
-    assert lines[:3] == ["nvhook-runtime-frontend 1", f"config {fe.config}",
+    assert lines[:3] == [f"nvhook-runtime-frontend {FORMAT}", f"config {fe.config}",
                          "settings " + data.name.split("-", 4)[4]]  # fmt: skip
     assert f"runtime {fe.runtime}" in lines and lines[-1] == "end"
     assert {"trigger NVIDIA_VISIBLE_DEVICES", "trigger cdi.k8s.io/"} <= set(lines)
