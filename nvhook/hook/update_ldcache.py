@@ -53,7 +53,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONF_DIR",
+    "CONF_HEADER",
     "CONF_PATH",
+    "DIR_MODE",
+    "FILE_MODE",
     "INCLUDE_LINE",
     "LDCONFIG_CANDIDATES",
     "LDCONFIG_MAX_DATA",

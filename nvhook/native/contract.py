@@ -27,7 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-__all__ = ["HEADER", "HEADER_NAME", "main", "render", "trace_enabled"]
+__all__ = ["ENV_HOOK_TRACE", "HEADER", "HEADER_NAME", "main", "render", "trace_enabled"]
 
 #: The header's file name, beside the C sources.
 HEADER_NAME = "nvhook-contract.h"
@@ -169,6 +169,15 @@ def render() -> str:
     _flag_table(h, "GLOBAL", argv._GLOBAL, "oci.argv._GLOBAL")
     _flag_table(h, "CREATE", argv._COMMANDS["create"], "oci.argv._COMMANDS['create']")
     _flag_table(h, "RUN", argv._COMMANDS["run"], "oci.argv._COMMANDS['run']")
+    # the long names of the flags the front-end reads, from their short forms' aliases
+    flags = {
+        "HELP": (argv._GLOBAL, "h", "_GLOBAL"),
+        "VERSION": (argv._GLOBAL, "v", "_GLOBAL"),
+        "BUNDLE": (argv._COMMANDS["create"], "b", "_COMMANDS['create']"),
+        "DETACH": (argv._COMMANDS["run"], "d", "_COMMANDS['run']"),
+    }
+    for stem, (table, short, where) in flags.items():
+        h.define(f"NVHOOK_FLAG_{stem}", table.aliases[short], f"oci.argv.{where}: -{short}")
     h.define("NVHOOK_CONFIG_JSON", CONFIG_NAME, "oci.bundle.CONFIG_NAME")
 
     h.section("the hook's command line (nvhook.hook)")
@@ -191,7 +200,7 @@ def render() -> str:
     openat2 = [i for i in safepath.IMPLS if i != "walk"]  # "auto" picks openat2 where it works
     h.strings("NVHOOK_SAFEPATH_OPENAT2", openat2, "nvhook.hook.safepath.IMPLS but walk")
     h.define("NVHOOK_EAGAIN_TRIES", safepath._EAGAIN_TRIES, "nvhook.hook.safepath._EAGAIN_TRIES")
-    read_limit = safepath.RootFd.read_file.__kwdefaults__["limit"]
+    read_limit = (safepath.RootFd.read_file.__kwdefaults__ or {})["limit"]
     h.define("NVHOOK_READ_FILE_LIMIT", read_limit, "nvhook.hook.safepath.RootFd.read_file")
 
     h.section("the ld cache step (nvhook.hook.update_ldcache)")

@@ -69,6 +69,10 @@
 #define NVHOOK_RUN_BOOLS {"d", "detach", "h", "help", "keep", "no-new-keyring", "no-pivot", "no-subreaper", NULL}
 /* oci.argv._COMMANDS['run']: pairs, short then long */
 #define NVHOOK_RUN_ALIASES {"b", "bundle", "d", "detach", "h", "help", NULL}
+#define NVHOOK_FLAG_HELP "help" /* oci.argv._GLOBAL: -h */
+#define NVHOOK_FLAG_VERSION "version" /* oci.argv._GLOBAL: -v */
+#define NVHOOK_FLAG_BUNDLE "bundle" /* oci.argv._COMMANDS['create']: -b */
+#define NVHOOK_FLAG_DETACH "detach" /* oci.argv._COMMANDS['run']: -d */
 #define NVHOOK_CONFIG_JSON "config.json" /* oci.bundle.CONFIG_NAME */
 
 /* --- the hook's command line (nvhook.hook) */

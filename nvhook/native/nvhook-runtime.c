@@ -130,7 +130,8 @@ static long read_frame(int fd, char *buf, size_t cap, long long deadline) {
         memcmp(head, NVHOOK_SERVER_MAGIC, MAGIC_LEN))
         return -1;
     size_t len = 0;
-    for (size_t i = MAGIC_LEN; i < sizeof head; i++) len |= (size_t)head[i] << (8 * (i - MAGIC_LEN));
+    for (size_t i = MAGIC_LEN; i < sizeof head; i++)
+        len |= (size_t)head[i] << (8 * (i - MAGIC_LEN));
     if (len > cap || read_exact(fd, buf, len, deadline)) return -1;
     buf[len] = '\0';
     return (long)len;
@@ -243,7 +244,7 @@ static void try_server(const char *dir) {
         send_request(sock, request, size, cwd, deadline) == 0 &&
         read_frame(sock, reply, sizeof reply - 1, deadline) == sizeof NVHOOK_SERVER_ACK - 1 &&
         memcmp(reply, NVHOOK_SERVER_ACK, sizeof NVHOOK_SERVER_ACK - 1) == 0)
-        len = read_frame(sock, reply, sizeof reply - 1, -1); /* the call runs: as long as it takes */
+        len = read_frame(sock, reply, sizeof reply - 1, -1); /* the call runs: no deadline */
     free(request);
     if (cwd >= 0) close(cwd);
     if (sock >= 0) close(sock);
@@ -332,7 +333,8 @@ static int is_true(const char *value) {
 }
 
 static int form_slot(const char *long_) {
-    static const char *const LONGS[] = {"help", "version", "bundle", "detach", NULL};
+    static const char *const LONGS[] = {NVHOOK_FLAG_HELP, NVHOOK_FLAG_VERSION, NVHOOK_FLAG_BUNDLE,
+                                        NVHOOK_FLAG_DETACH, NULL};
     for (int i = 0; LONGS[i]; i++)
         if (strcmp(LONGS[i], long_) == 0) return i;
     return -1;
@@ -366,9 +368,9 @@ static int parse_flags(char *const *args, int n, int start, const struct table *
             continue;
         }
         const char *long_ = long_name(t, spelled);
-        if (strcmp(long_, "help") == 0) out->help = is_true(value);
-        if (strcmp(long_, "version") == 0) out->version = is_true(value);
-        if (strcmp(long_, "bundle") == 0) out->bundle = value;
+        if (strcmp(long_, NVHOOK_FLAG_HELP) == 0) out->help = is_true(value);
+        if (strcmp(long_, NVHOOK_FLAG_VERSION) == 0) out->version = is_true(value);
+        if (strcmp(long_, NVHOOK_FLAG_BUNDLE) == 0) out->bundle = value;
         int slot = form_slot(long_);
         if (slot >= 0) {
             if (out->form[slot] == NULL)
