@@ -14,7 +14,7 @@
  *     shim refuses that file);
  *   - the data file the Python side wrote into the cache directory
  *     (nvhook/native/__init__.py: root-owned 0600, in a directory only root can write)
- *     describes the settings file as it is now (path, dev, inode, size, mtime ns) and
+ *     describes the settings file as it is now (path, dev, inode, size, mtime and ctime ns) and
  *     does not say "handover" (debug logging, a policy the shim would refuse, ...);
  *   - the runtime is found as nvhook.shim.find_runtime finds it, from the candidates in
  *     that file and PATH, and exec succeeds.
