@@ -274,6 +274,10 @@ def _warn(
         _log(settings, args, started, {"level": "warning", "msg": message})
 
 
+#: The mode of a log file the shim creates (the front-end creates it the same).
+LOG_MODE = 0o640
+
+
 def _log(
     settings: Settings,
     args: RuntimeArgs | None,
@@ -298,7 +302,7 @@ def _log(
             "pid": _caller_pid or os.getpid(),
         }
         line = jsoncodec.dumpb(record) + b"\n"
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, LOG_MODE)
         try:
             os.write(fd, line)
         finally:

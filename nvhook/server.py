@@ -62,6 +62,10 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = [
+    "ACK",
+    "EXEC",
+    "EXIT",
+    "FDS",
     "MAGIC",
     "MAX_REQUEST",
     "PRELOAD",
@@ -96,6 +100,10 @@ RECEIVE_TIMEOUT_S = 5.0
 STALE_EXIT = 75
 #: The descriptors a request carries: cwd, stdin, stdout, stderr.
 FDS = 4
+#: The replies' words: the request is taken; exec the runtime at PATH; exit with CODE.
+ACK = b"ack"
+EXEC = b"exec"
+EXIT = b"exit"
 _HEADER = struct.Struct("<4sI")
 #: The modules a create imports (jit and cdi, errors included), imported before forking:
 #: a child then imports nothing (tests/nvhook/test_server.py checks the list).
@@ -332,7 +340,7 @@ def _run(argv: Sequence[str]) -> bytes:
             code = step
         else:
             step.announce()
-            return b"exec\0" + os.fsencode(step.runtime)
+            return EXEC + b"\0" + os.fsencode(step.runtime)
     except SystemExit as e:  # as the interpreter ends on one
         if e.code is None or isinstance(e.code, int):
             code = e.code or 0
@@ -344,7 +352,7 @@ def _run(argv: Sequence[str]) -> bytes:
 
         traceback.print_exc()  # as the interpreter ends on an uncaught exception
         code = 1
-    return b"exit\0" + str(code & 0xFF).encode()
+    return EXIT + b"\0" + str(code & 0xFF).encode()
 
 
 def _child(conn: socket.socket) -> None:
@@ -364,7 +372,7 @@ def _child(conn: socket.socket) -> None:
             for fd in fds:
                 os.close(fd)
             raise
-        conn.sendall(frame(b"ack"))
+        conn.sendall(frame(ACK))
         conn.settimeout(None)
         _become(request, fds, pid)
     except Probe:

@@ -11,7 +11,8 @@ the validator enforces, and the README's configuration table are all made from i
 
 A validated copy of each file is kept in the cache directory (``$NVHOOK_CACHE_DIR``,
 default ``/run/nvhook``; :mod:`oci._cache` says whose files are believed) as the
-plain tuple of values, keyed by the file's path, inode, size and mtime; what is read
+plain tuple of values, keyed by the file's path, device, inode, size, mtime and ctime (an
+edit that keeps the size and puts the mtime back still moves the ctime); what is read
 back is validated again (a value the validator would reject discards the copy).
 A stale, foreign or unreadable copy is simply re-made, and one that cannot be
 written is not an error; a refused cache directory is reported in ``warnings``.
@@ -287,7 +288,7 @@ def load_settings(
     if not S_ISREG(st.st_mode):  # a FIFO, /dev/zero, a directory: never opened
         _fail(f"{path}: not a regular file ({_kind(st.st_mode)}){_NOT_REGULAR_FIX}")
     abspath = os.path.abspath(path)
-    key = (_CACHE_FORMAT, abspath, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (_CACHE_FORMAT, abspath, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     directory = cache_dir or cache_directory()
     name = _cache.cache_name("config", abspath)
     cached = _cache.load(directory, name, warnings)

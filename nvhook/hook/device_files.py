@@ -53,6 +53,8 @@ _PREFIX = ".nvhook-params."
 #: The params file is a few hundred bytes; more is not a params file.
 _MAX_PARAMS = 64 << 10
 _KEY = b"ModifyDeviceFiles:"
+#: What follows :data:`_KEY` in the private copy: the driver leaves device files alone.
+_OFF = b" 0"
 
 
 def private_params(host: bytes) -> bytes:
@@ -63,10 +65,10 @@ def private_params(host: bytes) -> bytes:
     lines = host.split(b"\n")
     for i, line in enumerate(lines):
         if line.startswith(_KEY):
-            lines[i] = _KEY + b" 0"
+            lines[i] = _KEY + _OFF
             return b"\n".join(lines)
     text = host if not host or host.endswith(b"\n") else host + b"\n"
-    return text + _KEY + b" 0\n"
+    return text + _KEY + _OFF + b"\n"
 
 
 def _read_host(path: str) -> bytes:

@@ -53,7 +53,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONF_DIR",
+    "CONF_HEADER",
     "CONF_PATH",
+    "DIR_MODE",
+    "FILE_MODE",
     "INCLUDE_LINE",
     "LDCONFIG_CANDIDATES",
     "LDCONFIG_MAX_DATA",
@@ -73,6 +76,11 @@ CONF_DIR = "/etc/ld.so.conf.d"
 #: The file this hook owns in the rootfs (rewritten whole on every run: idempotent).
 CONF_PATH = f"{CONF_DIR}/00-nvhook.conf"
 INCLUDE_LINE = f"include {CONF_DIR}/*.conf"
+#: The first line of the conf file.
+CONF_HEADER = "# written by nvhook-hook update-ldcache\n"
+#: The modes of what the ld cache step makes: the conf folder, the conf file and ld.so.conf.
+DIR_MODE = 0o755
+FILE_MODE = 0o644
 #: Where the host's ldconfig is looked for, in order. Ubuntu's /sbin/ldconfig is a shell
 #: script around /sbin/ldconfig.real; Debian's is the binary itself.
 LDCONFIG_CANDIDATES: tuple[str, ...] = (
@@ -171,15 +179,15 @@ def _prepare(root: RootFd, folders: list[str], log: Callable[[str], None]) -> bo
             root.stat(folder)
         except (OSError, HookError):
             log(f"note: {folder} does not resolve in the rootfs; ldconfig will find nothing there")
-    root.mkdirs(CONF_DIR, 0o755)
+    root.mkdirs(CONF_DIR, DIR_MODE)
     body = "".join(f"{folder}\n" for folder in folders)
     # no fsync: the file is rewritten whole on every start, and ldconfig reads it right away
-    conf = f"# written by nvhook-hook update-ldcache\n{body}".encode()
-    root.write_file(CONF_PATH, conf, 0o644, sync=False)
+    conf = f"{CONF_HEADER}{body}".encode()
+    root.write_file(CONF_PATH, conf, FILE_MODE, sync=False)
     try:
         text = root.read_file(LD_SO_CONF).decode("utf-8", "replace")
     except FileNotFoundError:
-        root.write_file(LD_SO_CONF, f"{INCLUDE_LINE}\n".encode(), 0o644)
+        root.write_file(LD_SO_CONF, f"{INCLUDE_LINE}\n".encode(), FILE_MODE)
         return True
     for line in text.splitlines():
         words = line.split("#", 1)[0].split()

@@ -12,16 +12,18 @@ in the cache directory (``$NVHOOK_CACHE_DIR``, with the hardening of :mod:`oci._
 the directory only root can write, the file root's, mode 0600),
 named after the settings file's path and identity::
 
-    runtime-frontend-1-<fnv1a64 of the config path>-<dev>-<ino>-<size>-<mtime_ns>
-    runtime-frontend-1-<fnv1a64 of the config path>-absent
+    runtime-frontend-2-<fnv1a64 of the config path>-<dev>-<ino>-<size>-<mtime_ns>-<ctime_ns>
+    runtime-frontend-2-<fnv1a64 of the config path>-absent
 
 A new identity is a new name, so a data file is never stale: the Python shim writes the
 one for the settings it loads whenever it is missing (one ``stat`` per call otherwise).
+The ctime is in it because an edit that keeps the size and puts the mtime back
+(``touch -r``, ``os.utime``) changes nothing else, and no call sets a ctime back.
 Its text, every line ``key value`` (``end`` last)::
 
-    nvhook-runtime-frontend 1
+    nvhook-runtime-frontend 2
     config /etc/nvhook/config.toml        the settings file (absolute, normalised)
-    settings 2049-1234-567-1700000000000  or "absent": the defaults
+    settings 2049-1234-567-1700000000000-1700000000000  or "absent": the defaults
     log /var/log/nvhook-runtime.log       only when runtime.log_level is info: the front-end
                                           writes the shim's line for a create it execs
     runtime runc                          each candidate, in order (runtime.runtimes, then
@@ -33,6 +35,10 @@ Its text, every line ``key value`` (``end`` last)::
 
 or ``handover REASON`` instead of the runtime and trigger lines, when the shim must see
 every call (:func:`handover_reason`): the front-end then hands every call over.
+
+The words of this format, like every other value the two C programs share with Python,
+reach them through ``nvhook-contract.h``, generated from the Python values by
+:mod:`nvhook.native.contract`.
 """
 
 from __future__ import annotations
@@ -48,8 +54,18 @@ if TYPE_CHECKING:
     from nvhook.settings import Settings
 
 __all__ = [
+    "ABSENT",
     "FORMAT",
     "HOOK_SOURCE",
+    "KEY_CONFIG",
+    "KEY_END",
+    "KEY_HANDOVER",
+    "KEY_LOG",
+    "KEY_RUNTIME",
+    "KEY_SETTINGS",
+    "KEY_TRIGGER",
+    "MAGIC",
+    "PREFIX",
     "SOURCE",
     "build",
     "data_name",
@@ -60,13 +76,29 @@ __all__ = [
 ]
 
 #: The data format; the front-end reads only its own (it is compiled in: FORMAT).
-FORMAT = 1
+FORMAT = 2
+#: The data file's first word (its value: :data:`FORMAT`).
+MAGIC = "nvhook-runtime-frontend"
+#: The keys of its lines, in their order; ``handover`` stands for the runtime, log and
+#: trigger lines; ``end`` is the last line, alone.
+KEY_CONFIG, KEY_SETTINGS, KEY_LOG, KEY_RUNTIME, KEY_TRIGGER, KEY_HANDOVER, KEY_END = (
+    "config",
+    "settings",
+    "log",
+    "runtime",
+    "trigger",
+    "handover",
+    "end",
+)
+#: The settings identity of a settings file that is not there (the defaults apply).
+ABSENT = "absent"
 #: The C source, shipped as package data.
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvhook-runtime.c")
 #: The native ``nvhook-hook`` (``create-container`` without Python; every other call is
 #: handed to the Python hook, ``nvhook-hook.py``): built the same way, from this source.
 HOOK_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvhook-hook.c")
-_PREFIX = f"runtime-frontend-{FORMAT}-"
+#: The start of every data file's name.
+PREFIX = f"runtime-frontend-{FORMAT}-"
 #: What a trigger may hold: a byte search finds it in JSON unless an escape spells it
 #: (the front-end refuses ``\\u`` and ``\\/`` anywhere in config.json).
 _SEARCHABLE = frozenset(chr(c) for c in range(0x20, 0x7F)) - {'"', "\\"}
@@ -74,13 +106,13 @@ _SEARCHABLE = frozenset(chr(c) for c in range(0x20, 0x7F)) - {'"', "\\"}
 
 def data_name(config: str, st: os.stat_result | None) -> str:
     """The data file's name for the settings file ``config`` (``st``: its stat, None: absent)."""
-    return f"{_PREFIX}{_cache.fnv1a64(config):016x}-{_identity(st)}"
+    return f"{PREFIX}{_cache.fnv1a64(config):016x}-{_identity(st)}"
 
 
 def _identity(st: os.stat_result | None) -> str:
     if st is None:
-        return "absent"
-    return f"{st.st_dev}-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
+        return ABSENT
+    return f"{st.st_dev}-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}-{st.st_ctime_ns}"
 
 
 def ensure_data(
@@ -119,7 +151,7 @@ def data_text(config: str, st: os.stat_result | None, settings: Settings) -> byt
     """The data file for ``settings``, read from ``config`` (``st``: its stat, None: absent)."""
     from nvhook.constants import FALLBACK_RUNTIMES
 
-    lines = [f"nvhook-runtime-frontend {FORMAT}", f"config {config}", f"settings {_identity(st)}"]
+    lines = [f"{MAGIC} {FORMAT}", f"{KEY_CONFIG} {config}", f"{KEY_SETTINGS} {_identity(st)}"]
     runtimes = (*settings.runtime_runtimes, *FALLBACK_RUNTIMES)
     found = triggers(settings)
     reason = handover_reason(settings)
@@ -131,13 +163,14 @@ def data_text(config: str, st: os.stat_result | None, settings: Settings) -> byt
     if reason is None and log and not _line_safe(log):
         reason = "runtime.log_file cannot be written on one line"
     if reason is None:
-        lines += [f"log {log}"] if log else []
-        lines += [f"runtime {r}" for r in runtimes] + [f"trigger {t}" for t in found]
+        lines += [f"{KEY_LOG} {log}"] if log else []
+        lines += [f"{KEY_RUNTIME} {r}" for r in runtimes]
+        lines += [f"{KEY_TRIGGER} {t}" for t in found]
     else:
-        lines.append(f"handover {reason}")
-    text = "\n".join(lines) + "\nend\n"
-    if not _line_safe(config) or "\0" in text:
-        text = "\n".join(lines[:3]) + "\nhandover a path cannot be written\nend\n"
+        lines.append(f"{KEY_HANDOVER} {reason}")
+    if not _line_safe(config) or any("\0" in line for line in lines):
+        lines[3:] = [f"{KEY_HANDOVER} a path cannot be written"]
+    text = "\n".join([*lines, KEY_END]) + "\n"
     return text.encode("utf-8", "surrogateescape")
 
 
@@ -191,7 +224,7 @@ def _line_safe(text: str) -> bool:
 
 def _remove_older(directory: str, keep: str) -> None:
     """Remove the data files of earlier identities of the same settings file."""
-    stem = keep[: len(_PREFIX) + 16 + 1]  # runtime-frontend-1-<hash>-
+    stem = keep[: len(PREFIX) + 16 + 1]  # runtime-frontend-N-<hash>-
     import contextlib
 
     try:

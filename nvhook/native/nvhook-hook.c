@@ -4,7 +4,7 @@
  *
  * Every GPU container runs `nvhook-hook create-container` once, in its namespaces, before
  * pivot_root; CPython's start alone is several times what ldconfig costs. This program
- * does what nvhook.hook.create_container does, step for step and byte for byte:
+ * does what nvhook.hook.create_container.create_container does, step for step and byte for byte:
  *
  *   create-container [--params FILE] [--link TARGET::LINK]... [--device-link TARGET::LINK]...
  *                    [--folder DIR]... [--ldconfig PATH] [--cuda-compat VERSION]
@@ -29,8 +29,13 @@
  * host's ldconfig -r ROOTFS with an empty environment and RLIMIT_DATA capped, in a private
  * mount namespace with every procfs under the rootfs detached when there is one (see
  * nvhook/hook/update_ldcache.py for why). libc only; build with
- * -DNVHOOK_LAUNCHER='"/path/nvhook-hook.py"'. NVHOOK_HOOK_TRACE=1 in the environment prints
- * the source line of each handover.
+ * -DNVHOOK_LAUNCHER='"/path/nvhook-hook.py"'. NVHOOK_HOOK_TRACE=1 (a boolean, read as
+ * nvhook.native.contract.trace_enabled reads it) in the environment prints the source line
+ * of each handover.
+ *
+ * main runs the steps of create-container one after the other, each a function returning a
+ * status (OK, HAND_OVER, or an exit code); buffers and descriptors a step owns go with
+ * cleanup attributes (autofree, autoclose: crun's style).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -57,22 +62,22 @@
 #error "build with -DNVHOOK_LAUNCHER='\"/absolute/path/of/nvhook-hook.py\"'"
 #endif
 
-#define PROGRAM "nvhook-hook"
+/* Every value shared with Python (exit codes, paths, names, limits, options): generated
+ * from the Python values by nvhook/native/contract.py. */
+#include "nvhook-contract.h"
+
+#define PROGRAM NVHOOK_HOOK_PROGRAM
+#define EXIT_HOOK NVHOOK_EXIT_HOOK
+#define CONF_DIR NVHOOK_CONF_DIR
+#define CONF_NAME NVHOOK_CONF_NAME
+#define LD_SO_CONF NVHOOK_LD_SO_CONF
+#define MAX_LD_SO_CONF NVHOOK_READ_FILE_LIMIT /* what RootFd.read_file reads of ld.so.conf */
+/* This program's own limits: beyond them, a handover. */
 #define MAX_STATE (1 << 20)          /* the OCI state on stdin */
 #define MAX_CONFIG (4 << 20)         /* config.json; a larger one goes to Python */
-#define MAX_LD_SO_CONF (1 << 20)     /* nvhook.rootfs.safepath.RootFd.read_file's limit */
 #define MAX_ITEMS 512                /* --link and --folder values */
 #define MAX_DEPTH 256                /* JSON nesting */
 #define MAX_PROCFS 64                /* procfs mounts under the rootfs */
-#define LDCONFIG_MAX_DATA (256L << 20)  /* update_ldcache.LDCONFIG_MAX_DATA */
-#define LDCONFIG_TIMEOUT_MS 60000       /* update_ldcache.LDCONFIG_TIMEOUT_S */
-#define EXIT_HOOK 11                    /* oci.errors.ExitCode.HOOK */
-#define CONF_DIR "/etc/ld.so.conf.d"
-#define CONF_NAME "00-nvhook.conf"
-#define LD_SO_CONF "/etc/ld.so.conf"
-#define INCLUDE_LINE "include " CONF_DIR "/*.conf\n"
-#define CONF_HEADER "# written by nvhook-hook update-ldcache\n"
-#define COMPAT_DIR "/usr/local/cuda/compat" /* nvhook.hook.cuda_compat.DEFAULT_DIR */
 
 /* The newer syscalls' numbers where the C library's headers predate them: the same on every
  * architecture of the unified table (x86, arm, arm64, powerpc, s390, riscv); elsewhere
@@ -97,6 +102,7 @@
 #ifndef SYS_mount_setattr
 #define SYS_mount_setattr 442
 #endif
+/* linux/openat2.h (not every C library's headers have it) */
 #define RESOLVE_NO_MAGICLINKS_ 0x02
 #define RESOLVE_IN_ROOT_ 0x10
 
@@ -151,7 +157,8 @@ static void forget_params(void);
 static void handover(void) {
     forget_params(); /* a private params file made for a mount not attached */
     if (stdin_read) {
-        int fd = (int)syscall(SYS_memfd_create, "nvhook-hook-state", 1U /* MFD_CLOEXEC */);
+        /* MFD_CLOEXEC: linux/memfd.h */
+        int fd = (int)syscall(SYS_memfd_create, PROGRAM "-state", 1U);
         if (fd < 0 || write_all(fd, state_data, state_len) || (stdin_read == 2 && copy_rest(fd)) ||
             lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, 0) != 0) {
             dprintf(2, PROGRAM ": cannot hand the container state over to %s: %s\n",
@@ -167,16 +174,45 @@ static void handover(void) {
     _exit(EXIT_HOOK);
 }
 
-#define DOUBT()                                                                            \
-    do {                                                                                   \
-        if (getenv("NVHOOK_HOOK_TRACE")) dprintf(2, PROGRAM ": handing over (line %d)\n", \
-                                                 __LINE__);                              \
-        handover();                                                                        \
+/* --- statuses and cleanups ------------------------------------------------------------ */
+
+/* What a step returns: OK (go on), HAND_OVER (a doubt: the Python hook decides), or an exit
+ * code (> 0: the call ends with it, its message written). */
+enum { OK = 0, HAND_OVER = -1 };
+
+/* NVHOOK_HOOK_TRACE as nvhook.native.contract.trace_enabled reads it: Go's ParseBool true
+ * once blanks are stripped. */
+static int tracing(void) {
+    static const char *const TRUE_WORDS[] = NVHOOK_TRUE_WORDS;
+    const char *value = getenv(NVHOOK_ENV_HOOK_TRACE);
+    if (value == NULL) return 0;
+    value += strspn(value, NVHOOK_BOOL_BLANKS);
+    size_t len = strlen(value);
+    while (len > 0 && strchr(NVHOOK_BOOL_BLANKS, value[len - 1])) len--;
+    for (const char *const *w = TRUE_WORDS; *w; w++)
+        if (strlen(*w) == len && !memcmp(*w, value, len)) return 1;
+    return 0;
+}
+
+/* A doubt at a source line: HAND_OVER, traced when asked. */
+static int doubt(int line) {
+    if (tracing()) dprintf(2, PROGRAM ": handing over (line %d)\n", line);
+    return HAND_OVER;
+}
+
+/* In a step: a condition that must hold, else the call is handed over. */
+#define CHECK(cond)                                  \
+    do {                                             \
+        if (!(cond)) return doubt(__LINE__);         \
     } while (0)
-#define CHECK(cond) \
-    do {            \
-        if (!(cond)) DOUBT(); \
-    } while (0)
+#define DOUBT() return doubt(__LINE__)
+
+static void free_ptr(void *p) { free(*(void **)p); }
+static void close_fd(const int *fd) {
+    if (*fd >= 0) close(*fd);
+}
+#define autofree __attribute__((cleanup(free_ptr)))
+#define autoclose __attribute__((cleanup(close_fd)))
 
 /* --- a strict JSON reader (oci/jsoncodec.py's rules; anything it might read differently
  * is a doubt) ----------------------------------------------------------------------------
@@ -576,7 +612,7 @@ static int inside_of(int fd, char *out);
 static int in_root(const char *path, int flags, int mode) {
     struct open_how_ how = {(uint64_t)(flags | O_CLOEXEC), (uint64_t)mode,
                             RESOLVE_IN_ROOT_ | RESOLVE_NO_MAGICLINKS_};
-    for (int tries = 0; tries < 16; tries++) {
+    for (int tries = 0; tries < NVHOOK_EAGAIN_TRIES; tries++) {
         long fd = syscall(SYS_openat2, rootfd, path, &how, sizeof how);
         if (fd >= 0) return (int)fd;
         if (errno != EAGAIN && errno != EINTR) return -1;
@@ -610,11 +646,11 @@ static int clean_path(const char *p) {
 static int replace_file(int dirfd, const char *name, const char *data, size_t len, int sync) {
     char hex[13], tmp[300];
     if (random_hex(hex, 6)) return -1;
-    snprintf(tmp, sizeof tmp, ".%.200s.%s.nvhook", name, hex);
+    snprintf(tmp, sizeof tmp, ".%.200s.%s.nvhook", name, hex); /* safepath.RootFd.write_file's */
     int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return -1;
     int ok = !write_all(fd, data, len);
-    if (ok && fchmod(fd, 0644)) ok = 0;
+    if (ok && fchmod(fd, NVHOOK_FILE_MODE)) ok = 0;
     if (ok && sync && fsync(fd)) ok = 0;
     if (close(fd)) ok = 0;
     if (ok && renameat(dirfd, tmp, dirfd, name)) ok = 0;
@@ -731,10 +767,10 @@ static void child(char **argv, const char *real, char (*procfs)[PATH_MAX], int n
     struct rlimit rl;
     what = "RLIMIT_DATA";
     if (getrlimit(RLIMIT_DATA, &rl)) goto fail;
-    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (rlim_t)LDCONFIG_MAX_DATA)
-        rl.rlim_cur = (rlim_t)LDCONFIG_MAX_DATA;
-    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)LDCONFIG_MAX_DATA)
-        rl.rlim_max = (rlim_t)LDCONFIG_MAX_DATA;
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (rlim_t)NVHOOK_LDCONFIG_MAX_DATA)
+        rl.rlim_cur = (rlim_t)NVHOOK_LDCONFIG_MAX_DATA;
+    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)NVHOOK_LDCONFIG_MAX_DATA)
+        rl.rlim_max = (rlim_t)NVHOOK_LDCONFIG_MAX_DATA;
     if (setrlimit(RLIMIT_DATA, &rl)) goto fail;
     char *empty[] = {NULL};
     what = "exec";
@@ -803,7 +839,7 @@ static int run_ldconfig(char **argv, const char *real, char (*procfs)[PATH_MAX],
     size_t used = 0, size = 0;
     char *output = NULL;
     int complete = 1;
-    long long deadline = now_ms() + LDCONFIG_TIMEOUT_MS;
+    long long deadline = now_ms() + NVHOOK_LDCONFIG_TIMEOUT_MS;
     int timed_out = 0;
     for (;;) {
         long long left = deadline - now_ms();
@@ -847,7 +883,7 @@ static int run_ldconfig(char **argv, const char *real, char (*procfs)[PATH_MAX],
         result = -1;
     } else if (timed_out) {
         *status_out = -1;
-        snprintf(detail, cap, "timed out after %ds", LDCONFIG_TIMEOUT_MS / 1000);
+        snprintf(detail, cap, "timed out after %ds", NVHOOK_LDCONFIG_TIMEOUT_MS / 1000);
     } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         result = 0;
     } else {
@@ -1000,7 +1036,7 @@ static int mkdirs_in(const char *dir) {
         *slash = '\0';
         int parent = in_root(prefix[0] ? prefix : "/", O_PATH | O_DIRECTORY, 0);
         if (parent < 0) return -1;
-        int r = mkdirat(parent, slash + 1, 0755);
+        int r = mkdirat(parent, slash + 1, NVHOOK_DIR_MODE);
         close(parent);
         if (r) return -1; /* EEXIST: a dangling symlink (refused by Python), or a race */
     }
@@ -1071,9 +1107,9 @@ static uint64_t field(const unsigned char *p, int size) {
     return v;
 }
 
-#define NOTE_SECTION ".note.cuda.fwd_compatibility"
-#define NOTE_OWNER "NVIDIA Corporation"
-#define MAX_NOTE (64 << 10)
+#define NOTE_SECTION NVHOOK_NOTE_SECTION
+#define NOTE_OWNER NVHOOK_NOTE_OWNER
+#define MAX_NOTE NVHOOK_MAX_NOTE
 
 /* At most MAX_NOTE bytes at off of fd into a new buffer (*got: what pread returned): 0, or -1
  * for an offset pread cannot take or no memory (a doubt). */
@@ -1099,7 +1135,9 @@ static int read_note(int fd, struct doc *d) {
     unsigned shnum = (unsigned)field(h + (wide ? 60 : 48), 2);
     unsigned shstrndx = (unsigned)field(h + (wide ? 62 : 50), 2);
     unsigned size = wide ? 64 : 40;
-    if (!shoff || shentsize != size || shnum == 0 || shnum > 4096 || shstrndx >= shnum) return 0;
+    if (!shoff || shentsize != size || shnum == 0 || shnum > NVHOOK_MAX_SECTIONS ||
+        shstrndx >= shnum)
+        return 0;
     if (shoff > (uint64_t)INT64_MAX / 2) return -1;
     size_t tlen = (size_t)shentsize * shnum;
     table = malloc(tlen);
@@ -1114,7 +1152,8 @@ static int read_note(int fd, struct doc *d) {
     for (unsigned i = 0; i < shnum; i++) {
         uint64_t name = SH4(i, 0), type = SH4(i, 4);
         size_t want = sizeof NOTE_SECTION; /* with its NUL */
-        if (type != 7 || name > (uint64_t)slen || (uint64_t)slen - name < want ||
+        if (type != 7 /* SHT_NOTE, elf.h */ || name > (uint64_t)slen ||
+            (uint64_t)slen - name < want ||
             memcmp(strtab + name, NOTE_SECTION, want))
             continue;
         if (pread_note(fd, SH(i, 16, 24), SH(i, 20, 32), &data, &dlen)) goto doubt;
@@ -1150,7 +1189,7 @@ static int compat_folder(const char *host_driver, char *out) {
     int nhost = version_of(host_driver, host), nbest = 0, found = 0;
     out[0] = '\0';
     if (!nhost) return 0; /* "not a version": nothing is used */
-    int fd = in_root(COMPAT_DIR, O_RDONLY | O_DIRECTORY, 0);
+    int fd = in_root(NVHOOK_COMPAT_DIR, O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0) return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
     char where[PATH_MAX], name[256];
     DIR *dir = NULL;
@@ -1164,7 +1203,9 @@ static int compat_folder(const char *host_driver, char *out) {
     while ((e = readdir(dir))) {
         long v[4];
         int nv;
-        if (strncmp(e->d_name, "libcuda.so.", 11) || !(nv = version_of(e->d_name + 11, v)))
+        const size_t prefix = sizeof NVHOOK_LIBCUDA_PREFIX - 1;
+        if (strncmp(e->d_name, NVHOOK_LIBCUDA_PREFIX, prefix) ||
+            !(nv = version_of(e->d_name + prefix, v)))
             continue;
         struct stat st;
         if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW)) goto done;
@@ -1205,7 +1246,7 @@ static int compat_folder(const char *host_driver, char *out) {
             used = best[0] > host[0];
         }
         /* a folder ld.so.conf cannot hold is not used (update_ldcache.check_folder) */
-        if (result == 0 && used && plain(where) && !strpbrk(where, " #,:=\\"))
+        if (result == 0 && used && plain(where) && !strpbrk(where, NVHOOK_BAD_FOLDER_CHARS))
             strcpy(out, where);
         else if (result == 0 && used)
             result = -1; /* the Python hook says why */
@@ -1220,17 +1261,18 @@ done:
 
 /* --- --params (nvhook/hook/device_files.py) -------------------------------------------- */
 
-#define PARAMS_PATH "/proc/driver/nvidia/params"
-#define MAX_PARAMS (64 << 10)
+#define PARAMS_PATH NVHOOK_PARAMS_PATH
+#define MAX_PARAMS NVHOOK_MAX_PARAMS
 
+/* linux/mount.h (not every C library's headers have it) */
 struct mount_attr_ {
     uint64_t attr_set, attr_clr, propagation, userns_fd;
 };
 
 /* The host's params with "ModifyDeviceFiles: 0" (device_files.private_params), in out. */
 static size_t private_params(const char *host, size_t len, char *out) {
-    static const char key[] = "ModifyDeviceFiles:";
-    size_t k = sizeof key - 1;
+    static const char key[] = NVHOOK_PARAMS_KEY, off[] = NVHOOK_PARAMS_OFF;
+    size_t k = sizeof key - 1, o = sizeof off - 1;
     for (size_t at = 0; at <= len;) {
         const char *nl = memchr(host + at, '\n', len - at);
         size_t end = nl ? (size_t)(nl - host) : len;
@@ -1238,7 +1280,7 @@ static size_t private_params(const char *host, size_t len, char *out) {
             size_t n = 0;
             memcpy(out, host, at), n = at;
             memcpy(out + n, key, k), n += k;
-            memcpy(out + n, " 0", 2), n += 2;
+            memcpy(out + n, off, o), n += o;
             memcpy(out + n, host + end, len - end), n += len - end;
             return n;
         }
@@ -1249,7 +1291,8 @@ static size_t private_params(const char *host, size_t len, char *out) {
     memcpy(out, host, len);
     if (len && host[len - 1] != '\n') out[n++] = '\n';
     memcpy(out + n, key, k), n += k;
-    memcpy(out + n, " 0\n", 3), n += 3;
+    memcpy(out + n, off, o), n += o;
+    out[n++] = '\n';
     return n;
 }
 
@@ -1261,11 +1304,12 @@ static char params_file[128];
 static int params_fd = -1;
 
 static int prepare_params(const char *data, size_t len) {
-    const char *dirs[] = {"/run", "/tmp"};
-    for (size_t d = 0; d < 2; d++) {
+    static const char *const dirs[] = NVHOOK_TMPFILE_DIRS;
+    for (size_t d = 0; dirs[d]; d++) {
         char hex[17], path[128];
         if (random_hex(hex, 8)) return -1;
-        snprintf(path, sizeof path, "%s/.nvhook-params.%d.%s", dirs[d], (int)getpid(), hex);
+        snprintf(path, sizeof path, "%s/" NVHOOK_PARAMS_PREFIX "%d.%s", dirs[d], (int)getpid(),
+                 hex);
         int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
         if (fd < 0) continue;
         int ok = fchmod(fd, 0444) == 0 && !write_all(fd, data, len);
@@ -1274,9 +1318,10 @@ static int prepare_params(const char *data, size_t len) {
             unlink(path);
             continue;
         }
-        int tree = (int)syscall(SYS_open_tree, fd, "", 1U /* OPEN_TREE_CLONE */ | O_CLOEXEC |
-                                                         AT_EMPTY_PATH);
-        struct mount_attr_ attr = {0x1 | 0x2 | 0x4 | 0x8, 0, 0, 0}; /* ro,nosuid,nodev,noexec */
+        /* OPEN_TREE_CLONE; MOUNT_ATTR_RDONLY, _NOSUID, _NODEV, _NOEXEC (linux/mount.h): the
+         * options of device_files.MOUNT_OPTIONS */
+        int tree = (int)syscall(SYS_open_tree, fd, "", 1U | O_CLOEXEC | AT_EMPTY_PATH);
+        struct mount_attr_ attr = {0x1 | 0x2 | 0x4 | 0x8, 0, 0, 0};
         ok = tree >= 0 &&
              syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0;
         if (!ok) {
@@ -1301,13 +1346,13 @@ static void forget_params(void) {
 /* --- create-container ------------------------------------------------------------------ */
 
 /* Whether ld.so.conf's text has a line "include <a pattern holding /etc/ld.so.conf.d>"
- * (update_ldcache._prepare: the first two words before a "#"); text that Python's
- * splitlines() and split() would read otherwise (other control characters, non-ASCII) is
- * a doubt. */
+ * (update_ldcache._prepare: the first two words before a "#"): 1 or 0; -1 for text that
+ * Python's splitlines() and split() would read otherwise (other control characters,
+ * non-ASCII): a doubt. */
 static int ld_so_conf_includes(const char *text, size_t len) {
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)text[i];
-        if ((c < 0x20 && c != '\n' && c != '\t') || c >= 0x7F) DOUBT();
+        if ((c < 0x20 && c != '\n' && c != '\t') || c >= 0x7F) return -1;
     }
     for (const char *line = text; line < text + len;) {
         const char *end = memchr(line, '\n', (size_t)(text + len - line));
@@ -1342,184 +1387,238 @@ static int join(char *out, const char *dir, const char *name) {
 
 /* Parse TARGET::LINK into l (create_symlinks.parse_link); 0, or -1 on a doubt. */
 static int parse_link(const char *value, struct link *l, int device) {
-    const char *sep = strstr(value, "::");
-    if (!sep || sep == value || !sep[2] || !clean_path(sep + 2) || strlen(sep) >= PATH_MAX)
+    const char *sep = strstr(value, NVHOOK_LINK_SEPARATOR);
+    const size_t seplen = sizeof NVHOOK_LINK_SEPARATOR - 1;
+    if (!sep || sep == value || !sep[seplen] || !clean_path(sep + seplen) ||
+        strlen(sep) >= PATH_MAX)
         return -1;
     char *target = strndup(value, (size_t)(sep - value));
     if (!target) return -1;
-    l->target = target, l->path = sep + 2, l->device = device, l->skip = 0, l->missing = 0;
+    l->target = target, l->path = sep + seplen, l->device = device, l->skip = 0, l->missing = 0;
     const char *slash = strrchr(l->path, '/');
     l->dir = strndup(l->path, slash == l->path ? 1 : (size_t)(slash - l->path));
     l->name = slash + 1;
     return l->dir ? 0 : -1;
 }
 
-int main(int argc, char **argv) {
-    original = argv, original_argc = argc;
-    /* the two older commands are create-container with fewer options (nvhook.hook.COMMANDS) */
-    CHECK(argc >= 2);
-    const char *command = argv[1];
-    int full = !strcmp(command, "create-container");
-    int ldcache_only = !strcmp(command, "update-ldcache");
-    int links_only = !strcmp(command, "create-symlinks");
-    CHECK(full || ldcache_only || links_only);
-    /* safepath's implementation (nvhook.rootfs.safepath.ENV_IMPL): this program is its openat2
-     * one, which "auto" picks where the kernel has it; "walk" or a typo is Python's */
-    const char *impl = getenv("NVHOOK_SAFEPATH");
-    CHECK(!impl || !strcmp(impl, "auto") || !strcmp(impl, "openat2"));
+/* --- the steps of create-container ---------------------------------------------------- */
 
-    /* the options (nvhook.hook.parse_args); anything else is Python's */
-    static struct link links[MAX_ITEMS];
+/* Everything the steps share: the call, what was read, what was checked. */
+struct call {
+    int argc;
+    char **argv;
+    const char *command;
+    int full, ldcache_only, links_only;
+    struct link links[MAX_ITEMS];
     const char *folders[MAX_ITEMS];
-    int nlinks = 0, nfolders = 0;
-    const char *ldconfig = NULL, *compat = NULL, *params = NULL;
-    for (int pass = 0; pass < 2; pass++) { /* the --links, then the --device-links */
-        for (int i = 2; i < argc; i++) {
-            const char *arg = argv[i], *eq = strchr(arg, '='), *value;
+    int nlinks, nfolders;
+    const char *ldconfig, *compat, *params;
+    char *state, *config; /* the buffers sd and cd point into */
+    struct doc sd, cd;
+    const char *bundle;
+    char rootfs[PATH_MAX];
+    char compat_dir[PATH_MAX];
+    int params_tree, params_dest;
+    const char *wanted[MAX_ITEMS]; /* the folders, each once */
+    int nwanted, ld_so_conf_absent, nprocfs;
+    size_t body; /* the conf file's size */
+    char real[PATH_MAX]; /* the rootfs, symlinks resolved */
+    char procfs[MAX_PROCFS][PATH_MAX];
+};
+
+/* The command: the two older ones are create-container with fewer options
+ * (nvhook.hook.args.COMMANDS); safepath's implementation (nvhook.rootfs.safepath.ENV_IMPL): this
+ * program is its openat2 one, which "auto" picks where the kernel has it; "walk" or a typo
+ * is Python's. */
+static int parse_command(struct call *c) {
+    CHECK(c->argc >= 2);
+    c->command = c->argv[1];
+    c->full = !strcmp(c->command, NVHOOK_HOOK_CREATE_CONTAINER);
+    c->ldcache_only = !strcmp(c->command, NVHOOK_HOOK_UPDATE_LDCACHE);
+    c->links_only = !strcmp(c->command, NVHOOK_HOOK_CREATE_SYMLINKS);
+    CHECK(c->full || c->ldcache_only || c->links_only);
+    static const char *const openat2[] = NVHOOK_SAFEPATH_OPENAT2;
+    const char *impl = getenv(NVHOOK_ENV_SAFEPATH);
+    int known = impl == NULL;
+    for (size_t k = 0; openat2[k] && !known; k++) known = !strcmp(impl, openat2[k]);
+    CHECK(known);
+    return OK;
+}
+
+/* Whether the option spelled arg[0:len) is one of list's. */
+static int option_in(const char *const *list, const char *arg, size_t len) {
+    for (; *list; list++)
+        if (strlen(*list) == len && !strncmp(arg, *list, len)) return 1;
+    return 0;
+}
+
+/* The options (nvhook.hook.args.parse_args); anything else is Python's. The --links first, then
+ * the --device-links. */
+static int parse_options(struct call *c) {
+    static const char *const ldcache_options[] = NVHOOK_UPDATE_LDCACHE_OPTIONS;
+    static const char *const links_options[] = NVHOOK_CREATE_SYMLINKS_OPTIONS;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 2; i < c->argc; i++) {
+            const char *arg = c->argv[i], *eq = strchr(arg, '='), *value;
             size_t optlen = eq ? (size_t)(eq - arg) : strlen(arg);
             if (eq) value = eq + 1;
-            else if (i + 1 < argc) value = argv[++i];
+            else if (i + 1 < c->argc) value = c->argv[++i];
             else DOUBT();
             CHECK(plain(value));
 #define IS(name) (optlen == sizeof name - 1 && !strncmp(arg, name, optlen))
-            CHECK(full || (ldcache_only && (IS("--folder") || IS("--ldconfig"))) ||
-                  (links_only && IS("--link")));
-            if (IS("--link") || IS("--device-link")) {
-                int device = IS("--device-link");
+            CHECK(c->full || (c->ldcache_only && option_in(ldcache_options, arg, optlen)) ||
+                  (c->links_only && option_in(links_options, arg, optlen)));
+            if (IS(NVHOOK_OPT_LINK) || IS(NVHOOK_OPT_DEVICE_LINK)) {
+                int device = IS(NVHOOK_OPT_DEVICE_LINK);
                 if (device != pass) continue;
-                CHECK(nlinks < MAX_ITEMS && !parse_link(value, &links[nlinks], device));
-                nlinks++;
+                CHECK(c->nlinks < MAX_ITEMS && !parse_link(value, &c->links[c->nlinks], device));
+                c->nlinks++;
             } else if (pass) {
                 continue;
-            } else if (IS("--folder")) {
+            } else if (IS(NVHOOK_OPT_FOLDER)) {
                 /* update_ldcache.check_folder */
-                CHECK(nfolders < MAX_ITEMS && value[0] == '/' && !strpbrk(value, " #,:=\\") &&
-                      !dot_components(value));
-                folders[nfolders++] = value;
-            } else if (IS("--ldconfig")) {
-                CHECK(!ldconfig);
-                ldconfig = value;
-            } else if (IS("--cuda-compat")) {
-                CHECK(!compat);
-                compat = value;
-            } else if (IS("--params")) {
-                CHECK(!params);
-                params = value;
+                CHECK(c->nfolders < MAX_ITEMS && value[0] == '/' &&
+                      !strpbrk(value, NVHOOK_BAD_FOLDER_CHARS) && !dot_components(value));
+                c->folders[c->nfolders++] = value;
+            } else if (IS(NVHOOK_OPT_LDCONFIG)) {
+                CHECK(!c->ldconfig);
+                c->ldconfig = value;
+            } else if (IS(NVHOOK_OPT_CUDA_COMPAT)) {
+                CHECK(!c->compat);
+                c->compat = value;
+            } else if (IS(NVHOOK_OPT_PARAMS)) {
+                CHECK(!c->params);
+                c->params = value;
             } else {
                 DOUBT(); /* a typo, an option of a later nvhook: Python's */
             }
 #undef IS
         }
     }
-    CHECK(full ? nlinks || nfolders || compat || params : ldcache_only ? nfolders : nlinks);
+    CHECK(c->full ? c->nlinks || c->nfolders || c->compat || c->params
+                  : c->ldcache_only ? c->nfolders : c->nlinks);
+    return OK;
+}
 
-    /* the state, then config.json (nvhook.hook.read_state, rootfs_of, container_env) */
+/* The state, then config.json (nvhook.hook.dispatch.read_state, rootfs_of; nvhook.rootfs.spec.container_env). */
+static int read_inputs(struct call *c) {
     int more;
-    char *state = read_fd(0, MAX_STATE, &state_len, &more);
-    CHECK(state); /* not readable (a directory?): Python's, with stdin as it is */
-    state_data = state, stdin_read = more ? 2 : 1;
+    c->state = read_fd(0, MAX_STATE, &state_len, &more);
+    CHECK(c->state); /* not readable (a directory?): Python's, with stdin as it is */
+    state_data = c->state, stdin_read = more ? 2 : 1;
     CHECK(!more);
-    struct doc sd, cd;
-    CHECK(!parse_doc(&sd, state, state_len) && state_ok(&sd));
-    const char *bundle = sd.t[get(&sd, 0, "bundle")].s;
-    CHECK(plain(bundle));
+    CHECK(!parse_doc(&c->sd, c->state, state_len) && state_ok(&c->sd));
+    c->bundle = c->sd.t[get(&c->sd, 0, "bundle")].s;
+    CHECK(plain(c->bundle));
     char path[PATH_MAX];
-    CHECK(!join(path, bundle, "config.json"));
-    int cfd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    CHECK(!join(path, c->bundle, NVHOOK_CONFIG_JSON));
+    autoclose int cfd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     CHECK(cfd >= 0);
     struct stat st;
     CHECK(!fstat(cfd, &st) && S_ISREG(st.st_mode) && st.st_size <= MAX_CONFIG);
     size_t clen;
-    char *config = read_fd(cfd, MAX_CONFIG, &clen, &more);
-    close(cfd);
-    CHECK(config && !more && !parse_doc(&cd, config, clen) && spec_ok(&cd));
-    int rootpath = get(&cd, get(&cd, 0, "root"), "path");
-    CHECK(is_type(&cd, rootpath, J_STR) && cd.t[rootpath].len > 0);
-    const char *rp = cd.t[rootpath].s;
+    c->config = read_fd(cfd, MAX_CONFIG, &clen, &more);
+    CHECK(c->config && !more && !parse_doc(&c->cd, c->config, clen) && spec_ok(&c->cd));
+    const struct doc *cd = &c->cd;
+    int rootpath = get(cd, get(cd, 0, "root"), "path");
+    CHECK(is_type(cd, rootpath, J_STR) && cd->t[rootpath].len > 0);
+    const char *rp = cd->t[rootpath].s;
     CHECK(plain(rp));
-    char rootfs[PATH_MAX];
-    CHECK(!join(rootfs, bundle, rp)); /* rootfs_of: relative to the bundle */
-    if (compat) { /* the env names no compat setting (cuda_compat.disabled_by, compat_dir_of) */
-        int env = get(&cd, get(&cd, 0, "process"), "env");
+    CHECK(!join(c->rootfs, c->bundle, rp)); /* rootfs_of: relative to the bundle */
+    if (c->compat) { /* the env names no compat setting (cuda_compat.disabled_by, compat_dir_of) */
+        static const char disable[] = NVHOOK_ENV_DISABLE_CUDA_COMPAT "=";
+        static const char dir[] = NVHOOK_ENV_CUDA_COMPAT_DIR "=";
+        int env = get(cd, get(cd, 0, "process"), "env");
         if (env >= 0)
-            for (unsigned k = (unsigned)env + 1; k < cd.t[env].end; k = cd.t[k].end)
-                CHECK(strncmp(cd.t[k].s, "NVIDIA_DISABLE_CUDA_COMPAT=", 27) &&
-                      strncmp(cd.t[k].s, "NVIDIA_CUDA_COMPAT_DIR=", 23));
+            for (unsigned k = (unsigned)env + 1; k < cd->t[env].end; k = cd->t[k].end)
+                CHECK(strncmp(cd->t[k].s, disable, sizeof disable - 1) &&
+                      strncmp(cd->t[k].s, dir, sizeof dir - 1));
     }
+    return OK;
+}
 
-    /* the rootfs (safepath.open_root), openat2 or Python */
-    rootfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+/* The rootfs (safepath.open_root), openat2 or Python. */
+static int open_rootfs(struct call *c) {
+    rootfd = open(c->rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
     CHECK(rootfd >= 0);
     char self[64];
     snprintf(self, sizeof self, "/proc/self/fd/%d", rootfd);
     ssize_t rn = readlink(self, root_host, sizeof root_host - 1);
     CHECK(rn > 0 && (size_t)rn < sizeof root_host - 1);
     root_host[rn] = '\0';
-    int probe = in_root("/", O_PATH, 0);
+    autoclose int probe = in_root("/", O_PATH, 0);
     CHECK(probe >= 0);
-    close(probe);
+    return OK;
+}
 
-    /* the image's compat folder first when its libcuda is used (hook._with_compat) */
-    static char compat_dir[PATH_MAX];
-    if (compat) CHECK(!compat_folder(compat, compat_dir));
-    if (compat_dir[0]) {
-        int k = 0;
-        for (int i = 0; i < nfolders; i++)
-            if (strcmp(folders[i], compat_dir)) folders[k++] = folders[i];
-        CHECK(k < MAX_ITEMS);
-        memmove(folders + 1, folders, (size_t)k * sizeof *folders);
-        folders[0] = compat_dir, nfolders = k + 1;
+/* The image's compat folder first when its libcuda is used (hook._with_compat). */
+static int with_compat(struct call *c) {
+    if (c->compat) CHECK(!compat_folder(c->compat, c->compat_dir));
+    if (!c->compat_dir[0]) return OK;
+    int k = 0;
+    for (int i = 0; i < c->nfolders; i++)
+        if (strcmp(c->folders[i], c->compat_dir)) c->folders[k++] = c->folders[i];
+    CHECK(k < MAX_ITEMS);
+    memmove(c->folders + 1, c->folders, (size_t)k * sizeof *c->folders);
+    c->folders[0] = c->compat_dir, c->nfolders = k + 1;
+    return OK;
+}
+
+/* The host's ldconfig (update_ldcache.default_ldconfig), before anything is written. */
+static int find_ldconfig(struct call *c) {
+    static const char *const candidates[] = NVHOOK_LDCONFIG_CANDIDATES;
+    if (!c->nfolders) return OK;
+    if (c->ldconfig) {
+        CHECK(c->ldconfig[0] == '/' && executable_file(c->ldconfig));
+        return OK;
     }
+    for (size_t k = 0; candidates[k] && !c->ldconfig; k++)
+        if (executable_file(candidates[k])) c->ldconfig = candidates[k];
+    CHECK(c->ldconfig);
+    return OK;
+}
 
-    /* the host's ldconfig (update_ldcache.default_ldconfig), before anything is written */
-    const char *candidates[] = {"/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldconfig"};
-    if (nfolders && !ldconfig) {
-        for (size_t k = 0; k < 3 && !ldconfig; k++)
-            if (executable_file(candidates[k])) ldconfig = candidates[k];
-        CHECK(ldconfig);
-    } else if (nfolders) {
-        CHECK(ldconfig[0] == '/' && executable_file(ldconfig));
+/* Every check first: nothing is written until all the steps are known to go through as the
+ * Python hook's would, so a doubt hands over a rootfs as it was. After the first write, a
+ * handover happens only where the Python hook, run again from the start, does exactly what
+ * it would have done alone (before ldconfig runs: the links it then finds in place, the
+ * conf file it rewrites); once ldconfig has run (it may replace links), the outcome is
+ * printed here, as Python prints it. */
+
+/* --params (device_files): the host's file read, the container's checked, and the detached
+ * mount of the private copy made; attached last. */
+static int check_params(struct call *c) {
+    if (!c->params) return OK;
+    autoclose int fd = open(c->params, O_RDONLY | O_CLOEXEC);
+    CHECK(fd >= 0);
+    size_t hlen;
+    int more;
+    autofree char *host = read_fd(fd, MAX_PARAMS, &hlen, &more);
+    CHECK(host && !more);
+    c->params_dest = in_root(PARAMS_PATH, O_PATH, 0);
+    if (c->params_dest < 0) {
+        CHECK(errno == ENOENT || errno == ENOTDIR); /* no driver's procfs: nothing to do */
+        return OK;
     }
+    struct stat st;
+    CHECK(!fstat(c->params_dest, &st) && S_ISREG(st.st_mode));
+    /* the host's text, a newline, the key and its value */
+    autofree char *private = malloc(hlen + sizeof NVHOOK_PARAMS_KEY + sizeof NVHOOK_PARAMS_OFF);
+    CHECK(private);
+    c->params_tree = prepare_params(private, private_params(host, hlen, private));
+    CHECK(c->params_tree >= 0);
+    return OK;
+}
 
-    /* Every check first: nothing is written until all the steps are known to go through as
-     * the Python hook's would, so a doubt hands over a rootfs as it was. After the first
-     * write, a handover happens only where the Python hook, run again from the start, does
-     * exactly what it would have done alone (before ldconfig runs: the links it then finds
-     * in place, the conf file it rewrites); once ldconfig has run (it may replace links),
-     * the outcome is printed here, as Python prints it. */
-
-    /* --params (device_files): the host's file read, the container's checked, and the
-     * detached mount of the private copy made; attached last */
-    int params_tree = -1, params_dest = -1;
-    if (params) {
-        int fd = open(params, O_RDONLY | O_CLOEXEC);
-        CHECK(fd >= 0);
-        size_t hlen;
-        char *host = read_fd(fd, MAX_PARAMS, &hlen, &more);
-        close(fd);
-        CHECK(host && !more);
-        params_dest = in_root(PARAMS_PATH, O_PATH, 0);
-        if (params_dest < 0) {
-            CHECK(errno == ENOENT || errno == ENOTDIR); /* no driver's procfs: nothing to do */
-        } else {
-            CHECK(!fstat(params_dest, &st) && S_ISREG(st.st_mode));
-            char *private = malloc(hlen + 32);
-            CHECK(private);
-            params_tree = prepare_params(private, private_params(host, hlen, private));
-            free(private);
-            CHECK(params_tree >= 0);
-        }
-        free(host);
-    }
-
-    /* the links (create_symlinks.create_symlinks): device links whose target is there,
-     * every link checked (none where the ld cache step writes: it would change them) */
+/* The links (create_symlinks.create_symlinks): device links whose target is there, every
+ * link checked (none where the ld cache step writes: it would change them). */
+static int check_links(struct call *c) {
+    static const char *const ld_names[] = NVHOOK_LD_NAMES;
     char phys[PATH_MAX], named[PATH_MAX];
-    for (int i = 0; i < nlinks; i++) {
-        static const char *const ld_names[] = {"etc", "ld.so.conf", "ld.so.conf.d",
-                                               CONF_NAME, "ld.so.cache", "ld.so.cache~"};
-        for (size_t k = 0; k < sizeof ld_names / sizeof *ld_names; k++)
-            CHECK(strcmp(links[i].name, ld_names[k]));
+    struct stat st;
+    struct link *links = c->links;
+    for (int i = 0; i < c->nlinks; i++) {
+        for (size_t k = 0; ld_names[k]; k++) CHECK(strcmp(links[i].name, ld_names[k]));
         if (!links[i].device) continue;
         CHECK(!physical_dir(links[i].dir, phys));
         int out = escapes(links[i].target, phys, named);
@@ -1535,13 +1634,13 @@ int main(int argc, char **argv) {
             links[i].skip = !S_ISCHR(st.st_mode);
         }
     }
-    for (int i = 0; i < nlinks; i++) /* _wanted: the same link twice must name one target */
+    for (int i = 0; i < c->nlinks; i++) /* _wanted: the same link twice must name one target */
         for (int j = 0; j < i && !links[i].skip; j++)
             if (!links[j].skip && !strcmp(links[i].path, links[j].path)) {
                 CHECK(!strcmp(links[i].target, links[j].target));
                 links[i].skip = 1;
             }
-    for (int i = 0; i < nlinks; i++) {
+    for (int i = 0; i < c->nlinks; i++) {
         if (links[i].skip) continue;
         /* a target without ".." cannot climb out: no need to know where the folder is */
         if (dot_components(links[i].target) & 2)
@@ -1560,114 +1659,151 @@ int main(int argc, char **argv) {
             links[i].skip = 1; /* in place */
         }
     }
+    return OK;
+}
 
-    /* the ld cache (update_ldcache._prepare), checked: every folder resolves, the conf
-     * folder is there or can be made, ld.so.conf is absent or includes it */
-    const char *wanted[MAX_ITEMS];
-    int nwanted = 0, ld_so_conf_absent = 0, nprocfs = 0;
-    char real[PATH_MAX];
-    static char procfs[MAX_PROCFS][PATH_MAX];
-    size_t body = sizeof CONF_HEADER;
-    if (nfolders) {
-        for (int i = 0; i < nfolders; i++) {
-            int dup = 0;
-            for (int j = 0; j < nwanted; j++) dup |= !strcmp(wanted[j], folders[i]);
-            if (dup) continue;
-            int fd = in_root(folders[i], O_PATH, 0);
-            CHECK(fd >= 0);
-            close(fd);
-            wanted[nwanted++] = folders[i];
-            body += strlen(folders[i]) + 1;
-        }
-        int fd = in_root(CONF_DIR, O_PATH | O_DIRECTORY, 0);
-        if (fd < 0) { /* made below: /etc must be a folder, or nothing */
-            CHECK(errno == ENOENT);
-            fd = in_root("/etc", O_PATH | O_DIRECTORY, 0);
-            CHECK(fd >= 0 || errno == ENOENT);
-            if (fd < 0) CHECK(fstatat(rootfd, "etc", &st, AT_SYMLINK_NOFOLLOW) && errno == ENOENT);
-            else CHECK(fstatat(fd, "ld.so.conf.d", &st, AT_SYMLINK_NOFOLLOW) && errno == ENOENT);
-        }
-        if (fd >= 0) close(fd);
-        int lfd = in_root(LD_SO_CONF, O_PATH, 0);
-        if (lfd < 0) {
-            CHECK(errno == ENOENT);
-            ld_so_conf_absent = 1;
-        } else {
-            CHECK(!fstat(lfd, &st) && S_ISREG(st.st_mode) && st.st_size <= MAX_LD_SO_CONF);
-            snprintf(self, sizeof self, "/proc/self/fd/%d", lfd);
-            int rfd = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-            close(lfd);
-            CHECK(rfd >= 0);
-            size_t tlen;
-            char *text = read_fd(rfd, MAX_LD_SO_CONF, &tlen, &more);
-            close(rfd);
-            CHECK(text && !more && ld_so_conf_includes(text, tlen));
-            free(text);
-        }
-        CHECK(realpath(rootfs, real));
-        nprocfs = procfs_under(real, procfs);
-        CHECK(nprocfs >= 0);
+/* ld.so.conf in the root: absent (*absent set), or a regular file that includes our
+ * folder. */
+static int check_ld_so_conf(int *absent) {
+    autoclose int lfd = in_root(LD_SO_CONF, O_PATH, 0);
+    if (lfd < 0) {
+        CHECK(errno == ENOENT);
+        *absent = 1;
+        return OK;
     }
+    struct stat st;
+    CHECK(!fstat(lfd, &st) && S_ISREG(st.st_mode) && st.st_size <= MAX_LD_SO_CONF);
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", lfd);
+    autoclose int rfd = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    CHECK(rfd >= 0);
+    size_t tlen;
+    int more;
+    autofree char *text = read_fd(rfd, MAX_LD_SO_CONF, &tlen, &more);
+    CHECK(text && !more && ld_so_conf_includes(text, tlen) == 1);
+    return OK;
+}
 
-    /* now the writes: the links (their folders made as needed) */
-    for (int i = 0; i < nlinks; i++) {
-        if (links[i].skip) continue;
-        /* the folder as it was checked (the same fd), or made now with its parents */
-        int made = links[i].missing ? mkdirs_in(links[i].dir) : -1;
-        int fd = links[i].missing ? made : dir_in_root(links[i].dir);
+/* The ld cache (update_ldcache._prepare), checked: every folder resolves, the conf folder
+ * is there or can be made, ld.so.conf is absent or includes it. */
+static int check_ld_cache(struct call *c) {
+    c->body = sizeof NVHOOK_CONF_HEADER;
+    if (!c->nfolders) return OK;
+    for (int i = 0; i < c->nfolders; i++) {
+        int dup = 0;
+        for (int j = 0; j < c->nwanted; j++) dup |= !strcmp(c->wanted[j], c->folders[i]);
+        if (dup) continue;
+        autoclose int fd = in_root(c->folders[i], O_PATH, 0);
         CHECK(fd >= 0);
-        if (symlinkat(links[i].target, fd, links[i].name))
-            CHECK(errno == EEXIST && same_link(fd, links[i].name, links[i].target));
-        if (made >= 0) close(made);
+        c->wanted[c->nwanted++] = c->folders[i];
+        c->body += strlen(c->folders[i]) + 1;
     }
+    autoclose int fd = in_root(CONF_DIR, O_PATH | O_DIRECTORY, 0);
+    if (fd < 0) { /* made below: /etc must be a folder, or nothing */
+        struct stat st;
+        CHECK(errno == ENOENT);
+        autoclose int etc = in_root(NVHOOK_ETC, O_PATH | O_DIRECTORY, 0);
+        CHECK(etc >= 0 || errno == ENOENT);
+        if (etc < 0)
+            CHECK(fstatat(rootfd, &NVHOOK_ETC[1], &st, AT_SYMLINK_NOFOLLOW) && errno == ENOENT);
+        else
+            CHECK(fstatat(etc, NVHOOK_CONF_DIR_NAME, &st, AT_SYMLINK_NOFOLLOW) &&
+                  errno == ENOENT);
+    }
+    int status = check_ld_so_conf(&c->ld_so_conf_absent);
+    if (status != OK) return status;
+    CHECK(realpath(c->rootfs, c->real));
+    c->nprocfs = procfs_under(c->real, c->procfs);
+    CHECK(c->nprocfs >= 0);
+    return OK;
+}
 
-    if (nfolders) {
-        /* our conf file, ld.so.conf when the image has none, then ldconfig */
-        int confdir = mkdirs_in(CONF_DIR);
+/* Now the writes: the links (their folders made as needed). */
+static int write_links(struct call *c) {
+    for (int i = 0; i < c->nlinks; i++) {
+        const struct link *l = &c->links[i];
+        if (l->skip) continue;
+        /* the folder as it was checked (the same fd), or made now with its parents */
+        autoclose int made = l->missing ? mkdirs_in(l->dir) : -1;
+        int fd = l->missing ? made : dir_in_root(l->dir);
+        CHECK(fd >= 0);
+        if (symlinkat(l->target, fd, l->name))
+            CHECK(errno == EEXIST && same_link(fd, l->name, l->target));
+    }
+    return OK;
+}
+
+/* Our conf file, ld.so.conf when the image has none, then ldconfig. */
+static int update_ld_cache(struct call *c) {
+    if (!c->nfolders) return OK;
+    {
+        autoclose int confdir = mkdirs_in(CONF_DIR);
         CHECK(confdir >= 0);
-        char *conf = malloc(body);
+        autofree char *conf = malloc(c->body);
         CHECK(conf);
-        size_t at = (size_t)sprintf(conf, "%s", CONF_HEADER);
-        for (int i = 0; i < nwanted; i++) at += (size_t)sprintf(conf + at, "%s\n", wanted[i]);
+        size_t at = (size_t)sprintf(conf, "%s", NVHOOK_CONF_HEADER);
+        for (int i = 0; i < c->nwanted; i++)
+            at += (size_t)sprintf(conf + at, "%s\n", c->wanted[i]);
         CHECK(!replace_file(confdir, CONF_NAME, conf, at, 0));
-        close(confdir);
-        free(conf);
-        if (ld_so_conf_absent) {
-            int etc = in_root("/etc", O_PATH | O_DIRECTORY, 0);
-            CHECK(etc >= 0 &&
-                  !replace_file(etc, "ld.so.conf", INCLUDE_LINE, strlen(INCLUDE_LINE), 1));
-            close(etc);
-        }
-        char *ld_argv[] = {(char *)ldconfig, "-r", rootfs, "-C", "/etc/ld.so.cache",
-                           "-f", LD_SO_CONF, NULL};
-        int status = 0;
-        char detail[4096];
-        int ran = run_ldconfig(ld_argv, real, procfs, nprocfs, &status, detail, sizeof detail);
-        CHECK(ran >= 0); /* it could not be run: nothing ran, Python runs it again */
-        if (ran == 1) {
-            /* an output Python would read otherwise: it runs again, from the start (only
-             * here, after ldconfig ran: the one known case where the outcome may differ,
-             * when this ldconfig replaced one of the links and its output is not plain) */
-            CHECK(detail[0]);
-            dprintf(2, PROGRAM " %s: skipped: %s exited with status %d for %s: %s\n", command,
-                    ldconfig, status, rootfs, detail);
-        }
     }
+    if (c->ld_so_conf_absent) {
+        autoclose int etc = in_root(NVHOOK_ETC, O_PATH | O_DIRECTORY, 0);
+        CHECK(etc >= 0 && !replace_file(etc, NVHOOK_LD_SO_CONF_NAME, NVHOOK_INCLUDE_LINE,
+                                        sizeof NVHOOK_INCLUDE_LINE - 1, 1));
+    }
+    /* update_ldcache.update_ldcache's command line */
+    char *ld_argv[] = {(char *)c->ldconfig, "-r", c->rootfs, "-C", NVHOOK_LD_SO_CACHE,
+                       "-f", LD_SO_CONF, NULL};
+    int status = 0;
+    char detail[4096];
+    int ran = run_ldconfig(ld_argv, c->real, c->procfs, c->nprocfs, &status, detail,
+                           sizeof detail);
+    CHECK(ran >= 0); /* it could not be run: nothing ran, Python runs it again */
+    if (ran == 1) {
+        /* an output Python would read otherwise: it runs again, from the start (only here,
+         * after ldconfig ran: the one known case where the outcome may differ, when this
+         * ldconfig replaced one of the links and its output is not plain) */
+        CHECK(detail[0]);
+        dprintf(2, PROGRAM " %s: skipped: %s exited with status %d for %s: %s\n", c->command,
+                c->ldconfig, status, c->rootfs, detail);
+    }
+    return OK;
+}
 
-    /* the private params, attached last: nothing above opens the driver */
-    if (params_tree >= 0) {
-        int moved = (int)syscall(SYS_move_mount, params_tree, "", params_dest, "",
-                                 0x04 | 0x40 /* MOVE_MOUNT_F_ and _T_EMPTY_PATH */);
-        int e = errno;
-        close(params_tree);
-        forget_params(); /* the mount keeps the file; its name goes now */
-        if (moved) {
-            dprintf(2, PROGRAM " %s: cannot mount the private params on %s in %s: %s\n",
-                    command, PARAMS_PATH, rootfs, strerror(e));
-            return EXIT_HOOK;
-        }
+/* The private params, attached last: nothing above opens the driver. */
+static int attach_params(struct call *c) {
+    if (c->params_tree < 0) return OK;
+    int moved = (int)syscall(SYS_move_mount, c->params_tree, "", c->params_dest, "",
+                             0x04 | 0x40 /* MOVE_MOUNT_F_ and _T_EMPTY_PATH, linux/mount.h */);
+    int e = errno;
+    close(c->params_tree), c->params_tree = -1;
+    forget_params(); /* the mount keeps the file; its name goes now */
+    if (moved) {
+        dprintf(2, PROGRAM " %s: cannot mount the private params on %s in %s: %s\n",
+                c->command, PARAMS_PATH, c->rootfs, strerror(e));
+        return EXIT_HOOK;
     }
-    for (int i = 0; i < nlinks; i++) free((char *)links[i].target), free(links[i].dir);
-    free(sd.t), free(sd.pool), free(cd.t), free(cd.pool), free(state), free(config);
-    return 0;
+    return OK;
+}
+
+static void release(struct call *c) {
+    for (int i = 0; i < c->nlinks; i++) free((char *)c->links[i].target), free(c->links[i].dir);
+    free(c->sd.t), free(c->sd.pool), free(c->cd.t), free(c->cd.pool);
+    free(c->state), free(c->config);
+}
+
+int main(int argc, char **argv) {
+    static int (*const steps[])(struct call *) = {
+        parse_command, parse_options, read_inputs,  open_rootfs, with_compat,     find_ldconfig,
+        check_params,  check_links,   check_ld_cache, write_links, update_ld_cache, attach_params,
+    };
+    static struct call c;
+    original = argv, original_argc = argc;
+    c.argc = argc, c.argv = argv, c.params_tree = -1, c.params_dest = -1;
+    int status = OK;
+    for (size_t i = 0; status == OK && i < sizeof steps / sizeof *steps; i++)
+        status = steps[i](&c);
+    if (status == HAND_OVER) handover();
+    release(&c);
+    return status;
 }

@@ -10,10 +10,11 @@
  *     does) nor --version (the shim prints nvhook's version first), or it is a
  *     create/run whose config.json contains none of the trigger
  *     strings the Python side wrote for it (request variables, annotation prefixes,
- *     ...) and no JSON escape that could spell one (\u, \/);
+ *     ...), no JSON escape that could spell one (\u, \/) and no byte order mark (the
+ *     shim refuses that file);
  *   - the data file the Python side wrote into the cache directory
  *     (nvhook/native/__init__.py: root-owned 0600, in a directory only root can write)
- *     describes the settings file as it is now (path, dev, inode, size, mtime ns) and
+ *     describes the settings file as it is now (path, dev, inode, size, mtime and ctime ns) and
  *     does not say "handover" (debug logging, a policy the shim would refuse, ...);
  *   - the runtime is found as nvhook.shim.find_runtime finds it, from the candidates in
  *     that file and PATH, and exec succeeds.
@@ -48,24 +49,21 @@
 #error "build with -DNVHOOK_LAUNCHER='\"/absolute/path/of/nvhook-runtime.py\"'"
 #endif
 
-#define FORMAT "1"
-#define DEFAULT_CONFIG "/etc/nvhook/config.toml"
-#define DEFAULT_CACHE_DIR "/run/nvhook"
-#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#define MAX_DATA (64 * 1024)
-#define MAX_SPEC (16 * 1024 * 1024)
-#define MAX_ITEMS 64
-#define EXIT_RUNTIME 10 /* oci.errors.ExitCode.RUNTIME */
+/* Every value shared with Python (exit codes, paths, runc's flag tables, the data file's
+ * and the server's words): generated from the Python values by nvhook/native/contract.py. */
+#include "nvhook-contract.h"
+
+/* This program's own limits: beyond them, a handover. */
+#define MAX_DATA (64 * 1024)         /* the data file */
+#define MAX_SPEC (16 * 1024 * 1024)  /* config.json */
+#define MAX_ITEMS 64                 /* runtime and trigger lines */
 /* How long the server may take to acknowledge a request (connect, send, its peer checks):
  * a server that does not answer by then is a fallback. After its ack it runs the call, and
  * is waited for as long as the Python shim would be (a child that dies is a fallback). */
 #ifndef NVHOOK_SERVER_DEADLINE_MS
 #define NVHOOK_SERVER_DEADLINE_MS 3000
 #endif
-#define SERVER_SOCKET "shim.sock" /* nvhook.server.SOCKET_NAME, in the cache directory */
-#define SERVER_PROTOCOL "1"       /* nvhook.server.PROTOCOL */
-#define SERVER_MAGIC "nvhz"       /* nvhook.server.MAGIC */
-#define MAX_REQUEST (4 * 1024 * 1024) /* nvhook.server.MAX_REQUEST */
+#define MAGIC_LEN (sizeof NVHOOK_SERVER_MAGIC - 1)
 
 extern char **environ;
 
@@ -79,8 +77,8 @@ static void handover(void) {
     char **argv = original_argc >= 1 ? original : fallback;
     argv[0] = (char *)NVHOOK_LAUNCHER;
     execv(NVHOOK_LAUNCHER, argv);
-    dprintf(2, "nvhook-runtime: cannot exec %s: %s\n", NVHOOK_LAUNCHER, strerror(errno));
-    _exit(EXIT_RUNTIME);
+    dprintf(2, NVHOOK_RUNTIME_PROGRAM ": cannot exec %s: %s\n", NVHOOK_LAUNCHER, strerror(errno));
+    _exit(NVHOOK_EXIT_RUNTIME);
 }
 
 /* --- nvhook-shim-server (nvhook/server.py has the protocol) ------------------------- */
@@ -127,11 +125,13 @@ static int read_exact(int fd, char *buf, size_t n, long long deadline) {
 
 /* One frame's body into buf (at most cap bytes, NUL added): its length, or -1. */
 static long read_frame(int fd, char *buf, size_t cap, long long deadline) {
-    unsigned char head[8];
-    if (read_exact(fd, (char *)head, sizeof head, deadline) || memcmp(head, SERVER_MAGIC, 4))
+    unsigned char head[NVHOOK_SERVER_HEADER]; /* the magic, then a 32-bit little-endian length */
+    if (read_exact(fd, (char *)head, sizeof head, deadline) ||
+        memcmp(head, NVHOOK_SERVER_MAGIC, MAGIC_LEN))
         return -1;
-    size_t len = (size_t)head[4] | (size_t)head[5] << 8 | (size_t)head[6] << 16 |
-                 (size_t)head[7] << 24;
+    size_t len = 0;
+    for (size_t i = MAGIC_LEN; i < sizeof head; i++)
+        len |= (size_t)head[i] << (8 * (i - MAGIC_LEN));
     if (len > cap || read_exact(fd, buf, len, deadline)) return -1;
     buf[len] = '\0';
     return (long)len;
@@ -149,16 +149,17 @@ static char *build_request(int argc, char **argv, const char *me, size_t *size) 
     snprintf(numbers[0], sizeof numbers[0], "%o", (unsigned)mask);
     snprintf(numbers[1], sizeof numbers[1], "%d", argc - 1);
     snprintf(numbers[2], sizeof numbers[2], "%d", envc);
-    body += sizeof SERVER_PROTOCOL + strlen(me) + 1;
+    body += sizeof NVHOOK_SERVER_PROTOCOL + strlen(me) + 1;
     for (int i = 0; i < 3; i++) body += strlen(numbers[i]) + 1;
-    if (body > MAX_REQUEST) return NULL;
-    char *buf = malloc(8 + body);
+    if (body > NVHOOK_SERVER_MAX_REQUEST) return NULL;
+    char *buf = malloc(NVHOOK_SERVER_HEADER + body);
     if (buf == NULL) return NULL;
-    memcpy(buf, SERVER_MAGIC, 4);
-    for (int i = 0; i < 4; i++) buf[4 + i] = (char)((body >> (8 * i)) & 0xff);
-    char *p = buf + 8;
+    memcpy(buf, NVHOOK_SERVER_MAGIC, MAGIC_LEN);
+    for (size_t i = MAGIC_LEN; i < NVHOOK_SERVER_HEADER; i++)
+        buf[i] = (char)((body >> (8 * (i - MAGIC_LEN))) & 0xff);
+    char *p = buf + NVHOOK_SERVER_HEADER;
 #define PUT(s) (p = stpcpy(p, (s)) + 1)
-    PUT(SERVER_PROTOCOL);
+    PUT(NVHOOK_SERVER_PROTOCOL);
     PUT(numbers[0]);
     PUT(me);
     PUT(numbers[1]);
@@ -176,7 +177,7 @@ static int send_request(int sock, const char *buf, size_t size, int cwd, long lo
     while (sent < size) {
         ssize_t r;
         if (sent == 0) {
-            int fds[4] = {cwd, 0, 1, 2};
+            int fds[NVHOOK_SERVER_FDS] = {cwd, 0, 1, 2};
             union {
                 char buf[CMSG_SPACE(sizeof fds)];
                 struct cmsghdr align;
@@ -215,7 +216,7 @@ static int send_request(int sock, const char *buf, size_t size, int cwd, long lo
 static void try_server(const char *dir) {
     struct stat st;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    int n = snprintf(path, sizeof path, "%s/" SERVER_SOCKET, dir);
+    int n = snprintf(path, sizeof path, "%s/" NVHOOK_SERVER_SOCKET, dir);
     if (dir[0] != '/' || n < 0 || (size_t)n >= sizeof path) return;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022))
         return;
@@ -241,27 +242,34 @@ static void try_server(const char *dir) {
         getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &credlen) == 0 &&
         credlen == sizeof cred && cred.uid == 0 &&
         send_request(sock, request, size, cwd, deadline) == 0 &&
-        read_frame(sock, reply, sizeof reply - 1, deadline) == 3 && memcmp(reply, "ack", 3) == 0)
-        len = read_frame(sock, reply, sizeof reply - 1, -1); /* the call runs: as long as it takes */
+        read_frame(sock, reply, sizeof reply - 1, deadline) == sizeof NVHOOK_SERVER_ACK - 1 &&
+        memcmp(reply, NVHOOK_SERVER_ACK, sizeof NVHOOK_SERVER_ACK - 1) == 0)
+        len = read_frame(sock, reply, sizeof reply - 1, -1); /* the call runs: no deadline */
     free(request);
     if (cwd >= 0) close(cwd);
     if (sock >= 0) close(sock);
-    if (len > 5 && memcmp(reply, "exec", 5) == 0 && strlen(reply + 5) == (size_t)len - 5) {
-        original[0] = reply + 5;
-        execv(reply + 5, original);
+    /* "exec\0PATH" or "exit\0CODE": the word with its NUL, then the value */
+    const long word = (long)sizeof NVHOOK_SERVER_EXEC;
+    if (len > word && memcmp(reply, NVHOOK_SERVER_EXEC, (size_t)word) == 0 &&
+        strlen(reply + word) == (size_t)(len - word)) {
+        original[0] = reply + word;
+        execv(reply + word, original);
         handover(); /* the shim reports why exec failed (the call is idempotent: D12) */
     }
-    if (len > 5 && len <= 8 && memcmp(reply, "exit", 5) == 0) {
+    const long exit_word = (long)sizeof NVHOOK_SERVER_EXIT;
+    if (len > exit_word && len <= exit_word + 3 &&
+        memcmp(reply, NVHOOK_SERVER_EXIT, (size_t)exit_word) == 0) {
         char *end;
-        long code = strtol(reply + 5, &end, 10);
-        if (end == reply + len && reply[5] >= '0' && reply[5] <= '9' && code <= 255)
+        long code = strtol(reply + exit_word, &end, 10);
+        if (end == reply + len && reply[exit_word] >= '0' && reply[exit_word] <= '9' &&
+            code <= 255)
             _exit((int)code);
     }
 }
 
 static const char *cache_dir(void) {
-    const char *dir = getenv("NVHOOK_CACHE_DIR");
-    return dir == NULL || dir[0] == '\0' ? DEFAULT_CACHE_DIR : dir;
+    const char *dir = getenv(NVHOOK_ENV_CACHE_DIR);
+    return dir == NULL || dir[0] == '\0' ? NVHOOK_DEFAULT_CACHE_DIR : dir;
 }
 
 /* Hand the call over: to the server if one answers, else to the Python shim. */
@@ -273,8 +281,8 @@ static void delegate(void) {
 
 /* --- argv, as oci/argv.py reads it -------------------------------------------------- */
 
-static const char *const TRUE_WORDS[] = {"1", "t", "T", "TRUE", "true", "True", NULL};
-static const char *const FALSE_WORDS[] = {"0", "f", "F", "FALSE", "false", "False", NULL};
+static const char *const TRUE_WORDS[] = NVHOOK_TRUE_WORDS;
+static const char *const FALSE_WORDS[] = NVHOOK_FALSE_WORDS;
 
 struct table {
     const char *const *values; /* flags that take a value */
@@ -282,22 +290,19 @@ struct table {
     const char *const *aliases; /* pairs: short, long */
 };
 
-static const char *const GLOBAL_VALUES[] = {"log", "log-format", "root", "criu", "rootless",
-                                            "cgroup-manager", NULL};
-static const char *const GLOBAL_BOOLS[] = {"debug", "systemd-cgroup", "version", "v",
-                                           "help", "h", NULL};
-static const char *const GLOBAL_ALIASES[] = {"h", "help", "v", "version", NULL};
-static const char *const CREATE_VALUES[] = {"bundle", "b", "console-socket", "pid-file",
-                                            "preserve-fds", NULL};
-static const char *const CREATE_BOOLS[] = {"no-pivot", "no-new-keyring", "help", "h", NULL};
-static const char *const CREATE_ALIASES[] = {"h", "help", "b", "bundle", NULL};
-static const char *const RUN_BOOLS[] = {"no-pivot", "no-new-keyring", "detach", "d", "keep",
-                                        "no-subreaper", "help", "h", NULL};
-static const char *const RUN_ALIASES[] = {"h", "help", "b", "bundle", "d", "detach", NULL};
+static const char *const GLOBAL_VALUES[] = NVHOOK_GLOBAL_VALUES;
+static const char *const GLOBAL_BOOLS[] = NVHOOK_GLOBAL_BOOLS;
+static const char *const GLOBAL_ALIASES[] = NVHOOK_GLOBAL_ALIASES;
+static const char *const CREATE_VALUES[] = NVHOOK_CREATE_VALUES;
+static const char *const CREATE_BOOLS[] = NVHOOK_CREATE_BOOLS;
+static const char *const CREATE_ALIASES[] = NVHOOK_CREATE_ALIASES;
+static const char *const RUN_VALUES[] = NVHOOK_RUN_VALUES;
+static const char *const RUN_BOOLS[] = NVHOOK_RUN_BOOLS;
+static const char *const RUN_ALIASES[] = NVHOOK_RUN_ALIASES;
 
 static const struct table GLOBAL = {GLOBAL_VALUES, GLOBAL_BOOLS, GLOBAL_ALIASES};
 static const struct table CREATE = {CREATE_VALUES, CREATE_BOOLS, CREATE_ALIASES};
-static const struct table RUN = {CREATE_VALUES, RUN_BOOLS, RUN_ALIASES};
+static const struct table RUN = {RUN_VALUES, RUN_BOOLS, RUN_ALIASES};
 
 /* The entry of list that is s[0..n), or NULL. */
 static const char *find(const char *const *list, const char *s, size_t n) {
@@ -328,7 +333,8 @@ static int is_true(const char *value) {
 }
 
 static int form_slot(const char *long_) {
-    static const char *const LONGS[] = {"help", "version", "bundle", "detach", NULL};
+    static const char *const LONGS[] = {NVHOOK_FLAG_HELP, NVHOOK_FLAG_VERSION, NVHOOK_FLAG_BUNDLE,
+                                        NVHOOK_FLAG_DETACH, NULL};
     for (int i = 0; LONGS[i]; i++)
         if (strcmp(LONGS[i], long_) == 0) return i;
     return -1;
@@ -362,9 +368,9 @@ static int parse_flags(char *const *args, int n, int start, const struct table *
             continue;
         }
         const char *long_ = long_name(t, spelled);
-        if (strcmp(long_, "help") == 0) out->help = is_true(value);
-        if (strcmp(long_, "version") == 0) out->version = is_true(value);
-        if (strcmp(long_, "bundle") == 0) out->bundle = value;
+        if (strcmp(long_, NVHOOK_FLAG_HELP) == 0) out->help = is_true(value);
+        if (strcmp(long_, NVHOOK_FLAG_VERSION) == 0) out->version = is_true(value);
+        if (strcmp(long_, NVHOOK_FLAG_BUNDLE) == 0) out->bundle = value;
         int slot = form_slot(long_);
         if (slot >= 0) {
             if (out->form[slot] == NULL)
@@ -425,9 +431,9 @@ static int classify(int argc, char **argv, const char **bundle, const char **id,
     if (global.version) return -1; /* the shim prints nvhook's version before the runtime's */
     if (i >= n || global.help) return 0;
     const struct table *t;
-    if (strcmp(args[i], "create") == 0)
+    if (strcmp(args[i], NVHOOK_CMD_CREATE) == 0)
         t = &CREATE;
-    else if (strcmp(args[i], "run") == 0)
+    else if (strcmp(args[i], NVHOOK_CMD_RUN) == 0)
         t = &RUN;
     else
         return 0;
@@ -457,6 +463,7 @@ struct data {
     int nruntimes, ntriggers;
 };
 
+/* FNV-1a, 64 bits (oci._cache.fnv1a64): the algorithm's offset basis and prime. */
 static uint64_t fnv1a64(const char *s) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
@@ -514,27 +521,35 @@ static int searchable(const char *s) {
     return 1;
 }
 
+/* A time in nanoseconds, as Python's st_*time_ns: 0, or -1 when it does not fit. */
+static int ns(const struct timespec *t, long long *out) {
+    long long sec = (long long)t->tv_sec;
+    if (sec > LLONG_MAX / 1000000000LL - 1 || sec < LLONG_MIN / 1000000000LL + 1) return -1;
+    *out = sec * 1000000000LL + (long long)t->tv_nsec;
+    return 0;
+}
+
 static int load_data(struct data *d) {
-    const char *named = getenv("NVHOOK_CONFIG");
+    const char *named = getenv(NVHOOK_ENV_CONFIG);
     int explicit = named != NULL && named[0] != '\0';
-    const char *config = explicit ? named : DEFAULT_CONFIG;
+    const char *config = explicit ? named : NVHOOK_DEFAULT_CONFIG;
     const char *dir = cache_dir();
     if (!normalised(config) || dir[0] != '/') return -1;
 
-    char identity[128];
+    char identity[160];
     struct stat st;
     if (stat(config, &st) != 0) {
         if (errno != ENOENT || explicit) return -1; /* the shim fails: let it say why */
-        snprintf(identity, sizeof identity, "absent");
-    } else {
-        long long sec = (long long)st.st_mtim.tv_sec;
-        if (sec > LLONG_MAX / 1000000000LL - 1 || sec < LLONG_MIN / 1000000000LL + 1) return -1;
-        snprintf(identity, sizeof identity, "%llu-%llu-%lld-%lld",
+        snprintf(identity, sizeof identity, "%s", NVHOOK_DATA_ABSENT);
+    } else { /* nvhook.native._identity: dev-ino-size-mtime_ns-ctime_ns */
+        long long mtime, ctime;
+        if (ns(&st.st_mtim, &mtime) || ns(&st.st_ctim, &ctime)) return -1;
+        snprintf(identity, sizeof identity, "%llu-%llu-%lld-%lld-%lld",
                  (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-                 (long long)st.st_size, sec * 1000000000LL + (long long)st.st_mtim.tv_nsec);
+                 (long long)st.st_size, mtime, ctime);
     }
     char name[256];
-    snprintf(name, sizeof name, "runtime-frontend-" FORMAT "-%016llx-%s",
+    snprintf(name, sizeof name, NVHOOK_DATA_PREFIX "%016llx-%s",
              (unsigned long long)fnv1a64(config), identity);
 
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -556,24 +571,29 @@ static int load_data(struct data *d) {
 
     char *cursor = d->buf;
     const char *v;
-    if ((v = field(&cursor, "nvhook-runtime-frontend")) == NULL || strcmp(v, FORMAT) != 0)
+    if ((v = field(&cursor, NVHOOK_DATA_MAGIC)) == NULL || strcmp(v, NVHOOK_DATA_FORMAT) != 0)
         return -1;
-    if ((v = field(&cursor, "config")) == NULL || strcmp(v, config) != 0) return -1;
-    if ((v = field(&cursor, "settings")) == NULL || strcmp(v, identity) != 0) return -1;
-    if (next_is(cursor, "log") && ((d->log = field(&cursor, "log")) == NULL || d->log[0] != '/'))
+    if ((v = field(&cursor, NVHOOK_DATA_CONFIG)) == NULL || strcmp(v, config) != 0) return -1;
+    if ((v = field(&cursor, NVHOOK_DATA_SETTINGS)) == NULL || strcmp(v, identity) != 0)
         return -1;
-    while (next_is(cursor, "runtime")) {
+    if (next_is(cursor, NVHOOK_DATA_LOG) &&
+        ((d->log = field(&cursor, NVHOOK_DATA_LOG)) == NULL || d->log[0] != '/'))
+        return -1;
+    while (next_is(cursor, NVHOOK_DATA_RUNTIME)) {
         if (d->nruntimes == MAX_ITEMS) return -1;
-        if ((d->runtimes[d->nruntimes++] = field(&cursor, "runtime")) == NULL) return -1;
+        if ((d->runtimes[d->nruntimes++] = field(&cursor, NVHOOK_DATA_RUNTIME)) == NULL)
+            return -1;
     }
-    while (next_is(cursor, "trigger")) {
+    while (next_is(cursor, NVHOOK_DATA_TRIGGER)) {
         const char *trigger;
         if (d->ntriggers == MAX_ITEMS) return -1;
-        if ((trigger = field(&cursor, "trigger")) == NULL || !searchable(trigger)) return -1;
+        if ((trigger = field(&cursor, NVHOOK_DATA_TRIGGER)) == NULL || !searchable(trigger))
+            return -1;
         d->triggers[d->ntriggers++] = trigger;
     }
-    /* "handover REASON" or anything unexpected fails here */
-    if (strcmp(cursor, "end\n") != 0 || d->nruntimes == 0 || d->ntriggers == 0) return -1;
+    /* a handover line or anything unexpected fails here */
+    if (strcmp(cursor, NVHOOK_DATA_END "\n") != 0 || d->nruntimes == 0 || d->ntriggers == 0)
+        return -1;
     return 0;
 }
 
@@ -582,8 +602,8 @@ static int load_data(struct data *d) {
 /* 0: config.json holds no trigger and no escape that could spell one; -1: doubt. */
 static int asks_for_nothing(const char *bundle, const struct data *d) {
     char path[PATH_MAX];
-    int n = bundle[0] ? snprintf(path, sizeof path, "%s/config.json", bundle)
-                      : snprintf(path, sizeof path, "config.json");
+    int n = bundle[0] ? snprintf(path, sizeof path, "%s/" NVHOOK_CONFIG_JSON, bundle)
+                      : snprintf(path, sizeof path, NVHOOK_CONFIG_JSON);
     if (n < 0 || (size_t)n >= sizeof path) return -1;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -595,6 +615,8 @@ static int asks_for_nothing(const char *bundle, const struct data *d) {
         len = read_all(fd, buf, (long)st.st_size);
     close(fd);
     int verdict = len < 0 ? -1 : 0;
+    /* a byte order mark: oci.jsoncodec.loadb refuses it (as Go does), and so the shim */
+    if (verdict == 0 && len >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0) verdict = -1;
     if (verdict == 0 && (memmem(buf, (size_t)len, "\\u", 2) || memmem(buf, (size_t)len, "\\/", 2)))
         verdict = -1;
     for (int i = 0; verdict == 0 && i < d->ntriggers; i++)
@@ -618,7 +640,7 @@ static int find_runtime(const struct data *d, char *path) {
     char me[PATH_MAX];
     if (realpath("/proc/self/exe", me) == NULL) return -1;
     const char *search = getenv("PATH");
-    if (search == NULL || search[0] == '\0') search = DEFAULT_PATH;
+    if (search == NULL || search[0] == '\0') search = NVHOOK_DEFAULT_PATH;
     for (int i = 0; i < d->nruntimes; i++) {
         const char *name = d->runtimes[i];
         if (strchr(name, '/')) {
@@ -648,7 +670,8 @@ static int find_runtime(const struct data *d, char *path) {
 
 /* --- the shim's log line for a create that asks for nothing ------------------------ */
 
-/* What nvhook.shim._log writes for it (level info), when id needs no JSON escape;
+/* What nvhook.shim._log writes for it (level info), when id needs no JSON escape (its keys
+ * are the shim's record's, spelled here: test_frontend.py compares the two lines);
  * 0, or -1 (an id the line cannot hold as it is: the shim writes it). Never fails a call. */
 static int log_create(const struct data *d, const char *command, const char *id,
                       const struct timespec *started) {
@@ -672,7 +695,7 @@ static int log_create(const struct data *d, const char *command, const char *id,
                      "\"pid\":%ld}\n",
                      when, id, command, ms, (long)getpid());
     if (w < 0 || (size_t)w >= sizeof line) return -1;
-    int fd = open(d->log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    int fd = open(d->log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, NVHOOK_LOG_MODE);
     if (fd >= 0) {
         ssize_t r = write(fd, line, (size_t)w);
         (void)r; /* a log must not fail a start, as in the shim */

@@ -18,19 +18,21 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from nvhook.errors import NvhookError
 from nvhook.legacyhook import LEGACY_HOOK
-from nvhook.native import SOURCE, build, data_name, ensure_data
+from nvhook.native import FORMAT, SOURCE, build, data_name, ensure_data
 from nvhook.requests.parse import parse_requests
 from nvhook.requests.policy import Policy
 from nvhook.settings import load_settings
 from oci import argv as oci_argv
 from oci.argv import CREATE_COMMANDS, RuntimeArgs
-from oci.errors import ArgvError
+from oci.bundle import Bundle
+from oci.errors import ArgvError, OciError
 from tests.oci import test_argv
 from tests.support.native import build_sanitized_program, require_cc
 
@@ -472,12 +474,47 @@ def test_any_doubt_about_config_json_hands_over(fe: Frontend, change: str) -> No
     assert not fe.log.exists()
 
 
+def test_a_byte_order_mark_is_the_shim_s_to_refuse(fe: Frontend) -> None:
+    """The shim refuses a config.json with a UTF-8 BOM (oci.jsoncodec.loadb, as Go does):
+    the front-end must not pass it to runc."""
+    b = fe.bundle(b"\xef\xbb\xbf" + json.dumps(PLAIN).encode())
+    with pytest.raises(OciError, match="byte order mark"):
+        Bundle(str(b)).load()
+    line = ["create", "-b", str(b), "c1"]
+    assert fe.call(line) == ("launcher", line)
+    assert not fe.log.exists()
+
+
+def test_an_edit_keeping_size_and_mtime_is_noticed(fe: Frontend) -> None:
+    """The settings identity has the ctime: an edit of the same size with the mtime put back
+    (``touch -r``) is seen by the shim's settings cache and by the front-end."""
+    fe.configure(EXAMPLE_PREFIX.replace("example.com/", "aaaaaaa.com/"))
+    before = os.stat(fe.config)
+    assert fe.settings.cdi_annotation_prefixes == ("aaaaaaa.com/",)
+    assert fe.call(["state", "c1"])[0] == "runtime"  # the data file is there
+    time.sleep(0.05)  # past the file system's timestamp granularity
+    fe.config.write_text(fe.config.read_text().replace("aaaaaaa.com/", "bbbbbbb.com/"))
+    os.utime(fe.config, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(fe.config)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino, before.st_size, before.st_mtime_ns)  # fmt: skip
+    assert after.st_ctime_ns != before.st_ctime_ns
+    # the front-end: no data file for this identity yet, so the shim must see the call
+    assert fe.call(["state", "c1"]) == ("launcher", ["state", "c1"])
+    # the shim: the settings cache is not believed, the file is read again
+    settings = load_settings(str(fe.config), cache_dir=str(fe.cache), loaded=ensure_data)
+    assert settings.cdi_annotation_prefixes == ("bbbbbbb.com/",)
+    # and the data file it wrote for the new identity has the new trigger
+    assert "trigger bbbbbbb.com/" in fe.data_file().read_text()
+    assert fe.call(["state", "c1"])[0] == "runtime"
+
+
 def test_the_data_file_is_hardened_and_names_the_settings(fe: Frontend) -> None:
     data = fe.data_file()
     st = data.stat()
     assert (st.st_mode & 0o7777, st.st_uid) == (0o600, os.geteuid())
     lines = data.read_text().splitlines()
-    assert lines[:3] == ["nvhook-runtime-frontend 1", f"config {fe.config}",
+    assert lines[:3] == [f"nvhook-runtime-frontend {FORMAT}", f"config {fe.config}",
                          "settings " + data.name.split("-", 4)[4]]  # fmt: skip
     assert f"runtime {fe.runtime}" in lines and lines[-1] == "end"
     assert {"trigger NVIDIA_VISIBLE_DEVICES", "trigger cdi.k8s.io/"} <= set(lines)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.discover.hooks import HOOK_ENV
+from nvhook.native.contract import ENV_HOOK_TRACE, trace_enabled
 from tests.support.native import build_native_hook
 
 from .conftest import LIBDIR, state_json
@@ -510,3 +511,16 @@ def test_a_safepath_choice_other_than_openat2_is_pythons(
         results.append((proc.returncode, proc.stderr, tree(bundle)))
     assert results[1] == results[0]
     assert (pair.handovers() > before) is not native
+
+
+@pytest.mark.parametrize("value", ["1", "true", "TRUE", " t\t", "0", "false", "False", "", "yes"])
+def test_trace_is_a_boolean_read_as_python_reads_one(pair: Pair, value: str) -> None:
+    """``NVHOOK_HOOK_TRACE``: ``0``, ``false`` or empty is off, as
+    :func:`nvhook.native.contract.trace_enabled` (Go's ParseBool) reads it."""
+    proc = subprocess.run(
+        [pair.native, "no-such-command"], input=b"", capture_output=True,
+        env={**ENV, ENV_HOOK_TRACE: value}, timeout=60, check=False,
+    )  # fmt: skip
+    traced = b"nvhook-hook: handing over (line " in proc.stderr
+    assert traced is trace_enabled(value), proc.stderr
+    assert traced is (value.strip() in ("1", "true", "TRUE", "t"))
