@@ -134,6 +134,7 @@ PRELOAD = (
     "nvhook.requests.parse",
     "nvhook.requests.policy",
     "nvhook.requests.requirements",
+    "nvhook.requests.values",
     "nvhook.settings",
     "oci._cache",
     "oci._frozen",

@@ -41,13 +41,13 @@ _COMMAND = "python -m nvhook.native.contract"
 def trace_enabled(value: str | None) -> bool:
     """Whether ``NVHOOK_HOOK_TRACE=value`` turns the native hook's tracing on: Go's
     ``strconv.ParseBool`` true after blanks are stripped, as nvhook reads every boolean
-    variable (``NVIDIA_DISABLE_REQUIRE``: :mod:`nvhook.requests.parse`); ``0``, ``false``,
+    variable (``NVIDIA_DISABLE_REQUIRE``: :mod:`nvhook.requests.values`); ``0``, ``false``,
     empty or unset: off. The C hook reads it from :data:`TRUE_WORDS <oci.argv._TRUE>` in
     the header."""
-    from nvhook.requests.parse import _BLANKS
+    from nvhook.requests.values import BLANKS
     from oci.argv import _TRUE
 
-    return value is not None and value.strip(_BLANKS) in _TRUE
+    return value is not None and value.strip(BLANKS) in _TRUE
 
 
 def _c_string(text: str | bytes) -> str:
@@ -110,7 +110,7 @@ def render() -> str:
     from nvhook.hook import update_ldcache as ld
     from nvhook.hook.args import COMMANDS, PROGRAM
     from nvhook.hook.create_symlinks import SEPARATOR
-    from nvhook.requests.parse import _BLANKS
+    from nvhook.requests.values import BLANKS
     from nvhook.rootfs import safepath
     from nvhook.settings import CACHE_ENV, CONFIG_ENV, DEFAULT_CACHE_DIR, DEFAULT_CONFIG_PATH
     from oci import argv
@@ -132,7 +132,7 @@ def render() -> str:
     h.section("booleans: Go's strconv.ParseBool (oci.argv)")
     h.strings("NVHOOK_TRUE_WORDS", sorted(argv._TRUE), "oci.argv._TRUE")
     h.strings("NVHOOK_FALSE_WORDS", sorted(argv._BOOL - argv._TRUE), "oci.argv._BOOL - _TRUE")
-    h.define("NVHOOK_BOOL_BLANKS", _BLANKS, "stripped first: nvhook.requests.parse._BLANKS")
+    h.define("NVHOOK_BOOL_BLANKS", BLANKS, "stripped first: nvhook.requests.values.BLANKS")
 
     h.section("settings and the shim (nvhook.settings, nvhook.call)")
     h.define("NVHOOK_ENV_CONFIG", CONFIG_ENV, "nvhook.settings.CONFIG_ENV")

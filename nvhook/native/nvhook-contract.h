@@ -13,7 +13,7 @@
 #define NVHOOK_TRUE_WORDS {"1", "T", "TRUE", "True", "t", "true", NULL}
 /* oci.argv._BOOL - _TRUE */
 #define NVHOOK_FALSE_WORDS {"0", "F", "FALSE", "False", "f", "false", NULL}
-#define NVHOOK_BOOL_BLANKS " \t" /* stripped first: nvhook.requests.parse._BLANKS */
+#define NVHOOK_BOOL_BLANKS " \t" /* stripped first: nvhook.requests.values.BLANKS */
 
 /* --- settings and the shim (nvhook.settings, nvhook.call) */
 #define NVHOOK_ENV_CONFIG "NVHOOK_CONFIG" /* nvhook.settings.CONFIG_ENV */

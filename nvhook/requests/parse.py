@@ -71,7 +71,6 @@ import posixpath
 from nvhook.constants import (
     ALL_CAPABILITIES,
     CAP_SYS_ADMIN,
-    DEVICE_ALL,
     DEVICE_LIST_MOUNT_ROOT,
     DEVICE_LIST_MOUNT_SOURCE,
     DEVICE_NONE,
@@ -85,247 +84,45 @@ from nvhook.constants import (
     ENV_REQUIRE_IGNORED,
     ENV_REQUIRE_PREFIX,
     ENV_VISIBLE_DEVICES,
-    FEATURE_DISABLED,
-    FEATURE_ENABLED,
-    MAX_ENV_VALUE_CHARS,
 )
 from nvhook.errors import RequestError
 from nvhook.requests.ids import (
     All,
-    CdiName,
     DeviceId,
     DeviceRequest,
     Devices,
     Features,
     Ignored,
-    Index,
-    LegacyMig,
-    MigIndex,
-    MigUuid,
-    NoGpus,
     Requests,
     Source,
     SourceKind,
-    Uuid,
     Void,
 )
-from nvhook.requests.policy import Policy, canonical_capabilities
+from nvhook.requests.policy import Policy
 from nvhook.requests.requirements import Requirement, legacy_requirement, parse_requirement
+from nvhook.requests.values import (
+    BLANKS,
+    FALSE_WORDS,
+    TRUE_WORDS,
+    check_value,
+    combine_ids,
+    cut,
+    parse_capabilities,
+    parse_cdi_name,
+    parse_device_list,
+    parse_env,
+    parse_feature,
+    parse_imex,
+    show,
+    split_items,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping
     from typing import Any
 
-__all__ = [
-    "parse_capabilities",
-    "parse_device_id",
-    "parse_device_list",
-    "parse_env",
-    "parse_requests",
-]
-
-_DIGITS = frozenset("0123456789")
-_HEX = frozenset("0123456789abcdefABCDEF")
-_UUID_DASHES = (8, 13, 18, 23)
-#: Largest index or channel number we accept: a Linux device minor has 20 bits.
-_MAX_NUMBER = (1 << 20) - 1
-_BLANKS = " \t"
-_TRUE = ("1", "t", "T", "TRUE", "true", "True")
-_FALSE = ("0", "f", "F", "FALSE", "false", "False")
-_DEVICE_FORMS = (
-    "expected all, none, void, an index (0), a UUID (GPU-…), "
-    "a MIG device (0:1, MIG-…, MIG-GPU-…/gi/ci) or a CDI name (nvidia.com/gpu=0)"
-)
-
-
-def _show(text: str, limit: int = 80) -> str:
-    """``text`` quoted for a one-line message, cut to about ``limit`` characters."""
-    if len(text) > limit:
-        return repr(text[: limit - 3] + "...") + f" ({len(text)} characters)"
-    return repr(text)
-
-
-# --- parsing helpers -----------------------------------------------------------------------
-
-
-def _decimal(text: str) -> int | None:
-    """A small non-negative decimal number, or None."""
-    if not text or len(text) > 7 or not _DIGITS.issuperset(text):
-        return None
-    n = int(text)
-    return n if n <= _MAX_NUMBER else None
-
-
-def _is_uuid(text: str) -> bool:
-    """``8-4-4-4-12`` hexadecimal digits."""
-    if len(text) != 36:
-        return False
-    return all((c == "-") if i in _UUID_DASHES else (c in _HEX) for i, c in enumerate(text))
-
-
-def _check_value(value: str, where: str) -> None:
-    """Refuse values too long to be real and control characters (a tab counts as a blank)."""
-    if len(value) > MAX_ENV_VALUE_CHARS:
-        raise RequestError(
-            f"{where} is {len(value)} characters long, more than {MAX_ENV_VALUE_CHARS}: "
-            f"{_show(value)}"
-        )
-    if not value.replace("\t", " ").isprintable():
-        bad = next(c for c in value if c != "\t" and not c.isprintable())
-        raise RequestError(f"{where} contains the control character {bad!r}: {_show(value)}")
-
-
-def _items(value: str, where: str) -> list[str]:
-    """Comma-separated items, blanks trimmed, empty ones skipped."""
-    _check_value(value.strip(_BLANKS), where)
-    return [s for s in (item.strip(_BLANKS) for item in value.split(",")) if s]
-
-
-def _cdi_name(text: str, where: str) -> CdiName:
-    # Imported here: only a CDI request needs oci.cdi.
-    from oci.cdi.names import parse_qualified_name
-    from oci.errors import CdiNameError
-
-    try:
-        parse_qualified_name(text)
-    except CdiNameError as e:
-        raise RequestError(f"{where}: {e.message}") from None
-    return CdiName(text)
-
-
-def parse_device_id(item: str, *, where: str = ENV_VISIBLE_DEVICES) -> DeviceId:
-    """One device item (blanks already trimmed); ``where`` names its origin in messages."""
-    bad = f"{where}: invalid device {_show(item)}"
-    if item.startswith("MIG-GPU-"):
-        parts = item[4:].split("/")
-        if len(parts) == 3 and _is_uuid(parts[0][4:]):
-            gi, ci = _decimal(parts[1]), _decimal(parts[2])
-            if gi is not None and ci is not None:
-                return LegacyMig(parts[0], gi, ci)
-        raise RequestError(f"{bad}: expected MIG-GPU-<uuid>/<gi>/<ci>")
-    if item.startswith("GPU-"):
-        if _is_uuid(item[4:]):
-            return Uuid(item)
-        raise RequestError(f"{bad}: expected GPU-<8-4-4-4-12 hex digits>")
-    if item.startswith("MIG-"):
-        if _is_uuid(item[4:]):
-            return MigUuid(item)
-        raise RequestError(f"{bad}: expected MIG-<8-4-4-4-12 hex digits>")
-    if "=" in item:
-        return _cdi_name(item, where)
-    if ":" in item:
-        gpu, _, mig = item.partition(":")
-        gpu_n, mig_n = _decimal(gpu), _decimal(mig)
-        if gpu_n is not None and mig_n is not None:
-            return MigIndex(gpu_n, mig_n)
-        raise RequestError(f"{bad}: expected <gpu index>:<mig index>, e.g. 0:1")
-    n = _decimal(item)
-    if n is not None:
-        return Index(n)
-    raise RequestError(f"{bad}: {_DEVICE_FORMS}")
-
-
-def _combine(items: Iterable[str], where: str) -> DeviceRequest:
-    """The request a list of items makes (specials stand alone, duplicates dropped)."""
-    unique = list(dict.fromkeys(items))
-    if not unique:
-        return Void()
-    specials: dict[str, DeviceRequest] = {
-        DEVICE_ALL: All(),
-        DEVICE_NONE: NoGpus(),
-        DEVICE_VOID: Void(),
-    }
-    for item in unique:
-        if item in specials:
-            if len(unique) > 1:
-                others = ",".join(unique)
-                raise RequestError(
-                    f"{where}: {item!r} cannot be combined with other devices: {_show(others)}"
-                )
-            return specials[item]
-    ids = dict.fromkeys(parse_device_id(item, where=where) for item in unique)
-    return Devices(tuple(ids))
-
-
-def parse_device_list(value: str, *, where: str = ENV_VISIBLE_DEVICES) -> DeviceRequest:
-    """Parse an ``NVIDIA_VISIBLE_DEVICES``-style value: empty means :class:`Void`."""
-    return _combine(_items(value, where), where)
-
-
-def parse_capabilities(value: str | None, *, default: tuple[str, ...]) -> tuple[str, ...]:
-    """``NVIDIA_DRIVER_CAPABILITIES``: canonical order, ``all`` expanded; unset/empty -> default."""
-    if value is None:
-        return default
-    items = _items(value, ENV_DRIVER_CAPABILITIES)
-    if not items:
-        return default
-    try:
-        return canonical_capabilities(items)
-    except ValueError as e:
-        raise RequestError(f"{ENV_DRIVER_CAPABILITIES}: {e}") from None
-
-
-def _parse_imex(value: str) -> All | tuple[int, ...]:
-    items = _items(value, ENV_IMEX_CHANNELS)
-    unique = list(dict.fromkeys(items))
-    if not unique or unique in ([DEVICE_VOID], [DEVICE_NONE]):
-        return ()
-    if unique == [DEVICE_ALL]:
-        return All()
-    channels: list[int] = []
-    for item in unique:
-        n = _decimal(item)
-        if n is None:
-            raise RequestError(
-                f"{ENV_IMEX_CHANNELS}: invalid channel {_show(item)}: "
-                "expected all or a comma list of channel numbers"
-            )
-        channels.append(n)
-    return tuple(dict.fromkeys(channels))
-
-
-def _parse_feature(name: str, value: str) -> bool:
-    flag = value.strip(_BLANKS)
-    if flag == FEATURE_ENABLED:
-        return True
-    if flag in ("", FEATURE_DISABLED):
-        return False
-    raise RequestError(
-        f"{name} must be {FEATURE_ENABLED!r} or {FEATURE_DISABLED!r}, not {_show(flag)}"
-    )
-
-
-def parse_env(env: object) -> tuple[dict[str, str], tuple[str, ...]]:
-    """``process.env`` as a dict (the last entry of a name wins), and warnings.
-
-    Raise :class:`RequestError` for what runc would refuse: a non-list, a non-string
-    entry, an entry without ``=``, an empty name, a NUL.
-    """
-    if env is None:
-        return {}, ()
-    if not isinstance(env, list):
-        raise RequestError(f"process.env must be a list of strings, not {type(env).__name__}")
-    out: dict[str, str] = {}
-    duplicated: dict[str, None] = {}
-    for i, entry in enumerate(env):
-        if not isinstance(entry, str):
-            raise RequestError(
-                f"process.env[{i}] must be a string NAME=value, not {type(entry).__name__}"
-            )
-        name, sep, value = entry.partition("=")
-        if not sep or not name or "\0" in entry:
-            problem = "has no '='" if not sep else "has an empty name" if not name else "has a NUL"
-            raise RequestError(f"process.env[{i}] {problem}: {_show(entry)}")
-        if name.startswith("NVIDIA_") and name in out and out[name] != value:
-            duplicated[name] = None
-        out[name] = value
-    warnings = tuple(
-        f"{name} is set more than once in process.env; the last value, {_show(out[name])}, "
-        "counts (as runc does)"
-        for name in duplicated
-    )
-    return out, warnings
+__all__ = ["parse_requests"]
 
 
 def _is_privileged(process: Mapping[str, Any]) -> bool:
@@ -342,13 +139,6 @@ def _is_privileged(process: Mapping[str, Any]) -> bool:
     return CAP_SYS_ADMIN in bounding
 
 
-def _cut(value: str, limit: int = 200) -> str:
-    return value if len(value) <= limit else value[: limit - 3] + "..."
-
-
-# --- the sources ---------------------------------------------------------------------------
-
-
 def _from_annotations(spec: Mapping[str, Any], prefixes: tuple[str, ...]) -> list[Source]:
     if not prefixes:
         return []
@@ -361,14 +151,14 @@ def _from_annotations(spec: Mapping[str, Any], prefixes: tuple[str, ...]) -> lis
     for key, value in annotations.items():
         if not isinstance(key, str) or not key.startswith(prefixes):
             continue
-        where = f"annotation {_show(key)}"
+        where = f"annotation {show(key)}"
         if not isinstance(value, str):
             raise RequestError(f"{where} must be a string, not {type(value).__name__}")
-        items = _items(value, where)
+        items = split_items(value, where)
         if not items:
             continue
-        names = dict.fromkeys(_cdi_name(item, where) for item in items)
-        sources.append(Source(SourceKind.ANNOTATION, key, _cut(value), Devices(tuple(names))))
+        names = dict.fromkeys(parse_cdi_name(item, where) for item in items)
+        sources.append(Source(SourceKind.ANNOTATION, key, cut(value), Devices(tuple(names))))
     return sources
 
 
@@ -391,20 +181,20 @@ def _from_mounts(spec: Mapping[str, Any]) -> tuple[list[Source], list[Ignored], 
         path = posixpath.normpath(destination)
         if not path.startswith(root):
             continue
-        where = f"mount {_show(path)}"
-        _check_value(path, where)
+        where = f"mount {show(path)}"
+        check_value(path, where)
         source = mount.get("source")
         if not isinstance(source, str) or posixpath.normpath(source) != DEVICE_LIST_MOUNT_SOURCE:
-            reason = f"its source is {_show(str(source))}, not {DEVICE_LIST_MOUNT_SOURCE}"
+            reason = f"its source is {show(str(source))}, not {DEVICE_LIST_MOUNT_SOURCE}"
             ignored.append(Ignored(SourceKind.MOUNT, path, "", reason))
             warnings.append(f"ignored device-list {where}: {reason}")
             continue
         parts = path[len(root) :].split("/")
         request: DeviceRequest
         if parts[0] == "cdi" and len(parts) == 4:
-            request = Devices((_cdi_name(f"{parts[1]}/{parts[2]}={parts[3]}", where),))
+            request = Devices((parse_cdi_name(f"{parts[1]}/{parts[2]}={parts[3]}", where),))
         elif parts[0] != "cdi" and len(parts) == 1:
-            request = _combine(parts, where)
+            request = combine_ids(parts, where)
         else:
             raise RequestError(
                 f"{where}: expected {root}<device> or {root}cdi/<vendor>/<class>/<name>"
@@ -448,15 +238,71 @@ def parse_requests(spec: Mapping[str, Any], policy: Policy) -> Requests:
     elif not isinstance(process, dict):
         raise RequestError("process must be an object")
     env, env_warnings = parse_env(process.get("env"))
-    warnings = list(env_warnings)
     privileged = _is_privileged(process)
-    env_allowed = privileged or policy.accept_env_unprivileged
-    not_allowed = "the container is not privileged and policy accept_env_unprivileged is false"
-    legacy = bool(env.get(ENV_CUDA_VERSION)) and not env.get(ENV_REQUIRE_CUDA)
+    found = _Found(
+        env=env,
+        env_allowed=privileged or policy.accept_env_unprivileged,
+        legacy=bool(env.get(ENV_CUDA_VERSION)) and not env.get(ENV_REQUIRE_CUDA),
+        warnings=list(env_warnings),
+    )
+    devices, sources = _devices(spec, policy, privileged, found)
+    imex = _imex(found)
+    if isinstance(devices, Void) and not imex:
+        return Requests(
+            devices=devices,
+            sources=tuple(sources),
+            ignored=tuple(found.ignored),
+            warnings=tuple(found.warnings),
+            is_privileged=privileged,
+        )
+    caps_value = env.get(ENV_DRIVER_CAPABILITIES)
+    if caps_value is None and found.legacy:
+        capabilities = ALL_CAPABILITIES
+    else:
+        capabilities = parse_capabilities(caps_value, default=policy.default_capabilities)
+    disable_require, requirements = _requirements(found)
+    flags = _features(found)
+    return Requests(
+        devices=devices,
+        sources=tuple(sources),
+        ignored=tuple(found.ignored),
+        capabilities=capabilities,
+        requirements=tuple(requirements),
+        disable_require=disable_require,
+        imex_channels=imex,
+        features=Features(**flags),
+        warnings=tuple(found.warnings),
+        is_privileged=privileged,
+    )
 
-    # --- devices: annotations, then mounts, then env, then policy ---
+
+#: Why an env request of an unprivileged container does not count.
+_NOT_ALLOWED = "the container is not privileged and policy accept_env_unprivileged is false"
+
+
+class _Found:
+    """What :func:`parse_requests` has read so far: the env and the rules it is read by,
+    and what each step ignored or warned about (appended in the steps' order)."""
+
+    __slots__ = ("env", "env_allowed", "ignored", "legacy", "warnings")
+
+    def __init__(
+        self, *, env: dict[str, str], env_allowed: bool, legacy: bool, warnings: list[str]
+    ) -> None:
+        self.env = env
+        self.env_allowed = env_allowed  # privileged, or policy accept_env_unprivileged
+        self.legacy = legacy  # CUDA_VERSION without NVIDIA_REQUIRE_CUDA: a legacy image
+        self.ignored: list[Ignored] = []
+        self.warnings = warnings
+
+
+def _devices(
+    spec: Mapping[str, Any], policy: Policy, privileged: bool, found: _Found
+) -> tuple[DeviceRequest, list[Source]]:
+    """The devices asked for: annotations, then device-list mounts, then the env (or a
+    legacy image's implicit ``all``), then the privileged default; first match wins."""
+    env = found.env
     sources = _from_annotations(spec, policy.annotation_prefixes)
-    ignored: list[Ignored] = []
     devices: DeviceRequest = Void()
     overridden = ""
     if sources:
@@ -464,10 +310,12 @@ def parse_requests(spec: Mapping[str, Any], policy: Policy) -> Requests:
         overridden = "annotations request devices"
     if policy.accept_volume_mounts:
         mount_sources, mount_ignored, mount_warnings = _from_mounts(spec)
-        ignored += mount_ignored
-        warnings += mount_warnings
+        found.ignored += mount_ignored
+        found.warnings += mount_warnings
         if sources:
-            ignored += [Ignored(SourceKind.MOUNT, s.name, "", overridden) for s in mount_sources]
+            found.ignored += [
+                Ignored(SourceKind.MOUNT, s.name, "", overridden) for s in mount_sources
+            ]
         elif mount_sources:
             sources = mount_sources
             devices = _merge(sources, "device-list mounts")
@@ -475,72 +323,65 @@ def parse_requests(spec: Mapping[str, Any], policy: Policy) -> Requests:
 
     visible = env.get(ENV_VISIBLE_DEVICES)
     if visible is not None:
-        shown = _cut(visible)
+        shown = cut(visible)
         if sources:
-            ignored.append(Ignored(SourceKind.ENV, ENV_VISIBLE_DEVICES, shown, overridden))
-        elif not env_allowed:
-            ignored.append(Ignored(SourceKind.ENV, ENV_VISIBLE_DEVICES, shown, not_allowed))
-            if visible.strip(_BLANKS) not in ("", DEVICE_VOID):
-                warnings.append(f"ignored {ENV_VISIBLE_DEVICES}={_show(visible)}: {not_allowed}")
+            found.ignored.append(Ignored(SourceKind.ENV, ENV_VISIBLE_DEVICES, shown, overridden))
+        elif not found.env_allowed:
+            found.ignored.append(Ignored(SourceKind.ENV, ENV_VISIBLE_DEVICES, shown, _NOT_ALLOWED))
+            if visible.strip(BLANKS) not in ("", DEVICE_VOID):
+                found.warnings.append(
+                    f"ignored {ENV_VISIBLE_DEVICES}={show(visible)}: {_NOT_ALLOWED}"
+                )
         else:
             devices = parse_device_list(visible)
             sources.append(Source(SourceKind.ENV, ENV_VISIBLE_DEVICES, shown, devices))
-    elif legacy:
-        shown = _cut(env[ENV_CUDA_VERSION])
+    elif found.legacy:
+        shown = cut(env[ENV_CUDA_VERSION])
+        kind = SourceKind.LEGACY_IMAGE
         if sources:
-            ignored.append(Ignored(SourceKind.LEGACY_IMAGE, ENV_CUDA_VERSION, shown, overridden))
-        elif not env_allowed:
-            ignored.append(Ignored(SourceKind.LEGACY_IMAGE, ENV_CUDA_VERSION, shown, not_allowed))
-            warnings.append(
+            found.ignored.append(Ignored(kind, ENV_CUDA_VERSION, shown, overridden))
+        elif not found.env_allowed:
+            found.ignored.append(Ignored(kind, ENV_CUDA_VERSION, shown, _NOT_ALLOWED))
+            found.warnings.append(
                 f"ignored the implicit {ENV_VISIBLE_DEVICES}=all of a legacy CUDA image "
-                f"({ENV_CUDA_VERSION} without {ENV_REQUIRE_CUDA}): {not_allowed}"
+                f"({ENV_CUDA_VERSION} without {ENV_REQUIRE_CUDA}): {_NOT_ALLOWED}"
             )
         else:
             devices = All()
-            sources.append(Source(SourceKind.LEGACY_IMAGE, ENV_CUDA_VERSION, shown, devices))
+            sources.append(Source(kind, ENV_CUDA_VERSION, shown, devices))
 
     if not sources and visible is None and privileged and policy.privileged_gets_all:
         devices = All()
         sources.append(Source(SourceKind.POLICY, "privileged_gets_all", "true", devices))
+    return devices, sources
 
-    # --- IMEX channels (an env request: the privilege rule applies) ---
-    imex: All | tuple[int, ...] = ()
-    imex_value = env.get(ENV_IMEX_CHANNELS)
-    if imex_value is not None:
-        if env_allowed:
-            imex = _parse_imex(imex_value)
-        elif imex_value.strip(_BLANKS) not in ("", DEVICE_VOID, DEVICE_NONE):
-            ignored.append(
-                Ignored(SourceKind.ENV, ENV_IMEX_CHANNELS, _cut(imex_value), not_allowed)
-            )
-            warnings.append(f"ignored {ENV_IMEX_CHANNELS}={_show(imex_value)}: {not_allowed}")
 
-    if isinstance(devices, Void) and not imex:
-        return Requests(
-            devices=devices,
-            sources=tuple(sources),
-            ignored=tuple(ignored),
-            warnings=tuple(warnings),
-            is_privileged=privileged,
-        )
+def _imex(found: _Found) -> All | tuple[int, ...]:
+    """The IMEX channels asked for (an env request: the privilege rule applies)."""
+    value = found.env.get(ENV_IMEX_CHANNELS)
+    if value is None:
+        return ()
+    if found.env_allowed:
+        return parse_imex(value)
+    if value.strip(BLANKS) not in ("", DEVICE_VOID, DEVICE_NONE):
+        found.ignored.append(Ignored(SourceKind.ENV, ENV_IMEX_CHANNELS, cut(value), _NOT_ALLOWED))
+        found.warnings.append(f"ignored {ENV_IMEX_CHANNELS}={show(value)}: {_NOT_ALLOWED}")
+    return ()
 
-    # --- capabilities ---
-    caps_value = env.get(ENV_DRIVER_CAPABILITIES)
-    if caps_value is None and legacy:
-        capabilities = ALL_CAPABILITIES
-    else:
-        capabilities = parse_capabilities(caps_value, default=policy.default_capabilities)
 
-    # --- requirements ---
+def _requirements(found: _Found) -> tuple[bool, list[Requirement]]:
+    """``NVIDIA_DISABLE_REQUIRE`` and the ``NVIDIA_REQUIRE_*`` constraints (a legacy image's
+    ``cuda>=`` of its ``CUDA_VERSION`` too); a bad one fails unless requirements are off."""
+    env = found.env
     disable_require = False
     disable_value = env.get(ENV_DISABLE_REQUIRE)
     if disable_value is not None:
-        flag = disable_value.strip(_BLANKS)
-        if flag in _TRUE:
+        flag = disable_value.strip(BLANKS)
+        if flag in TRUE_WORDS:
             disable_require = True
-        elif flag not in _FALSE:
-            warnings.append(
-                f"{ENV_DISABLE_REQUIRE}={_show(disable_value)} is not a boolean "
+        elif flag not in FALSE_WORDS:
+            found.warnings.append(
+                f"{ENV_DISABLE_REQUIRE}={show(disable_value)} is not a boolean "
                 "(true/false/1/0, as Go's strconv.ParseBool reads it); requirements are checked"
             )
     requirements: list[Requirement] = []
@@ -548,45 +389,36 @@ def parse_requests(spec: Mapping[str, Any], policy: Policy) -> Requests:
         if not name.startswith(ENV_REQUIRE_PREFIX) or name in ENV_REQUIRE_IGNORED:
             continue
         try:
-            _check_value(value, name)
+            check_value(value, name)
             requirement = parse_requirement(name, value)
         except RequestError as e:
             if not disable_require:
                 raise
-            warnings.append(f"{e.message} (not checked: {ENV_DISABLE_REQUIRE} is set)")
+            found.warnings.append(f"{e.message} (not checked: {ENV_DISABLE_REQUIRE} is set)")
             continue
         if requirement is not None:
             requirements.append(requirement)
-    if legacy:
+    if found.legacy:
         try:
             requirements.append(legacy_requirement(env[ENV_CUDA_VERSION]))
         except RequestError as e:
             if not disable_require:
                 raise
-            warnings.append(f"{e.message} (not checked: {ENV_DISABLE_REQUIRE} is set)")
+            found.warnings.append(f"{e.message} (not checked: {ENV_DISABLE_REQUIRE} is set)")
+    return disable_require, requirements
 
-    # --- features (env requests: the privilege rule applies) ---
+
+def _features(found: _Found) -> dict[str, bool]:
+    """The feature flags set (env requests: the privilege rule applies to enabling one)."""
     flags: dict[str, bool] = {}
     for field, name in ENV_FEATURES:
-        raw = env.get(name)
+        raw = found.env.get(name)
         if raw is None:
             continue
-        enabled = _parse_feature(name, raw)
-        if enabled and not env_allowed:
-            ignored.append(Ignored(SourceKind.ENV, name, _cut(raw), not_allowed))
-            warnings.append(f"ignored {name}={_show(raw)}: {not_allowed}")
+        enabled = parse_feature(name, raw)
+        if enabled and not found.env_allowed:
+            found.ignored.append(Ignored(SourceKind.ENV, name, cut(raw), _NOT_ALLOWED))
+            found.warnings.append(f"ignored {name}={show(raw)}: {_NOT_ALLOWED}")
             continue
         flags[field] = enabled
-
-    return Requests(
-        devices=devices,
-        sources=tuple(sources),
-        ignored=tuple(ignored),
-        capabilities=capabilities,
-        requirements=tuple(requirements),
-        disable_require=disable_require,
-        imex_channels=imex,
-        features=Features(**flags),
-        warnings=tuple(warnings),
-        is_privileged=privileged,
-    )
+    return flags

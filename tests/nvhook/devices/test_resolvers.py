@@ -27,7 +27,7 @@ from nvhook.mock import compiled, list_profiles, load_profile
 from nvhook.mock.layout import LIB_DIR
 from nvhook.planner import Host, nvml_view
 from nvhook.requests.ids import All, DeviceRequest, Devices, NoGpus
-from nvhook.requests.parse import parse_device_list
+from nvhook.requests.values import parse_device_list
 
 #: Profiles whose NVML loads here (gh200's aarch64 one does not on x86-64).
 LOADED = [p for p in list_profiles() if load_profile(p).driver.loaded and compiled(load_profile(p))]

@@ -34,15 +34,15 @@ from nvhook.requests.ids import (
     Uuid,
     Void,
 )
-from nvhook.requests.parse import (
+from nvhook.requests.parse import parse_requests
+from nvhook.requests.policy import Policy
+from nvhook.requests.requirements import Condition
+from nvhook.requests.values import (
     parse_capabilities,
     parse_device_id,
     parse_device_list,
     parse_env,
-    parse_requests,
 )
-from nvhook.requests.policy import Policy
-from nvhook.requests.requirements import Condition
 
 SPECS = Path(__file__).resolve().parents[2] / "data" / "specs"
 UUID = "GPU-8c6ae9a5-1d2b-3c4d-5e6f-0123456789ab"
