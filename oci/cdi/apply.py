@@ -11,8 +11,9 @@ JSON value (a ``dict`` in its original key order, unknown fields kept):
   that ``getenv`` never returns: a deliberate difference);
 - device nodes: ``hostPath`` defaults to ``path``; a node that is not
   "minimally specified" (a type and a non-zero major, or a fifo) takes its
-  type/major/minor from ``lstat(hostPath)``, and its ``fileMode``, when it has
-  none, from the host node's permission bits; an existing ``linux.devices``
+  type/major/minor from ``lstat(hostPath)``; every node without a ``fileMode``
+  takes the host node's permission bits when ``hostPath`` is a device node (a
+  minimally specified one without error when it is not); an existing ``linux.devices``
   entry with the same path is replaced; ``b``/``c`` nodes add a
   ``linux.resources.devices`` allow rule (default access ``rwm``); without an
   explicit uid/gid a node takes ``process.user`` uid/gid when > 0;
@@ -147,15 +148,28 @@ def _apply_device(spec: _Json, node: DeviceNode, lstat: StatFn) -> None:
 
 
 def _fill(node: DeviceNode, lstat: StatFn) -> tuple[str, int, int, int | None]:
-    """type, major, minor and fileMode of a node: as given when minimally specified, else
-    completed from the host (the reference's ``fillMissingInfo``: a missing ``fileMode``
-    becomes the host node's permission bits, ``st_mode &^ S_IFMT``)."""
+    """type, major, minor and fileMode of a node, as the reference's ``fillMissingInfo``
+    completes them from ``lstat(hostPath)``.
+
+    A minimally specified node (a type and a non-zero major, or a fifo) keeps its type and
+    numbers, and a host path that cannot be stat'ed, or is no device node, is no error for
+    it; but a missing ``fileMode`` is still taken from the host node when there is one
+    (for rootless engines that bind-mount nodes). Any other node is completed from the
+    host, which must then be a node of the given type.
+    """
     host_path = node.host_path or node.path
     given_type = node.type or ""
     major = node.major or 0
     minor = node.minor or 0
     if given_type and (major != 0 or given_type == "p"):
-        return given_type, major, minor, node.file_mode
+        if node.file_mode is not None:
+            return given_type, major, minor, node.file_mode
+        try:
+            mode = lstat(host_path).st_mode
+        except OSError:
+            return given_type, major, minor, None
+        is_node = stat_mod.S_ISBLK(mode) or stat_mod.S_ISCHR(mode) or stat_mod.S_ISFIFO(mode)
+        return given_type, major, minor, stat_mod.S_IMODE(mode) if is_node else None
     try:
         st = lstat(host_path)
     except OSError as e:
