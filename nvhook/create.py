@@ -254,7 +254,13 @@ def _resolve_cdi(names: tuple[str, ...], settings: Settings, warnings: list[str]
 
     spec_dirs = settings.cdi_spec_dirs
     try:
-        edits = resolve(spec_dirs, names, cache_dir=cache_directory(), warnings=warnings)
+        edits = resolve(
+            spec_dirs,
+            names,
+            cache_dir=cache_directory(),
+            warnings=warnings,
+            untrusted=settings.cdi_untrusted_specs,
+        )
     except CdiResolveError as e:
         from nvhook.cdihints import with_hint
 

@@ -68,7 +68,7 @@ DEFAULT_CONFIG_PATH = "/etc/nvhook/config.toml"
 CONFIG_ENV = "NVHOOK_CONFIG"
 CACHE_ENV = "NVHOOK_CACHE_DIR"
 DEFAULT_CACHE_DIR = "/run/nvhook"
-_CACHE_FORMAT = 2
+_CACHE_FORMAT = 3
 #: The largest settings file read: a real one is a few hundred bytes.
 MAX_CONFIG_BYTES = 256 * 1024
 #: The settings a call passed through uses (the runtime to exec, the log), all in [runtime].
@@ -156,6 +156,14 @@ KEYS: dict[str, tuple[Any, str, tuple[str, ...] | None, str]] = {
         "Annotation keys under these prefixes request CDI devices (comma lists of "
         "vendor/class=name); they take precedence over env.",
     ),
+    "cdi.untrusted_specs": (
+        "refuse",
+        _STR,
+        ("refuse", "warn"),
+        "A CDI spec file not owned by root, writable by group or others, a symbolic link, "
+        "or in a spec dir that is (its hooks run as root): refuse ignores it with one line "
+        "naming it and the fix; warn uses it with that line, for a deliberately shared dir.",
+    ),
     "policy.accept_env_unprivileged": (
         True,
         _BOOL,
@@ -230,6 +238,7 @@ class Settings(Frozen):
     cdi_spec_dirs: tuple[str, ...]
     cdi_default_kind: str
     cdi_annotation_prefixes: tuple[str, ...]
+    cdi_untrusted_specs: str
     policy_accept_env_unprivileged: bool
     policy_accept_volume_mounts: bool
     policy_privileged_gets_all: bool

@@ -15,6 +15,7 @@ Hierarchy::
         ├── ArgvError          runtime command line that cannot be understood
         └── CdiError
             ├── CdiSpecError     a CDI spec file is invalid (names the file and the field)
+            │   └── CdiTrustError  a CDI spec file anyone but root may write (names owner, mode)
             ├── CdiNameError     a qualified device name is malformed
             ├── CdiResolveError  requested devices that no spec defines (names every one)
             ├── CdiApplyError    edits that cannot be applied (host device missing, type)
@@ -35,6 +36,7 @@ __all__ = [
     "CdiNameError",
     "CdiResolveError",
     "CdiSpecError",
+    "CdiTrustError",
     "CdiWriteError",
     "Error",
     "ExitCode",
@@ -139,6 +141,13 @@ class CdiError(OciError):
 
 class CdiSpecError(CdiError):
     """A CDI spec file is invalid; the message names the file and the field."""
+
+    exit_code = ExitCode.INVALID_CDI
+
+
+class CdiTrustError(CdiSpecError):
+    """A CDI spec file (or its directory) that someone other than root may write: not read
+    (:mod:`oci.cdi.trust`); the message names the file, its owner and mode, and the fix."""
 
     exit_code = ExitCode.INVALID_CDI
 

@@ -11,8 +11,9 @@ JSON value (a ``dict`` in its original key order, unknown fields kept):
   that ``getenv`` never returns: a deliberate difference);
 - device nodes: ``hostPath`` defaults to ``path``; a node that is not
   "minimally specified" (a type and a non-zero major, or a fifo) takes its
-  type/major/minor from ``lstat(hostPath)``, and its ``fileMode``, when it has
-  none, from the host node's permission bits; an existing ``linux.devices``
+  type/major/minor from ``lstat(hostPath)``; every node without a ``fileMode``
+  takes the host node's permission bits when ``hostPath`` is a device node (a
+  minimally specified one without error when it is not); an existing ``linux.devices``
   entry with the same path is replaced; ``b``/``c`` nodes add a
   ``linux.resources.devices`` allow rule (default access ``rwm``); without an
   explicit uid/gid a node takes ``process.user`` uid/gid when > 0;
@@ -63,99 +64,202 @@ def apply(edits: Edits, spec: Mapping[str, Any], *, lstat: StatFn = os.lstat) ->
         return out
     if edits.env:
         _apply_env(out, edits.env)
-    for node in edits.device_nodes:
-        _apply_device(out, node, lstat)
+    if edits.device_nodes:
+        _apply_devices(out, edits.device_nodes, lstat)
     for net in edits.net_devices:
         _child(_child(out, "linux"), "netDevices")[net.host_interface_name] = {"name": net.name}
     if edits.mounts:
-        mounts = _list(out, "mounts")
-        for m in edits.mounts:
-            mounts[:] = [x for x in mounts if _get_dest(x) != m.container_path]
-            oci_mount: _Json = {"destination": m.container_path}
-            if m.type is not None:
-                oci_mount["type"] = m.type
-            oci_mount["source"] = m.host_path
-            if m.options:
-                oci_mount["options"] = list(m.options)
-            mounts.append(oci_mount)
-        mounts.sort(key=lambda x: mount_depth(_get_dest(x)))
+        _apply_mounts(out, edits)
+    if edits.hooks:
+        _apply_hooks(out, edits)
+    if edits.intel_rdt is not None:
+        _child(out, "linux")["intelRdt"] = edits.intel_rdt.to_dict()
+    gids = [g for g in edits.additional_gids if g != 0]
+    if gids:
+        existing = _list(_child(_child(out, "process"), "user"), "additionalGids")
+        present = {g for g in existing if _hashable(g)}
+        for gid in gids:
+            if gid not in present:
+                present.add(gid)
+                existing.append(gid)
+    return out
+
+
+# Each list edit below does in one pass what the reference does item by item (a scan of
+# the list per injected item: quadratic, and the lists come from files anyone may write
+# big); the result is the same, item for item (tests/oci/cdi/test_apply.py's oracle).
+
+_GONE = object()  # a removed list item, dropped when the list is compacted
+
+
+def _apply_env(spec: _Json, entries: tuple[str, ...]) -> None:
+    """Each entry replaces the first definition of its name in place and drops the later
+    ones, or is appended. A definition is a ``str`` item with a ``=``: its name is what
+    comes before the first one (an entry without ``=`` replaces, but defines nothing)."""
+    env: list[Any] = _list(_child(spec, "process"), "env")
+    where: dict[str, list[int]] = {}  # name -> positions of its live definitions, in order
+    for i, cur in enumerate(env):
+        if isinstance(cur, str):
+            name, sep, _ = cur.partition("=")
+            if sep:
+                where.setdefault(name, []).append(i)
+    removed = False
+    for entry in entries:
+        name, sep, _ = entry.partition("=")
+        places = where.get(name)
+        if places:
+            first = places[0]
+            env[first] = entry
+            if len(places) > 1:
+                removed = True
+                for later in places[1:]:
+                    env[later] = _GONE
+            where[name] = [first] if sep else []
+        else:
+            env.append(entry)
+            if sep:
+                where[name] = [len(env) - 1]
+    if removed:
+        env[:] = [cur for cur in env if cur is not _GONE]
+
+
+def _apply_devices(spec: _Json, nodes: tuple[DeviceNode, ...], lstat: StatFn) -> None:
+    """Each node replaces the ``linux.devices`` entries of its path (appended last) and adds
+    its allow rule unless an equal one is there."""
+    added: list[_Json] = []
+    devices: list[Any] = []
+    rules: list[Any] | None = None
+    rule_keys: set[object] = set()
+    for node in nodes:
+        dev_type, major, minor, file_mode = _fill(node, lstat)
+        device: _Json = {"path": node.path, "type": dev_type, "major": major, "minor": minor}
+        if file_mode is not None:
+            device["fileMode"] = file_mode
+        uid, gid = node.uid, node.gid
+        process = spec.get("process")
+        user = process.get("user", {}) if isinstance(process, dict) else {}
+        if uid is None and isinstance(user.get("uid"), int) and user["uid"] > 0:
+            uid = user["uid"]
+        if gid is None and isinstance(user.get("gid"), int) and user["gid"] > 0:
+            gid = user["gid"]
+        if uid is not None:
+            device["uid"] = uid
+        if gid is not None:
+            device["gid"] = gid
+        devices = _list(_child(spec, "linux"), "devices")
+        added.append(device)
+        if dev_type in ("b", "c"):
+            access = node.permissions or "rwm"
+            rule: _Json = {"allow": True, "type": dev_type, "major": major, "minor": minor}
+            if access != "none":
+                rule["access"] = access
+            if rules is None:
+                rules = _list(_child(_child(spec, "linux"), "resources"), "devices")
+                rule_keys = {key for r in rules if (key := _flat_key(r)) is not None}
+            key = _flat_key(rule)
+            if key not in rule_keys:
+                rule_keys.add(key)
+                rules.append(rule)
+    paths = {node.path for node in nodes}
+    last = {device["path"]: i for i, device in enumerate(added)}
+    devices[:] = [
+        d
+        for d in devices
+        if not (isinstance(d, dict) and isinstance(p := d.get("path"), str) and p in paths)
+    ] + [device for i, device in enumerate(added) if last[device["path"]] == i]
+
+
+def _apply_mounts(spec: _Json, edits: Edits) -> None:
+    """Each mount replaces those of its destination (appended last); then the whole list is
+    stable-sorted by depth."""
+    mounts = _list(spec, "mounts")
+    dests = {m.container_path for m in edits.mounts}
+    last = {m.container_path: i for i, m in enumerate(edits.mounts)}
+    kept = [x for x in mounts if _get_dest(x) not in dests]
+    for i, m in enumerate(edits.mounts):
+        if last[m.container_path] != i:
+            continue
+        oci_mount: _Json = {"destination": m.container_path}
+        if m.type is not None:
+            oci_mount["type"] = m.type
+        oci_mount["source"] = m.host_path
+        if m.options:
+            oci_mount["options"] = list(m.options)
+        kept.append(oci_mount)
+    kept.sort(key=lambda x: mount_depth(_get_dest(x)))
+    mounts[:] = kept
+
+
+def _apply_hooks(spec: _Json, edits: Edits) -> None:
+    """Each hook is appended to its lifecycle unless an equal one is there."""
+    seen: dict[str, set[object]] = {}
     for hook in edits.hooks:
         if hook.hook_name not in HOOK_NAMES:
             raise CdiApplyError(
                 f"hook {hook.path!r}: unknown hook name {hook.hook_name!r} "
                 f"(valid: {', '.join(HOOK_NAMES)})"
             )
-        lifecycle = _list(_child(out, "hooks"), hook.hook_name)
+        lifecycle = _list(_child(spec, "hooks"), hook.hook_name)
+        keys = seen.get(hook.hook_name)
+        if keys is None:
+            keys = seen[hook.hook_name] = {
+                key for x in lifecycle if (key := _flat_key(x)) is not None
+            }
         item = hook.to_oci()
-        if item not in lifecycle:
+        key = _flat_key(item)
+        if key not in keys:
+            keys.add(key)
             lifecycle.append(item)
-    if edits.intel_rdt is not None:
-        _child(out, "linux")["intelRdt"] = edits.intel_rdt.to_dict()
-    gids = [g for g in edits.additional_gids if g != 0]
-    if gids:
-        existing = _list(_child(_child(out, "process"), "user"), "additionalGids")
-        for gid in gids:
-            if gid not in existing:
-                existing.append(gid)
-    return out
 
 
-def _apply_env(spec: _Json, entries: tuple[str, ...]) -> None:
-    env = _list(_child(spec, "process"), "env")
-    for entry in entries:
-        name = entry.split("=", 1)[0]
-        prefix = name + "="
-        first = next(
-            (i for i, cur in enumerate(env) if isinstance(cur, str) and cur.startswith(prefix)),
-            None,
-        )
-        if first is None:
-            env.append(entry)
-            continue
-        env[first] = entry
-        env[first + 1 :] = [
-            cur for cur in env[first + 1 :] if not (isinstance(cur, str) and cur.startswith(prefix))
-        ]
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
-def _apply_device(spec: _Json, node: DeviceNode, lstat: StatFn) -> None:
-    dev_type, major, minor, file_mode = _fill(node, lstat)
-    device: _Json = {"path": node.path, "type": dev_type, "major": major, "minor": minor}
-    if file_mode is not None:
-        device["fileMode"] = file_mode
-    uid, gid = node.uid, node.gid
-    user = spec.get("process", {}).get("user", {}) if isinstance(spec.get("process"), dict) else {}
-    if uid is None and isinstance(user.get("uid"), int) and user["uid"] > 0:
-        uid = user["uid"]
-    if gid is None and isinstance(user.get("gid"), int) and user["gid"] > 0:
-        gid = user["gid"]
-    if uid is not None:
-        device["uid"] = uid
-    if gid is not None:
-        device["gid"] = gid
-    devices = _list(_child(spec, "linux"), "devices")
-    devices[:] = [d for d in devices if not (isinstance(d, dict) and d.get("path") == node.path)]
-    devices.append(device)
-    if dev_type in ("b", "c"):
-        access = node.permissions or "rwm"
-        rule: _Json = {"allow": True, "type": dev_type, "major": major, "minor": minor}
-        if access != "none":
-            rule["access"] = access
-        rules = _list(_child(_child(spec, "linux"), "resources"), "devices")
-        if rule not in rules:
-            rules.append(rule)
+def _flat_key(value: object) -> object:
+    """A key equal for two values exactly when they are ``==``, for an object whose values
+    are scalars or lists of scalars (what apply adds: a cgroup rule, a hook); None for any
+    other value (which cannot be ``==`` to such an object)."""
+    if not isinstance(value, dict):
+        return None
+    items = []
+    for k, v in value.items():
+        if isinstance(v, list):
+            v = (list, *v)  # marked: a list is never == a scalar
+        items.append((k, v))
+    try:
+        return frozenset(items)
+    except TypeError:  # an object or a list of them inside: not one apply makes
+        return None
 
 
 def _fill(node: DeviceNode, lstat: StatFn) -> tuple[str, int, int, int | None]:
-    """type, major, minor and fileMode of a node: as given when minimally specified, else
-    completed from the host (the reference's ``fillMissingInfo``: a missing ``fileMode``
-    becomes the host node's permission bits, ``st_mode &^ S_IFMT``)."""
+    """type, major, minor and fileMode of a node, as the reference's ``fillMissingInfo``
+    completes them from ``lstat(hostPath)``.
+
+    A minimally specified node (a type and a non-zero major, or a fifo) keeps its type and
+    numbers, and a host path that cannot be stat'ed, or is no device node, is no error for
+    it; but a missing ``fileMode`` is still taken from the host node when there is one
+    (for rootless engines that bind-mount nodes). Any other node is completed from the
+    host, which must then be a node of the given type.
+    """
     host_path = node.host_path or node.path
     given_type = node.type or ""
     major = node.major or 0
     minor = node.minor or 0
     if given_type and (major != 0 or given_type == "p"):
-        return given_type, major, minor, node.file_mode
+        if node.file_mode is not None:
+            return given_type, major, minor, node.file_mode
+        try:
+            mode = lstat(host_path).st_mode
+        except OSError:
+            return given_type, major, minor, None
+        is_node = stat_mod.S_ISBLK(mode) or stat_mod.S_ISCHR(mode) or stat_mod.S_ISFIFO(mode)
+        return given_type, major, minor, stat_mod.S_IMODE(mode) if is_node else None
     try:
         st = lstat(host_path)
     except OSError as e:

@@ -53,6 +53,7 @@ itself, never from the index, which only decides which files to read.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
@@ -60,11 +61,13 @@ from stat import S_ISREG
 
 from oci import _cache
 from oci._frozen import Frozen
+from oci.cdi.decode import decode_spec
 from oci.cdi.edits import Edits
 from oci.cdi.names import parse_qualified_name
-from oci.cdi.parse import load_spec, parse_spec, read_spec_data
+from oci.cdi.parse import parse_spec, read_spec_data
 from oci.cdi.spec import Device, Spec
-from oci.errors import CdiError, CdiNameError, CdiResolveError
+from oci.cdi.trust import REFUSE, WARN, directory_problem, file_problem, link_problem
+from oci.errors import CdiError, CdiNameError, CdiResolveError, CdiSpecError, CdiTrustError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -81,7 +84,15 @@ if TYPE_CHECKING:
     #: ``{directory: {file name: record}}``
     Index: TypeAlias = dict[str, dict[str, Record]]
 
-__all__ = ["DEFAULT_SPEC_DIRS", "RACY_NS", "SPEC_SUFFIXES", "Definition", "Registry", "resolve"]
+__all__ = [
+    "DEFAULT_SPEC_DIRS",
+    "RACY_NS",
+    "SPEC_SUFFIXES",
+    "Definition",
+    "Registry",
+    "read_checked",
+    "resolve",
+]
 
 DEFAULT_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
 #: The names the reference library reads (``filepath.Ext`` of ``.json`` or ``.yaml``, case
@@ -100,18 +111,35 @@ class Definition(Frozen):
 
 
 class Registry:
-    """CDI specs found in ``spec_dirs`` (scanned once, at construction)."""
+    """CDI specs found in ``spec_dirs`` (scanned once, at construction).
+
+    ``untrusted``: what an untrusted spec file (:mod:`oci.cdi.trust`) is, :data:`REFUSE`
+    (an error against it, its devices undefined) or :data:`WARN` (read and used; listed in
+    :attr:`untrusted` all the same).
+    """
 
     def __init__(
-        self, spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, loader: SpecLoader = load_spec
+        self,
+        spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS,
+        *,
+        loader: SpecLoader | None = None,
+        untrusted: str = REFUSE,
     ) -> None:
         self.spec_dirs = tuple(spec_dirs)
-        self._loader = loader
+        self._refuse = _refuses(untrusted)
+        self._loader = loader if loader is not None else _checked_loader(self._refuse)
         self._devices: dict[str, Definition] = {}
         self._errors: dict[str, list[str]] = {}
         self._ignored: dict[str, str] = {}
+        self._untrusted: dict[str, str] = {}
         self._specs: list[Spec] = []
         self._scan()
+
+    @property
+    def untrusted(self) -> Mapping[str, str]:
+        """The spec files that are not trusted (refused or not), by path, with the line that
+        says why and how to fix it."""
+        return dict(sorted(self._untrusted.items()))
 
     @property
     def devices(self) -> Mapping[str, Definition]:
@@ -139,7 +167,8 @@ class Registry:
         unresolved = [n for n in requested if n not in self._devices]
         if unresolved:
             none = not self._specs and not self._errors
-            message = _unresolved_message(unresolved, self.spec_dirs, self._errors, none)
+            refused = list(dict.fromkeys(self._untrusted.values())) if self._refuse else []
+            message = _unresolved_message(unresolved, self.spec_dirs, self._errors, none, refused)
             raise CdiResolveError(message, names=tuple(unresolved), no_specs=none)
         edits = Edits()
         seen_specs: set[int] = set()
@@ -154,9 +183,18 @@ class Registry:
     def _scan(self) -> None:
         candidates: dict[str, list[Definition]] = {}
         for priority, directory in enumerate(self.spec_dirs):
-            for path in self._spec_files(directory):
+            for path, verdict in self._spec_files(directory):
+                if verdict is not None:
+                    self._untrusted.setdefault(path, verdict)
+                    if self._refuse:
+                        self._errors.setdefault(path, []).append(_refused(verdict))
+                        continue
                 try:
                     spec = self._loader(path)
+                except CdiTrustError as e:  # changed since listed
+                    self._untrusted.setdefault(path, str(e))
+                    self._errors.setdefault(path, []).append(_refused(str(e)))
+                    continue
                 except CdiError as e:
                     self._errors.setdefault(path, []).append(str(e))
                     continue
@@ -180,14 +218,15 @@ class Registry:
                     "at the same priority; it is ignored in both"
                 )
 
-    def _spec_files(self, directory: str) -> list[str]:
+    def _spec_files(self, directory: str) -> list[tuple[str, str | None]]:
+        """The spec files of ``directory``, each with why it is not trusted (or None)."""
         ignored: dict[str, str] = {}
         files, problem = _list_spec_files(directory, ignored)
         for path, why in ignored.items():
             self._ignored.setdefault(path, why)
         if problem is not None:
             self._errors.setdefault(directory, []).append(problem)
-        return [path for path, _, _ in files]
+        return [(path, verdict) for path, _, _, verdict in files]
 
 
 def _checked_names(names: Iterable[str]) -> list[str]:
@@ -205,17 +244,78 @@ def _checked_names(names: Iterable[str]) -> list[str]:
 
 
 def _unresolved_message(
-    unresolved: Sequence[str], spec_dirs: Sequence[str], problems: Iterable[str], no_specs: bool
+    unresolved: Sequence[str],
+    spec_dirs: Sequence[str],
+    problems: Iterable[str],
+    no_specs: bool,
+    refused: Sequence[str] = (),
 ) -> str:
     quoted = ", ".join(repr(n) for n in unresolved)
     noun = "device" if len(unresolved) == 1 else "devices"
     if no_specs:
         return f"unresolvable CDI {noun} {quoted}: no CDI spec in " + ", ".join(spec_dirs)
     msg = f"unresolvable CDI {noun} {quoted}: not defined in any spec in " + ", ".join(spec_dirs)
+    if refused:
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        return f"{msg}; untrusted spec files are not read: {refused[0]}{more}"
     bad = sorted(set(problems))
     if bad:
         msg += f" (problems in {len(bad)} file(s), see `nvhook cdi list`: {', '.join(bad)})"
     return msg
+
+
+def _refuses(untrusted: str) -> bool:
+    if untrusted not in (REFUSE, WARN):
+        raise ValueError(f"untrusted must be {REFUSE!r} or {WARN!r}, not {untrusted!r}")
+    return untrusted == REFUSE
+
+
+def _refused(verdict: str) -> str:
+    return f"{verdict} (not used)"
+
+
+def _warned(verdict: str) -> str:
+    return f"{verdict} (used anyway: untrusted spec files are only warned of)"
+
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def read_checked(path: str) -> object:
+    """A spec file read and decoded as :func:`~oci.cdi.parse.read_spec_data` does, but opened
+    with ``O_NOFOLLOW`` and judged by ``fstat`` of what was opened: an untrusted file (or a
+    link) raises :class:`CdiTrustError` before a byte of it is read."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CdiTrustError(link_problem(path)) from None
+        raise CdiSpecError(f"{path}: cannot read: {e.strerror or e}") from e
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not S_ISREG(st.st_mode):
+            raise CdiSpecError(f"{path}: not a regular file")
+        problem = file_problem(path, st)
+        if problem is not None:
+            raise CdiTrustError(problem)
+        try:
+            raw = f.read()
+        except OSError as e:
+            raise CdiSpecError(f"{path}: cannot read: {e.strerror or e}") from e
+    try:
+        return decode_spec(raw, suffix=os.path.splitext(path)[1])
+    except ValueError as e:
+        raise CdiSpecError(f"{path}: {e}") from None
+
+
+def _checked_loader(refuse: bool) -> SpecLoader:
+    """The loader of spec files: judged as opened when refusing, else as listed only."""
+    read = read_checked if refuse else read_spec_data
+
+    def load(path: str) -> Spec:
+        return parse_spec(read(path), source=path)
+
+    return load
 
 
 _NOT_A_SPEC_NAME = "ignored: not a CDI spec file name (only *.json and *.yaml are read)"
@@ -223,9 +323,11 @@ _NOT_A_SPEC_NAME = "ignored: not a CDI spec file name (only *.json and *.yaml ar
 
 def _list_spec_files(
     directory: str, ignored: dict[str, str] | None = None
-) -> tuple[list[tuple[str, str, os.stat_result]], str | None]:
+) -> tuple[list[tuple[str, str, os.stat_result, str | None]], str | None]:
     """The regular ``.json``/``.yaml`` files of ``directory`` (links followed), by name:
-    path, name and ``stat``; and a problem with the directory (None: missing is empty).
+    path, name, ``stat`` and why it is not trusted (None: it is; :mod:`oci.cdi.trust`,
+    judged from ``fstat`` of the directory opened, the entry's type and the ``stat``);
+    and a problem with the directory (None: missing is empty).
 
     ``ignored``, when given, receives every other entry's path with why it is not read
     (the indexed resolve on the start path passes none: it stats only spec names).
@@ -241,19 +343,26 @@ def _list_spec_files(
     files = []
     prefix = os.path.join(directory, "")  # what os.path.join(directory, name) puts first
     try:
-        for name in sorted(os.listdir(fd)):
+        dir_verdict = directory_problem(directory, os.fstat(fd))
+        with os.scandir(fd) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+        for entry in entries:
+            name = entry.name
             if not name.endswith(SPEC_SUFFIXES):
                 if ignored is not None:
                     ignored[prefix + name] = _NOT_A_SPEC_NAME
                 continue
             try:
                 st = os.stat(name, dir_fd=fd)
+                link = entry.is_symlink()  # the type from the listing: no system call
             except OSError:  # a dangling link, or gone since listed: not a file
                 if ignored is not None:
                     ignored[prefix + name] = "ignored: a dangling link (or gone while listed)"
                 continue
             if S_ISREG(st.st_mode):
-                files.append((prefix + name, name, st))
+                path = prefix + name
+                verdict = dir_verdict or (link_problem(path) if link else file_problem(path, st))
+                files.append((path, name, st, verdict))
             elif ignored is not None:
                 ignored[prefix + name] = "ignored: not a regular file"
     except OSError as e:
@@ -280,23 +389,35 @@ def resolve(
     cache_dir: str | None = None,
     loader: SpecLoader | None = None,
     warnings: list[str] | None = None,
+    untrusted: str = REFUSE,
 ) -> Edits:
-    """What ``Registry(spec_dirs).resolve(names)`` gives, parsing only what it must.
+    """What ``Registry(spec_dirs, untrusted=untrusted).resolve(names)`` gives, parsing only
+    what it must.
 
     ``cache_dir`` keeps the index, and the decoded files read for their edits, between
     calls (None: nothing is kept, every file is parsed once); a cache directory refused
-    as unsafe is appended to ``warnings``. ``loader`` reads one spec file (tests count its
-    calls; a loader given keeps no decoded files).
+    as unsafe is appended to ``warnings``, and so is each untrusted spec file, refused or
+    not (its line). ``loader`` reads one spec file (tests count its calls; a loader given
+    keeps no decoded files). The trust of a file is judged on every call, from the listing,
+    never from the index, and again as a file is opened for its edits.
     """
     dirs = tuple(spec_dirs)
     requested = _checked_names(names)
+    refuse = _refuses(untrusted)
     if not requested:
         return Edits()
     index_file = _index_name(dirs)
     old = _read_index(cache_dir, index_file, dirs, warnings) if cache_dir else {}
     kinds = {name.partition("=")[0] for name in requested}
-    kept = _KeptSpecs(cache_dir, kinds, warnings) if cache_dir and loader is None else None
-    scan = _IndexedScan(dirs, old, kinds, load_spec if loader is None else loader, kept)
+    read = read_checked if refuse else read_spec_data
+    kept = _KeptSpecs(cache_dir, kinds, warnings, read) if cache_dir and loader is None else None
+    chosen = _checked_loader(refuse) if loader is None else loader
+    scan = _IndexedScan(dirs, old, kinds, chosen, kept, refuse=refuse)
+    if warnings is not None:
+        for verdict in scan.untrusted.values():
+            line = _refused(verdict) if refuse else _warned(verdict)
+            if line not in warnings:
+                warnings.append(line)
     while True:
         winners, unresolved = scan.decide(requested)
         unread = [p for p in dict.fromkeys(winners.values()) if p not in scan.parsed]
@@ -308,7 +429,8 @@ def resolve(
         _cache.store(cache_dir, index_file, (_INDEX_FORMAT, dirs, scan.index), warnings)
     if unresolved:
         none = not scan.files and not scan.bad_dirs
-        message = _unresolved_message(unresolved, dirs, scan.problems(), none)
+        refused = list(dict.fromkeys(scan.untrusted.values())) if refuse else []
+        message = _unresolved_message(unresolved, dirs, scan.problems(), none, refused)
         raise CdiResolveError(message, names=tuple(unresolved), no_specs=none)
     edits = Edits()
     seen: set[str] = set()
@@ -334,6 +456,8 @@ class _IndexedScan:
         kinds: set[str],
         loader: SpecLoader,
         kept: _KeptSpecs | None = None,
+        *,
+        refuse: bool = True,
     ) -> None:
         self._kinds = kinds
         self._loader = loader
@@ -345,6 +469,7 @@ class _IndexedScan:
         self.specs: dict[str, Spec] = {}  # parsed in this call, of a requested kind
         self.parsed: set[str] = set()
         self.bad_dirs: list[str] = []
+        self.untrusted: dict[str, str] = {}  # path -> why, judged on every call
         self._idents: dict[str, tuple[Ident, dict[str, Record], str]] = {}
         for priority, directory in enumerate(dirs):
             listed, problem = _list_spec_files(directory)
@@ -354,12 +479,18 @@ class _IndexedScan:
             if type(known) is not dict:
                 known = {}
             remembered = self.index.setdefault(directory, {})
-            for path, name, st in listed:
+            for path, name, st, verdict in listed:
                 self.files.append((priority, path))
                 if path in self._idents:  # a directory listed twice
                     continue
                 ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 self._idents[path] = (ident, remembered, name)
+                if verdict is not None:
+                    self.untrusted[path] = verdict
+                    if refuse:  # never parsed, never remembered, never from the index
+                        self.entries[path] = ("error", _refused(verdict), ())
+                        self.parsed.add(path)
+                        continue
                 record = known.get(name)
                 if type(record) is tuple and len(record) == 8 and record[:5] == ident:
                     entry = _checked_entry(record[5:])
@@ -384,6 +515,11 @@ class _IndexedScan:
                 spec = self._kept.load(path, ident, self.settled(ident))
             else:
                 spec = self._loader(path)
+        except CdiTrustError as e:  # changed since it was listed: judged again when read
+            self.untrusted[path] = str(e)
+            self.entries[path] = ("error", _refused(str(e)), ())
+            remembered.pop(name, None)
+            return
         except CdiError as e:
             entry = ("error", str(e), ())
         else:
@@ -442,15 +578,22 @@ class _KeptSpecs:
     keeps those of the requested kinds (not a DRA driver's thousand claim specs of another).
     A JSON file is read directly: decoding it costs what reading a kept document does."""
 
-    def __init__(self, cache_dir: str, kinds: set[str], warnings: list[str] | None) -> None:
+    def __init__(
+        self,
+        cache_dir: str,
+        kinds: set[str],
+        warnings: list[str] | None,
+        read: Callable[[str], object] = read_checked,
+    ) -> None:
         self._cache_dir = cache_dir
         self._kinds = kinds
         self._warnings = warnings
+        self._read = read
 
     def load(self, path: str, ident: Ident, settled: bool) -> Spec:
         """The spec at ``path``, listed with identity ``ident`` (``settled``: old enough)."""
         if not path.endswith(_KEPT_SUFFIXES):
-            return load_spec(path)
+            return parse_spec(self._read(path), source=path)
         name = _cache.cache_name("cdi-spec", path)
         kept = _cache.load(self._cache_dir, name, self._warnings)
         if (
@@ -464,7 +607,7 @@ class _KeptSpecs:
                 return parse_spec(kept[3], source=path)
             except CdiError:  # cannot be one we wrote: read the file instead
                 pass
-        data = read_spec_data(path)
+        data = self._read(path)
         spec = parse_spec(data, source=path)
         if settled and spec.kind in self._kinds and _ident(path) == ident and _plain(data):
             _cache.store(self._cache_dir, name, (_SPEC_FORMAT, path, ident, data), self._warnings)

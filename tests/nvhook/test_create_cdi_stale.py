@@ -135,3 +135,24 @@ def test_no_spec_at_all_names_nvhook_cdi_generate(start: Start) -> None:
     result, _ = start.create("5")
     assert result.returncode == ExitCode.UNRESOLVED
     assert "not defined in any spec" in result.stderr and "generate" not in result.stderr
+
+
+def test_cdi_untrusted_specs_setting_reaches_the_registry(tmp_path: Path) -> None:
+    """cdi.untrusted_specs: refuse (the default) fails the create naming the file and the
+    fix; warn injects the device and logs the same line as a warning."""
+    from nvhook.create import decide_spec
+    from nvhook.settings import defaults
+
+    d = tmp_path / "cdi"
+    d.mkdir()
+    spec = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu"}
+    spec["devices"] = [{"name": "1", "containerEdits": {"env": ["G=1"]}}]  # type: ignore[assignment]
+    (d / "gpu.json").write_text(json.dumps(spec))
+    os.chmod(d / "gpu.json", 0o666)
+    settings = defaults()._replace(runtime_mode="cdi", cdi_spec_dirs=(str(d),))
+    config = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=1"]}}
+    refused = decide_spec(config, settings)
+    assert refused.error is not None and "chmod go-w" in str(refused.error)
+    warned = decide_spec(config, settings._replace(cdi_untrusted_specs="warn"))
+    assert warned.error is None and warned.edits is not None and warned.edits.env == ("G=1",)
+    assert any("used anyway" in w for w in warned.warnings)

@@ -26,8 +26,16 @@ def check_cdi(opts: Options, settings: Settings | None) -> list[Check]:
     if target != "/var/run/cdi/nvidia.json":
         generate += f" --output {shell_quote(target)}"
     out: list[Check] = []
-    registry = Registry(dirs)
-    problems = {path: list(messages) for path, messages in registry.errors.items()}
+    registry = Registry(dirs, untrusted=values.cdi_untrusted_specs)
+    for path, line in registry.untrusted.items():  # its hooks would run as root
+        status: Status = "fail" if values.cdi_untrusted_specs == "refuse" else "warn"
+        fix = f"chown root {shell_quote(path)} && chmod go-w {shell_quote(path)}"
+        out.append(Check("cdi", status, f"untrusted CDI spec: {line}", fix))
+    problems = {
+        path: list(messages)
+        for path, messages in registry.errors.items()
+        if path not in registry.untrusted
+    }
     for spec in registry.specs:  # the schema too, as `nvhook cdi validate` checks
         errors = [str(p) for p in validate_file(spec.source) if p.is_error]
         problems.setdefault(spec.source, []).extend(errors)
@@ -43,7 +51,7 @@ def check_cdi(opts: Options, settings: Settings | None) -> list[Check]:
     if not devices:
         # without the driver there is nothing to generate from (the driver check says so)
         loaded = os.path.exists(under(opts.root, "/proc/driver/nvidia/version"))
-        status: Status = "fail" if loaded or mode == "cdi" else "warn"
+        status = "fail" if loaded or mode == "cdi" else "warn"
         out.append(
             Check(
                 "cdi",

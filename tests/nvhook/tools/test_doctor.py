@@ -124,6 +124,18 @@ def test_invalid_spec_is_regenerated(node: Path) -> None:
     assert problems[0].fix == f"nvhook cdi generate --root {node} --output {spec}"
 
 
+def test_untrusted_spec_is_reported_with_its_fix(node: Path) -> None:
+    """A spec file others may write: its hooks would run as root (refused by default)."""
+    spec = node / "var/run/cdi/nvidia.json"
+    os.chmod(spec, 0o666)
+    untrusted = [c for c in diagnose(_opts(node)) if c.message.startswith("untrusted CDI spec")]
+    assert [(c.status, c.fix) for c in untrusted] == [
+        ("fail", f"chown root {spec} && chmod go-w {spec}")
+    ]
+    assert "writable by group or others" in untrusted[0].message
+    assert "mode 0666" in untrusted[0].message
+
+
 def test_stale_spec(node: Path) -> None:
     spec = node / "var/run/cdi/nvidia.json"
     mounts = json.loads(spec.read_text())["containerEdits"]["mounts"]

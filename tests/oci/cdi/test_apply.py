@@ -122,7 +122,7 @@ def _node_of(node: DeviceNode) -> dict[str, Any]:
 
 def test_filled_node_takes_the_host_file_mode() -> None:
     """As the reference's fillMissingInfo: a node completed from the host gets its permission
-    bits when it has no fileMode; a given fileMode, or a minimally specified node, is kept."""
+    bits when it has no fileMode; a given fileMode is kept."""
     assert _node_of(DeviceNode("/dev/card1")) == {
         "path": "/dev/card1",
         "type": "c",
@@ -132,4 +132,52 @@ def test_filled_node_takes_the_host_file_mode() -> None:
     }
     assert _node_of(DeviceNode("/dev/card1", type="c", major=0))["fileMode"] == 0o660
     assert _node_of(DeviceNode("/dev/card1", file_mode=0o600))["fileMode"] == 0o600
-    assert "fileMode" not in _node_of(DeviceNode("/dev/card1", type="c", major=226, minor=1))
+
+
+def test_minimally_specified_node_takes_the_host_file_mode() -> None:
+    """The reference (pkg/cdi/container-edits_unix.go since 457489d, "Ensure that filemode
+    is set for device nodes") fills a missing fileMode from the host node even when the node
+    gives its type and major (rootless engines bind-mount nodes); its type and numbers stay."""
+    assert _node_of(DeviceNode("/dev/card1", type="c", major=195, minor=7)) == {
+        "path": "/dev/card1",
+        "type": "c",
+        "major": 195,
+        "minor": 7,
+        "fileMode": 0o660,
+    }
+    fifo = _node_of(DeviceNode("/dev/pipe", type="p"))
+    assert (fifo["type"], fifo["fileMode"]) == ("p", 0o660)
+    given = DeviceNode("/dev/card1", type="c", major=195, file_mode=0o600)
+    assert _node_of(given)["fileMode"] == 0o600
+
+
+def test_minimally_specified_node_without_a_host_node_has_no_file_mode() -> None:
+    """A missing or non-node host path is no error for a minimally specified node (the
+    reference ignores the stat error then) and leaves fileMode out."""
+
+    def missing(path: str) -> os.stat_result:
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    def regular(path: str) -> os.stat_result:
+        return os.stat_result((0o100644, 0, 0, 1, 0, 0, 0, 0, 0, 0))
+
+    node = DeviceNode("/dev/card1", type="c", major=195, minor=1)
+    for lstat in (missing, regular):
+        devices = apply(Edits(device_nodes=(node,)), BASE, lstat=lstat)["linux"]["devices"]
+        assert devices == [{"path": "/dev/card1", "type": "c", "major": 195, "minor": 1}]
+
+
+def test_given_file_mode_needs_no_stat() -> None:
+    """A fully specified node (jit's, generate's) is applied without a stat of the host."""
+
+    def no_stat(path: str) -> os.stat_result:
+        raise AssertionError(f"stat of {path}")
+
+    node = DeviceNode("/dev/nvidia0", type="c", major=195, minor=0, file_mode=0o666)
+    assert apply(Edits(device_nodes=(node,)), BASE, lstat=no_stat)["linux"]["devices"][0] == {
+        "path": "/dev/nvidia0",
+        "type": "c",
+        "major": 195,
+        "minor": 0,
+        "fileMode": 0o666,
+    }

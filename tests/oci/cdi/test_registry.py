@@ -130,8 +130,9 @@ def _named(what: str) -> list[str]:
 
 
 def test_which_file_names_are_read(tmp_path: Path) -> None:
+    """The names read (a link is untrusted, so refused by default: test_registry_trust.py)."""
     d, devices = _spec_file_zoo(tmp_path)
-    reg = Registry([str(d)])
+    reg = Registry([str(d)], untrusted="warn")
     assert {n: Path(defn.path).name for n, defn in reg.devices.items()} == {
         devices[name]: name for name in _named("read")
     }
@@ -153,9 +154,9 @@ def test_which_file_names_the_indexed_resolve_reads(tmp_path: Path) -> None:
     d, devices = _spec_file_zoo(tmp_path)
     read = [devices[name] for name in _named("read")]
     unread = tuple(devices[name] for name in [*_named("error"), *_named("ignored")])
-    assert resolve([str(d)], read).env == ("Z=1",) * len(read)
+    assert resolve([str(d)], read, untrusted="warn").env == ("Z=1",) * len(read)
     with pytest.raises(CdiResolveError) as info:
-        resolve([str(d)], [*read, *unread])
+        resolve([str(d)], [*read, *unread], untrusted="warn")
     assert info.value.names == unread
     assert f"problems in 1 file(s), see `nvhook cdi list`: {d / '.json'})" in str(info.value)
 

@@ -558,13 +558,14 @@ class Decodes:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        real = registry.read_spec_data
+        for reader in ("read_spec_data", "read_checked"):  # untrusted warned of, or refused
+            real = getattr(registry, reader)
 
-        def counting(path: str) -> object:
-            self.count += 1
-            return real(path)
+            def counting(path: str, real: Callable[[str], object] = real) -> object:
+                self.count += 1
+                return real(path)
 
-        monkeypatch.setattr(registry, "read_spec_data", counting)
+            monkeypatch.setattr(registry, reader, counting)
 
     def take(self) -> int:
         count, self.count = self.count, 0
@@ -604,6 +605,7 @@ def test_a_yaml_winner_is_decoded_once_then_kept(
         assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache) == first
     assert decodes.take() == 0  # from the kept document, parsed again by the strict parser
     assert Registry([str(d)]).resolve([f"{GPU}=0"]) == first
+    assert decodes.take() == 1  # the full scan reads every file itself
     # edited in place (same size, mtime restored): the ctime changes, so it is read again
     st = (d / "gpu.yaml").stat()
     (d / "gpu.yaml").write_text(YAML_SPEC.replace("G=0", "G=1"))
