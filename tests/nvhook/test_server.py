@@ -646,12 +646,12 @@ def test_preload_holds_every_module_a_create_imports(
 
 
 def test_peer_problem_compares_the_peer_with_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    import nvhook.server
+    import nvhook.peer
 
     a, b = socket.socketpair()
     with a, b:
         assert peer_problem(a) == (os.getpid(), None)  # this very process: served
         labels = {"self": b"system_u:system_r:unconfined_service_t:s0"}
-        monkeypatch.setattr(nvhook.server, "_label", lambda pid: labels.get(pid, b"runtime_t"))
+        monkeypatch.setattr(nvhook.peer, "_label", lambda pid: labels.get(pid, b"runtime_t"))
         pid, problem = peer_problem(a)
         assert pid == os.getpid() and problem is not None and "security label" in problem
