@@ -28,6 +28,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,7 +49,7 @@ from nvhook.shim import VERSION
 from tests.nvhook.test_frontend import build_sanitized
 from tests.nvhook.test_shim_imports import Shim as ImportProbe
 from tests.nvhook.test_shim_imports import loaded
-from tests.support.basics import require_root
+from tests.support.basics import require_root, wait_for_line
 from tests.support.unprivileged import NOBODY, call_unprivileged
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,25 +69,21 @@ pytestmark = pytest.mark.root
 
 
 def start_server(sock: Path, *, python_path: Path = REPO) -> subprocess.Popen[bytes]:
-    """``nvhook-shim-server --socket SOCK`` from the packages under ``python_path``, listening."""
+    """``nvhook-shim-server --socket SOCK`` from the packages under ``python_path``, once it
+    says it listens."""
     code = (
         f"import sys; sys.path.insert(0, {str(python_path)!r}); "
         "from nvhook.server import main; raise SystemExit(main())"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-c", code, "--socket", str(sock)],
-        env={"PATH": "/usr/bin:/bin"},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 30
-    while not sock.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            _, err = proc.communicate()
-            pytest.fail(f"the server did not start: {err.decode()}")
-        time.sleep(0.02)
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", code, "--socket", str(sock)],
+            env={"PATH": "/usr/bin:/bin"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        wait_for_line(proc, log, b"listening on ", what="the server")
     return proc
 
 
