@@ -21,6 +21,7 @@ launcher (so a call handed to Python shows as ``launcher``) and a short server d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -32,7 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -68,14 +69,18 @@ PRISTINE: dict[str, Any] = {
 pytestmark = pytest.mark.root
 
 
-def start_server(sock: Path, *, python_path: Path = REPO) -> subprocess.Popen[bytes]:
+def start_server(
+    sock: Path, *, python_path: Path = REPO, log: BinaryIO | None = None
+) -> subprocess.Popen[bytes]:
     """``nvhook-shim-server --socket SOCK`` from the packages under ``python_path``, once it
-    says it listens."""
+    says it listens; its stderr goes to ``log`` (a file), else to an unnamed one."""
     code = (
         f"import sys; sys.path.insert(0, {str(python_path)!r}); "
         "from nvhook.server import main; raise SystemExit(main())"
     )
-    with tempfile.TemporaryFile() as log:
+    with contextlib.ExitStack() as stack:
+        if log is None:
+            log = stack.enter_context(tempfile.TemporaryFile())
         proc = subprocess.Popen(
             [sys.executable, "-I", "-c", code, "--socket", str(sock)],
             env={"PATH": "/usr/bin:/bin"},
