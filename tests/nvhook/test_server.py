@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -70,10 +71,11 @@ pytestmark = pytest.mark.root
 
 
 def start_server(
-    sock: Path, *, python_path: Path = REPO, log: BinaryIO | None = None
+    sock: Path, *, python_path: Path = REPO, log: BinaryIO | None = None, umask: int = -1
 ) -> subprocess.Popen[bytes]:
     """``nvhook-shim-server --socket SOCK`` from the packages under ``python_path``, once it
-    says it listens; its stderr goes to ``log`` (a file), else to an unnamed one."""
+    says it listens; its stderr goes to ``log`` (a file), else to an unnamed one; ``umask``:
+    its umask (-1: this process's)."""
     code = (
         f"import sys; sys.path.insert(0, {str(python_path)!r}); "
         "from nvhook.server import main; raise SystemExit(main())"
@@ -87,6 +89,7 @@ def start_server(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,
+            umask=umask,
         )
         wait_for_line(proc, log, b"listening on ", what="the server")
     return proc
@@ -584,6 +587,68 @@ def test_a_peer_that_is_not_root_is_refused(node: Node, tmp_path: Path) -> None:
     finally:
         assert stop(server) == 0
         shutil.rmtree(directory)
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_the_socket_is_0600_and_its_directory_0700_whatever_the_umask(
+    tmp_path: Path, umask: int
+) -> None:
+    """From the moment it is there (a watcher lstat()s it while the server starts)."""
+    import threading
+
+    cache = tmp_path / "cache"  # missing: the server makes it
+    sock = cache / "shim.sock"
+    modes: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            with contextlib.suppress(FileNotFoundError):
+                modes.add(stat.S_IMODE(sock.lstat().st_mode))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        server = start_server(sock, umask=umask)
+        deadline = time.monotonic() + 5
+        while not modes and time.monotonic() < deadline:  # the watcher's look at it now
+            time.sleep(0.01)
+    finally:
+        done.set()
+        watcher.join(5)
+    try:
+        assert modes == {0o600}
+        assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    finally:
+        assert stop(server) == 0
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_the_socket_is_bound_no_wider_than_0600(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask: int
+) -> None:
+    """The window a watcher cannot see: at the chmod right after bind, the socket is
+    already no wider than 0600 (bound under umask 0177), and the caller's umask is back."""
+    import nvhook.server
+
+    sock = tmp_path / "cache" / "shim.sock"
+    before_chmod: list[int] = []
+    real_chmod = os.chmod
+
+    def chmod(path: Any, mode: int, **kwargs: Any) -> None:
+        before_chmod.append(stat.S_IMODE(os.lstat(path).st_mode))
+        real_chmod(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    old = os.umask(umask)
+    try:
+        listener, _ = nvhook.server._listen(str(sock))
+        assert os.umask(umask) == umask
+    finally:
+        os.umask(old)
+    with listener:
+        assert before_chmod and all(mode & ~0o600 == 0 for mode in before_chmod)
+        assert stat.S_IMODE(sock.lstat().st_mode) == 0o600
 
 
 def test_a_server_whose_code_changed_stops(node: Node, tmp_path: Path, stdio: list[int]) -> None:
