@@ -6,6 +6,7 @@ kubelet restarts, stop, every socket's mode under umask 000 and 077."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import stat
@@ -19,7 +20,7 @@ import pytest
 
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
-from nvhook.deviceplugin.server import Kubelet, PluginClient
+from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_config
 from nvhook.mock import load_profile
 from nvhook.planner import Host
 
@@ -128,15 +129,21 @@ def test_allocate_for_every_strategy(run_plugin: Callable[[PluginConfig], Runnin
     gpus = running.client("nvidia.com/gpu")
     response = gpus.allocate([UUIDS[3], UUIDS[5]], [UUIDS[2]])
     first, second = response.container_responses
-    assert dict(first.envs) == {"NVIDIA_VISIBLE_DEVICES": f"{UUIDS[3]},{UUIDS[5]}"}
-    assert [(m.container_path, m.host_path, m.read_only) for m in first.mounts] == [
-        (f"/var/run/nvidia-container-devices/{u}", "/dev/null", True) for u in UUIDS[3:6:2]
-    ]
-    [(key, value)] = dict(first.annotations).items()
-    assert key.startswith("cdi.k8s.io/nvhook-device-plugin_")
-    assert value == f"nvidia.com/gpu={UUIDS[3]},nvidia.com/gpu={UUIDS[5]}"
-    assert [c.name for c in first.cdi_devices] == [f"nvidia.com/gpu={u}" for u in UUIDS[3:6:2]]
-    assert dict(second.envs) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[2]}
+
+    def expected(ids: list[str]) -> dict[str, object]:
+        """Exactly what kubelet copies into the container's config, every strategy on."""
+        digest = hashlib.sha256("\0".join(["nvidia.com/gpu", *ids]).encode()).hexdigest()[:12]
+        names = ",".join(f"nvidia.com/gpu={u}" for u in ids)
+        return {
+            "envs": {"NVIDIA_VISIBLE_DEVICES": ",".join(ids)},
+            "mounts": [(f"/var/run/nvidia-container-devices/{u}", "/dev/null", True) for u in ids],
+            "devices": [],
+            "annotations": {f"cdi.k8s.io/nvhook-device-plugin_{digest}": names},
+            "cdi_devices": [f"nvidia.com/gpu={u}" for u in ids],
+        }
+
+    assert create_container_config(first) == expected([UUIDS[3], UUIDS[5]])
+    assert create_container_config(second) == expected([UUIDS[2]])
     mig = running.client("nvidia.com/mig-3g.40gb").allocate([MIG_3G])
     assert [c.name for c in mig.container_responses[0].cdi_devices] == [f"nvidia.com/gpu={MIG_3G}"]
     with pytest.raises(grpc.RpcError) as e:
