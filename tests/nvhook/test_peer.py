@@ -304,3 +304,30 @@ def test_a_reused_pid_does_not_pass_where_the_peer_is_pinned(mode: str) -> None:
         assert seen["problem"] == f"the peer (pid {seen['peer']}) exited while it was checked"
     else:  # what remains without SO_PEERPIDFD (docs/architecture.md D12)
         assert seen["problem"] is None
+
+
+def test_a_peer_that_cannot_be_pinned_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel that has SO_PEERPIDFD but will not give one (6.5-6.8 once the peer is
+    reaped: EINVAL) is a refusal, not the unpinned fallback."""
+    import errno
+
+    def refuse(conn: socket.socket) -> int:
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+    monkeypatch.setattr(nvhook.peer, "_peer_pidfd", refuse)
+    a, b = socket.socketpair()
+    with a, b:
+        assert peer_problem(a) == (
+            os.getpid(),
+            f"cannot pin the peer (pid {os.getpid()}) with a pidfd: Invalid argument",
+        )
+
+
+def test_only_an_unknown_option_is_the_fallback() -> None:
+    """An unconnected socket has no peer: the kernel's ENODATA is raised, not taken for a
+    kernel without SO_PEERPIDFD."""
+    import errno
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lone, pytest.raises(OSError) as e:
+        nvhook.peer._peer_pidfd(lone)
+    assert e.value.errno == errno.ENODATA
