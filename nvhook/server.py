@@ -34,8 +34,9 @@ child exits without a word.
 
 Who may ask: only a peer whose ``SO_PEERCRED`` is uid 0 and gid 0, in the server's
 mount, pid and user namespaces, with the server's effective capabilities, seccomp
-mode, no_new_privs flag and LSM label (:func:`peer_problem`): then the child can do nothing the
-Python shim would not do for that caller. Anything else is refused before a byte of the
+mode, no_new_privs flag and LSM label (:func:`nvhook.peer.peer_problem`, the peer pinned
+by a pidfd where the kernel allows): then the child can do nothing the Python shim would
+not do for that caller. Anything else is refused before a byte of the
 request is read, and the front-end falls back to the Python shim, which runs with the
 caller's own privileges.
 
@@ -56,6 +57,8 @@ import signal
 import socket
 import struct
 import sys
+
+from nvhook.peer import peer_problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -204,55 +207,6 @@ def parse_request(body: bytes) -> Request:
     argv = [os.fsdecode(a) for a in fields[4 : 4 + argc]]
     env = [os.fsdecode(e) for e in fields[5 + argc :]]
     return Request(umask, program, argv, env)
-
-
-# --------------------------------------------------------------------------- the peer
-
-
-def _status(pid: int | str) -> dict[bytes, bytes]:
-    with open(f"/proc/{pid}/status", "rb") as f:
-        lines = f.read().splitlines()
-    return dict((k, v.strip()) for k, _, v in (line.partition(b":") for line in lines))
-
-
-#: What must be the same for the peer as for the server: namespaces, and status fields.
-_NAMESPACES = ("mnt", "pid", "user")
-_STATUS = (b"CapEff", b"Seccomp", b"NoNewPrivs")
-
-
-def peer_problem(conn: socket.socket) -> tuple[int, str | None]:
-    """The peer's pid, and why it may not be served (None: it may).
-
-    Only root (uid and gid 0) in this server's mount, pid and user namespaces, with its
-    effective capabilities, seccomp mode, no_new_privs flag and LSM label: anything the
-    child does for it, the Python shim would have done in the caller's own process.
-    """
-    pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-    if uid != 0 or gid != 0:
-        return pid, f"the peer is uid {uid} gid {gid}, not root"
-    try:
-        for ns in _NAMESPACES:
-            theirs, ours = os.stat(f"/proc/{pid}/ns/{ns}"), os.stat(f"/proc/self/ns/{ns}")
-            if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
-                return pid, f"the peer (pid {pid}) is in another {ns} namespace"
-        theirs_status, ours_status = _status(pid), _status("self")
-    except OSError as e:
-        return pid, f"cannot inspect the peer (pid {pid}): {e.strerror}"
-    for key in _STATUS:
-        if theirs_status.get(key) != ours_status.get(key):
-            return pid, f"the peer's (pid {pid}) {key.decode()} differs from the server's"
-    if _label(pid) != _label("self"):  # SELinux/AppArmor: files would be made in our domain
-        return pid, f"the peer (pid {pid}) runs under another security label"
-    return pid, None
-
-
-def _label(pid: int | str) -> bytes | None:
-    """The LSM label of ``pid`` (``/proc/PID/attr/current``); None without an LSM."""
-    try:
-        with open(f"/proc/{pid}/attr/current", "rb") as f:
-            return f.read().rstrip(b"\0\n")
-    except OSError:
-        return None
 
 
 # --------------------------------------------------------------------------- the child

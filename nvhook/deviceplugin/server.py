@@ -16,12 +16,23 @@ registered plugin as kubelet's device manager does (``ListAndWatch``, kept in a 
 ``GetPreferredAllocation``; ``Allocate``); :func:`create_container_config` is what kubelet puts
 into the CRI ``ContainerConfig`` from an ``AllocateResponse``. ``nvhook demo --kubernetes``
 and the tests stand in for kubelet with them; the plugin itself never uses them.
+
+Every socket served here, the plugin's and the stand-in kubelet's, has mode
+:data:`SOCKET_MODE` (0600: kubelet and the plugin run as root) whatever the umask
+(:func:`_serve_unix`). gRPC binds and listens in one call, with the mode the umask
+leaves, so the chmod cannot come between them; and the umask is the whole process's,
+which other threads (a running server's, the health loop) share, so it is not narrowed
+around the call either. Instead the socket is bound in a private 0700 directory beside
+its path, which only root can enter, chmod'ed there, and renamed into place once the
+server is started: at its path it is never wider than 0600, and never there before it
+serves.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -46,6 +57,7 @@ from nvhook.deviceplugin.preferred import Topology, preferred
 __all__ = [
     "API_VERSION",
     "HEALTHY",
+    "SOCKET_MODE",
     "UNHEALTHY",
     "Kubelet",
     "PluginClient",
@@ -58,6 +70,27 @@ __all__ = [
 API_VERSION = "v1beta1"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
+#: The mode of every socket served here, whatever the umask.
+SOCKET_MODE = 0o600
+
+
+def _serve_unix(server: Any, path: str) -> bool:
+    """Start ``server`` on the unix socket ``path``, mode :data:`SOCKET_MODE` (False: gRPC
+    could not listen). Bound in a private directory beside ``path``, chmod'ed, the server
+    started, then renamed to ``path`` (over a stale socket there): see the module's text."""
+    private = tempfile.mkdtemp(prefix=".nvhook-", dir=os.path.dirname(path) or ".")
+    staged = os.path.join(private, "s")
+    try:
+        if server.add_insecure_port(f"unix://{staged}") == 0:
+            return False
+        os.chmod(staged, SOCKET_MODE)
+        server.start()
+        os.rename(staged, path)
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staged)
+        os.rmdir(private)
 
 
 class PluginState:
@@ -144,11 +177,17 @@ class ResourceServer:
         self._stopped.clear()
         server = grpc.server(ThreadPoolExecutor(max_workers=8, thread_name_prefix="nvhook-dp"))
         server.add_generic_rpc_handlers((self._handler(),))
-        if server.add_insecure_port(f"unix://{self.path}") == 0:
+        try:
+            serving = _serve_unix(server, self.path)
+        except OSError as e:
+            server.stop(grace=None)
+            raise RegistrationError(
+                f"{self.path}: cannot serve there ({e.strerror}); check the directory"
+            ) from None
+        if not serving:
             raise RegistrationError(
                 f"{self.path}: cannot listen on this socket; check the directory"
             )
-        server.start()
         self._server = server
 
     def stop(self) -> None:
@@ -403,9 +442,15 @@ class Kubelet:
             },
         )
         server.add_generic_rpc_handlers((handler,))
-        if server.add_insecure_port(f"unix://{self.socket}") == 0:
+        try:
+            serving = _serve_unix(server, str(self.socket))
+        except OSError as e:
+            server.stop(grace=None)
+            raise RegistrationError(
+                f"cannot serve kubelet's Registration on {self.socket}: {e.strerror}"
+            ) from None
+        if not serving:
             raise RegistrationError(f"cannot serve kubelet's Registration on {self.socket}")
-        server.start()
         self._server = server
 
     def stop(self) -> None:

@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
-import time
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from nvhook.mock import Profile, load_profile
+from tests.support.basics import wait_for_line
 from tests.support.containers import (
     Containerd,
     Podman,
@@ -182,23 +183,18 @@ class Shim:
 
 def start_shim_server(bin_dir: Path, cache: Path) -> subprocess.Popen[bytes]:
     """``bin_dir``'s ``nvhook-shim-server`` on ``shim.sock`` in ``cache`` (made root's, 0700,
-    as the front-end wants it), listening; the caller stops it."""
+    as the front-end wants it), once it says it listens; the caller stops it."""
     cache.mkdir(mode=0o700)
     sock = cache / "shim.sock"
-    server = subprocess.Popen(
-        [str(bin_dir / "nvhook-shim-server"), "--socket", str(sock)],
-        env={"PATH": "/usr/bin:/bin"},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while not sock.exists():
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            server.wait()
-            pytest.fail(f"{bin_dir}/nvhook-shim-server did not start", pytrace=False)
-        time.sleep(0.05)
+    with tempfile.TemporaryFile() as log:
+        server = subprocess.Popen(
+            [str(bin_dir / "nvhook-shim-server"), "--socket", str(sock)],
+            env={"PATH": "/usr/bin:/bin"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        wait_for_line(server, log, b"listening on ", what=f"{bin_dir}/nvhook-shim-server")
     return server
 
 

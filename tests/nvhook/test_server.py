@@ -21,17 +21,20 @@ launcher (so a call handed to Python shows as ``launcher``) and a short server d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import socket
+import stat
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -48,7 +51,7 @@ from nvhook.server import (
 from tests.nvhook.test_frontend import build_sanitized
 from tests.nvhook.test_shim_imports import Shim as ImportProbe
 from tests.nvhook.test_shim_imports import loaded
-from tests.support.basics import require_root
+from tests.support.basics import require_root, wait_for_line
 from tests.support.unprivileged import NOBODY, call_unprivileged
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,26 +70,28 @@ PRISTINE: dict[str, Any] = {
 pytestmark = pytest.mark.root
 
 
-def start_server(sock: Path, *, python_path: Path = REPO) -> subprocess.Popen[bytes]:
-    """``nvhook-shim-server --socket SOCK`` from the packages under ``python_path``, listening."""
+def start_server(
+    sock: Path, *, python_path: Path = REPO, log: BinaryIO | None = None, umask: int = -1
+) -> subprocess.Popen[bytes]:
+    """``nvhook-shim-server --socket SOCK`` from the packages under ``python_path``, once it
+    says it listens; its stderr goes to ``log`` (a file), else to an unnamed one; ``umask``:
+    its umask (-1: this process's)."""
     code = (
         f"import sys; sys.path.insert(0, {str(python_path)!r}); "
         "from nvhook.server import main; raise SystemExit(main())"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-c", code, "--socket", str(sock)],
-        env={"PATH": "/usr/bin:/bin"},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 30
-    while not sock.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            _, err = proc.communicate()
-            pytest.fail(f"the server did not start: {err.decode()}")
-        time.sleep(0.02)
+    with contextlib.ExitStack() as stack:
+        if log is None:
+            log = stack.enter_context(tempfile.TemporaryFile())
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", code, "--socket", str(sock)],
+            env={"PATH": "/usr/bin:/bin"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            umask=umask,
+        )
+        wait_for_line(proc, log, b"listening on ", what="the server")
     return proc
 
 
@@ -584,6 +589,68 @@ def test_a_peer_that_is_not_root_is_refused(node: Node, tmp_path: Path) -> None:
         shutil.rmtree(directory)
 
 
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_the_socket_is_0600_and_its_directory_0700_whatever_the_umask(
+    tmp_path: Path, umask: int
+) -> None:
+    """From the moment it is there (a watcher lstat()s it while the server starts)."""
+    import threading
+
+    cache = tmp_path / "cache"  # missing: the server makes it
+    sock = cache / "shim.sock"
+    modes: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            with contextlib.suppress(FileNotFoundError):
+                modes.add(stat.S_IMODE(sock.lstat().st_mode))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        server = start_server(sock, umask=umask)
+        deadline = time.monotonic() + 5
+        while not modes and time.monotonic() < deadline:  # the watcher's look at it now
+            time.sleep(0.01)
+    finally:
+        done.set()
+        watcher.join(5)
+    try:
+        assert modes == {0o600}
+        assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    finally:
+        assert stop(server) == 0
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_the_socket_is_bound_no_wider_than_0600(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask: int
+) -> None:
+    """The window a watcher cannot see: at the chmod right after bind, the socket is
+    already no wider than 0600 (bound under umask 0177), and the caller's umask is back."""
+    import nvhook.server
+
+    sock = tmp_path / "cache" / "shim.sock"
+    before_chmod: list[int] = []
+    real_chmod = os.chmod
+
+    def chmod(path: Any, mode: int, **kwargs: Any) -> None:
+        before_chmod.append(stat.S_IMODE(os.lstat(path).st_mode))
+        real_chmod(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    old = os.umask(umask)
+    try:
+        listener, _ = nvhook.server._listen(str(sock))
+        assert os.umask(umask) == umask
+    finally:
+        os.umask(old)
+    with listener:
+        assert before_chmod and all(mode & ~0o600 == 0 for mode in before_chmod)
+        assert stat.S_IMODE(sock.lstat().st_mode) == 0o600
+
+
 def test_a_server_whose_code_changed_stops(node: Node, tmp_path: Path, stdio: list[int]) -> None:
     """An upgrade: the server exits (for systemd to start the new code), serving nothing."""
     packages = tmp_path / "packages"
@@ -647,12 +714,12 @@ def test_preload_holds_every_module_a_create_imports(
 
 
 def test_peer_problem_compares_the_peer_with_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    import nvhook.server
+    import nvhook.peer
 
     a, b = socket.socketpair()
     with a, b:
         assert peer_problem(a) == (os.getpid(), None)  # this very process: served
         labels = {"self": b"system_u:system_r:unconfined_service_t:s0"}
-        monkeypatch.setattr(nvhook.server, "_label", lambda pid: labels.get(pid, b"runtime_t"))
+        monkeypatch.setattr(nvhook.peer, "_label", lambda pid: labels.get(pid, b"runtime_t"))
         pid, problem = peer_problem(a)
         assert pid == os.getpid() and problem is not None and "security label" in problem

@@ -11,9 +11,10 @@ import itertools
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import pytest
 
@@ -30,6 +31,7 @@ __all__ = [
     "rmdir_if_empty",
     "run_command",
     "unique_id",
+    "wait_for_line",
 ]
 
 Json = dict[str, Any]
@@ -111,3 +113,20 @@ def rmdir_if_empty(*paths: str) -> None:
     for p in paths:
         with contextlib.suppress(OSError):
             os.rmdir(p)
+
+
+def wait_for_line(
+    proc: subprocess.Popen[bytes], log: IO[bytes], line: bytes, *, what: str, timeout: float = 30
+) -> None:
+    """Until ``proc`` has written ``line`` to ``log`` (the file its stderr goes to): the line
+    a daemon prints once it serves. Not its socket's appearing: a socket file is there from
+    ``bind``, before the ``chmod`` and ``listen`` that follow, so a connect in between is
+    refused. Kills ``proc`` and fails if it exits or ``timeout`` passes first."""
+    deadline = time.monotonic() + timeout
+    while line not in os.pread(log.fileno(), 1 << 16, 0):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            said = os.pread(log.fileno(), 1 << 16, 0).decode(errors="replace")
+            pytest.fail(f"{what} did not start: {said}", pytrace=False)
+        time.sleep(0.02)

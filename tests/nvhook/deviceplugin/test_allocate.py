@@ -81,3 +81,92 @@ def test_unknown_and_unhealthy_ids_are_refused_by_name() -> None:
         with pytest.raises(AllocationError) as e:
             allocate(r, ids, PluginConfig(), unhealthy=unhealthy)
         assert e.value.message.startswith(message), e.value.message
+
+
+def _key(resource_name: str, ids: list[str], prefix: str = "cdi.k8s.io/") -> str:
+    """The annotation's name, derived here as the module's text says: a digest of the
+    resource and the IDs kubelet gave, in their order."""
+    import hashlib
+
+    digest = hashlib.sha256("\0".join([resource_name, *ids]).encode()).hexdigest()[:12]
+    return f"{prefix}nvhook-device-plugin_{digest}"
+
+
+def _mount(uuid: str) -> Mount:
+    return Mount(f"/var/run/nvidia-container-devices/{uuid}", "/dev/null", read_only=True)
+
+
+TIME_SLICED = PluginConfig(time_slicing=(TimeSlicedResource("nvidia.com/gpu", 4),))
+#: name: (resource, its config, the IDs kubelet gave, the strategies, the exact answer)
+EXACT: dict[str, tuple[str, PluginConfig, list[str], tuple[str, ...], ContainerAllocation]] = {
+    "envvar, kubelet's order": (
+        "nvidia.com/gpu", PluginConfig(), ["GPU-2", "GPU-1"], ("envvar",),
+        ContainerAllocation(envs=(("NVIDIA_VISIBLE_DEVICES", "GPU-2,GPU-1"),)),
+    ),
+    "volume-mounts": (
+        "nvidia.com/gpu", PluginConfig(), ["GPU-2", "GPU-1"], ("volume-mounts",),
+        ContainerAllocation(
+            envs=(("NVIDIA_VISIBLE_DEVICES", "void"),), mounts=(_mount("GPU-2"), _mount("GPU-1"))
+        ),
+    ),
+    "cdi-annotations": (
+        "nvidia.com/gpu", PluginConfig(), ["GPU-1", "GPU-2"], ("cdi-annotations",),
+        ContainerAllocation(
+            envs=(("NVIDIA_VISIBLE_DEVICES", "void"),),
+            annotations=((_key("nvidia.com/gpu", ["GPU-1", "GPU-2"]),
+                          "nvidia.com/gpu=GPU-1,nvidia.com/gpu=GPU-2"),),
+        ),
+    ),
+    "cdi-cri": (
+        "nvidia.com/gpu", PluginConfig(), ["GPU-1"], ("cdi-cri",),
+        ContainerAllocation(
+            envs=(("NVIDIA_VISIBLE_DEVICES", "void"),), cdi_devices=("nvidia.com/gpu=GPU-1",)
+        ),
+    ),
+    "every strategy, a MIG device": (
+        "nvidia.com/mig-2g.20gb", PluginConfig(mig_strategy="mixed"), ["MIG-0-1"],
+        ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri"),
+        ContainerAllocation(
+            envs=(("NVIDIA_VISIBLE_DEVICES", "MIG-0-1"),),
+            mounts=(_mount("MIG-0-1"),),
+            annotations=((_key("nvidia.com/mig-2g.20gb", ["MIG-0-1"]),
+                          "nvidia.com/gpu=MIG-0-1"),),
+            cdi_devices=("nvidia.com/gpu=MIG-0-1",),
+        ),
+    ),
+    "every strategy, replicas: each device once, in kubelet's order": (
+        "nvidia.com/gpu", TIME_SLICED, ["GPU-2::1", "GPU-1::3", "GPU-2::0"],
+        ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri"),
+        ContainerAllocation(
+            envs=(("NVIDIA_VISIBLE_DEVICES", "GPU-2,GPU-1"),),
+            mounts=(_mount("GPU-2"), _mount("GPU-1")),
+            annotations=((_key("nvidia.com/gpu", ["GPU-2::1", "GPU-1::3", "GPU-2::0"]),
+                          "nvidia.com/gpu=GPU-2,nvidia.com/gpu=GPU-1"),),
+            cdi_devices=("nvidia.com/gpu=GPU-2", "nvidia.com/gpu=GPU-1"),
+        ),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(EXACT))
+def test_each_strategy_s_exact_answer(case: str) -> None:
+    name, config, ids, strategies, expected = EXACT[case]
+    config = PluginConfig(
+        mig_strategy=config.mig_strategy,
+        time_slicing=config.time_slicing,
+        device_list_strategies=strategies,
+    )
+    assert allocate(resource(name, config), ids, config) == expected
+
+
+def test_the_annotation_prefix_and_kind_are_the_configured_ones() -> None:
+    config = PluginConfig(
+        device_list_strategies=("cdi-annotations", "cdi-cri"),
+        cdi_annotation_prefix="example.com/",
+        cdi_kind="example.com/gpu",
+    )
+    got = allocate(resource("nvidia.com/gpu", config), ["GPU-1"], config)
+    assert got.annotations == (
+        (_key("nvidia.com/gpu", ["GPU-1"], "example.com/"), "example.com/gpu=GPU-1"),
+    )
+    assert got.cdi_devices == ("example.com/gpu=GPU-1",)

@@ -29,8 +29,14 @@ CASES = sorted(p.name for p in DATA.iterdir() if (p / "case.toml").is_file())
 DRIVER = DriverInfo(driver_version="550.54.15", cuda_version="12.4", nvml_version="12.550.54.15")
 
 
-def test_the_cases_cover_each_strategy_and_time_slicing() -> None:
-    assert CASES == ["dgx-a100-mixed", "dgx-a100-single", "h100-pcie", "l40s-x4-time-slicing"]
+def test_the_cases_cover_every_loadable_mock_machine_each_strategy_and_time_slicing() -> None:
+    assert CASES == [
+        "dgx-a100-mixed",
+        "dgx-a100-single",
+        "gb200-imex",
+        "h100-pcie",
+        "l40s-x4-time-slicing",
+    ]
 
 
 @pytest.mark.parametrize("case_name", CASES)
@@ -192,3 +198,19 @@ def test_cli_without_a_driver_exits_device(
     assert main(["labels", "--root", str(root)]) == ExitCode.DEVICE
     err = capsys.readouterr().err
     assert err.startswith("nvhook: ") and err.count("\n") == 1
+
+
+def test_cli_on_an_aarch64_driver_says_it_cannot_load_it_here(
+    mock_machine: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gh200, the one mock machine whose labels are not golden: its NVML is aarch64's."""
+    import platform
+
+    if platform.machine() != "x86_64":
+        pytest.skip("on aarch64 the gh200 mock's NVML loads")
+    root = mock_machine("gh200")
+    assert main(["labels", "--root", str(root)]) == ExitCode.DEVICE
+    assert capsys.readouterr().err == (
+        f"nvhook: {root}: the driver is built for aarch64; its NVML cannot be loaded on this "
+        "x86_64 machine\n"
+    )

@@ -81,6 +81,13 @@ def test_nvlink_island_beats_pcie_switch_beats_numa() -> None:
     assert preferred(gpus(4), ids(4), ["G1"], 2, topo) == ["G1", "G0"]
 
 
+def test_the_worst_pair_counts_before_the_sum() -> None:
+    # G0 NVLinked to G1 and to G2, which are SYS to each other; G0, G3, G4 on host bridges
+    topo = Topology(numa=(None,) * 5, links=links({NV: [[0, 1], [0, 2]], HB: [[0, 3, 4]]}, 5))
+    # {G0, G1, G2}: NV NV SYS (worst SYS, sum 7); {G0, G3, G4}: HB HB HB (worst HB, sum 9)
+    assert preferred(gpus(5), ids(5), ["G0"], 3, topo) == ["G0", "G3", "G4"]
+
+
 def test_dgx_like_all_nvswitch_picks_lowest_indices_with_must_include() -> None:
     topo = Topology(numa=(3, 3, 1, 1, 7, 7, 5, 5), links=links({NV: [list(range(8))]}, 8))
     assert preferred(gpus(8), ids(8), ["G6"], 3, topo) == ["G6", "G0", "G1"]

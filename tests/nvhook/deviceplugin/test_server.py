@@ -1,12 +1,17 @@
 """The plugin against a kubelet stand-in (:class:`nvhook.deviceplugin.server.Kubelet`), on a
 dgx-a100 mock of its own: registration, the device list, Allocate for every strategy,
 preferred allocation, health transitions (the fake NVML's fault knob, a GPU gone from /proc),
-kubelet restarts, stop."""
+kubelet restarts, stop, every socket's mode under umask 000 and 077."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
 import shutil
+import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,7 +20,7 @@ import pytest
 
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
-from nvhook.deviceplugin.server import Kubelet, PluginClient
+from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_config
 from nvhook.mock import load_profile
 from nvhook.planner import Host
 
@@ -124,15 +129,21 @@ def test_allocate_for_every_strategy(run_plugin: Callable[[PluginConfig], Runnin
     gpus = running.client("nvidia.com/gpu")
     response = gpus.allocate([UUIDS[3], UUIDS[5]], [UUIDS[2]])
     first, second = response.container_responses
-    assert dict(first.envs) == {"NVIDIA_VISIBLE_DEVICES": f"{UUIDS[3]},{UUIDS[5]}"}
-    assert [(m.container_path, m.host_path, m.read_only) for m in first.mounts] == [
-        (f"/var/run/nvidia-container-devices/{u}", "/dev/null", True) for u in UUIDS[3:6:2]
-    ]
-    [(key, value)] = dict(first.annotations).items()
-    assert key.startswith("cdi.k8s.io/nvhook-device-plugin_")
-    assert value == f"nvidia.com/gpu={UUIDS[3]},nvidia.com/gpu={UUIDS[5]}"
-    assert [c.name for c in first.cdi_devices] == [f"nvidia.com/gpu={u}" for u in UUIDS[3:6:2]]
-    assert dict(second.envs) == {"NVIDIA_VISIBLE_DEVICES": UUIDS[2]}
+
+    def expected(ids: list[str]) -> dict[str, object]:
+        """Exactly what kubelet copies into the container's config, every strategy on."""
+        digest = hashlib.sha256("\0".join(["nvidia.com/gpu", *ids]).encode()).hexdigest()[:12]
+        names = ",".join(f"nvidia.com/gpu={u}" for u in ids)
+        return {
+            "envs": {"NVIDIA_VISIBLE_DEVICES": ",".join(ids)},
+            "mounts": [(f"/var/run/nvidia-container-devices/{u}", "/dev/null", True) for u in ids],
+            "devices": [],
+            "annotations": {f"cdi.k8s.io/nvhook-device-plugin_{digest}": names},
+            "cdi_devices": [f"nvidia.com/gpu={u}" for u in ids],
+        }
+
+    assert create_container_config(first) == expected([UUIDS[3], UUIDS[5]])
+    assert create_container_config(second) == expected([UUIDS[2]])
     mig = running.client("nvidia.com/mig-3g.40gb").allocate([MIG_3G])
     assert [c.name for c in mig.container_responses[0].cdi_devices] == [f"nvidia.com/gpu={MIG_3G}"]
     with pytest.raises(grpc.RpcError) as e:
@@ -216,3 +227,93 @@ def test_stop_ends_streams_and_removes_sockets(
     assert client.stream_ended()
     assert not socket.exists()
     assert running.lines[-1] == "stopped; sockets removed"
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_every_socket_is_0600_whatever_the_umask_and_never_wider(
+    run_plugin: Callable[[PluginConfig], Running], tmp_path: Path, umask: int
+) -> None:
+    """The plugin's sockets and the kubelet stand-in's: 0600 from the moment they are at
+    their path (a watcher lstat()s both directories while they start), none left staged."""
+    kubelet_only = Path("/tmp") / f"nvh-dp-umask-{os.getpid()}"
+    plugin_dir = Path("/tmp") / f"nvh-dp-{tmp_path.name[-12:]}"  # run_plugin's
+    seen: dict[str, set[int]] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for directory in (kubelet_only, plugin_dir):
+                with contextlib.suppress(FileNotFoundError):
+                    for entry in list(directory.iterdir()):
+                        if entry.is_socket():
+                            mode = stat.S_IMODE(entry.lstat().st_mode)
+                            seen.setdefault(f"{directory.name}/{entry.name}", set()).add(mode)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    old = os.umask(umask)
+    try:
+        kubelet_only.mkdir()
+        kubelet = Kubelet(kubelet_only)
+        kubelet.start()
+        try:
+            assert stat.S_IMODE(kubelet.socket.lstat().st_mode) == 0o600
+            deadline = time.monotonic() + 5
+            while f"{kubelet_only.name}/kubelet.sock" not in seen:  # the watcher's look at it
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        finally:
+            kubelet.stop()
+            shutil.rmtree(kubelet_only)
+        running = run_plugin(PluginConfig(mig_strategy="mixed"))
+        requests = running.kubelet.wait_registered(3)
+        running.kubelet.restart()  # the plugin's sockets made again, under the same umask
+        requests += running.kubelet.wait_registered(6)[3:]
+    finally:
+        os.umask(old)
+        stop.set()
+        watcher.join(5)
+    endpoints = {r.endpoint for r in requests}
+    assert len(endpoints) == 3
+    modes = {p.name: stat.S_IMODE(p.lstat().st_mode) for p in plugin_dir.iterdir()}
+    assert modes == {"kubelet.sock": 0o600} | {e: 0o600 for e in endpoints}
+    assert all(mode == {0o600} for mode in seen.values()), seen
+    assert f"{kubelet_only.name}/kubelet.sock" in seen and f"{plugin_dir.name}/kubelet.sock" in seen
+    client = running.client("nvidia.com/gpu")  # and each serves at its path
+    assert client.options().get_preferred_allocation_available
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_a_socket_reaches_its_path_0600_and_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask: int
+) -> None:
+    """What a watcher may miss: at the rename into place, the staged socket is 0600 in a
+    0700 directory, and it already accepts connections."""
+    import socket
+
+    at_rename: list[tuple[int, int]] = []
+    real_rename = os.rename
+
+    def rename(src: str, dst: str) -> None:
+        at_rename.append(
+            (
+                stat.S_IMODE(os.lstat(src).st_mode),
+                stat.S_IMODE(os.stat(os.path.dirname(src)).st_mode),
+            )
+        )
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.connect(src)  # listening already
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    directory = Path("/tmp") / f"nvh-dp-rename-{os.getpid()}"
+    directory.mkdir()
+    old = os.umask(umask)
+    try:
+        kubelet = Kubelet(directory)
+        kubelet.start()
+        kubelet.stop()
+    finally:
+        os.umask(old)
+        shutil.rmtree(directory)
+    assert at_rename == [(0o600, 0o700)]

@@ -491,3 +491,29 @@ def test_refuses_a_non_empty_directory(tmp_path: Path) -> None:
 def test_unknown_node_mode_is_refused(tmp_path: Path) -> None:
     with pytest.raises(MockError, match=r"unknown node mode 'block'"):
         create("h100-pcie", tmp_path / "x", nodes="block")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_a_mock_socket_is_0777_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    """The socket a stopped daemon leaves (bound, never listening): its documented mode,
+    narrower than it before the chmod, never wider."""
+    from nvhook.mock._tree import Tree
+
+    before: list[int] = []
+    real_chmod = os.chmod
+
+    def chmod(path: str | Path, mode: int) -> None:
+        before.append(stat.S_IMODE(os.lstat(path).st_mode))
+        real_chmod(path, mode)
+
+    old = os.umask(umask)
+    try:
+        tree = Tree(tmp_path, "file")
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(os, "chmod", chmod)
+            tree.unix_socket("run/daemon/socket")
+    finally:
+        os.umask(old)
+    sock = tmp_path / "run/daemon/socket"
+    assert sock.is_socket() and stat.S_IMODE(sock.lstat().st_mode) == 0o777
+    assert before[-1] == 0o777 & ~umask

@@ -465,12 +465,14 @@ def test_shim_server_answering_is_probed_without_a_log_line(tmp_path: Path) -> N
 
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
-    server = start_server(cache / "shim.sock")
-    try:
-        [found] = _server_checks(tmp_path, cache)
-        time.sleep(0.2)  # the probe's child has exited by then
-    finally:
-        server.terminate()
-        _, log = server.communicate(timeout=10)
+    with (tmp_path / "server.log").open("w+b") as stderr:
+        server = start_server(cache / "shim.sock", log=stderr)
+        try:
+            [found] = _server_checks(tmp_path, cache)
+            time.sleep(0.2)  # the probe's child has exited by then
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+    log = (tmp_path / "server.log").read_bytes()
     assert found == Check("start path", "ok", f"nvhook-shim-server answers on {cache}/shim.sock")
     assert b"refused" not in log, log  # a probe, not a bad request
