@@ -90,9 +90,10 @@ RANKS: dict[str, int] = {
     "nvhook.errors": 1,
     "nvhook.legacyhook": 1,
     "nvhook.toolkit_config": 1,
-    # the settings, and reading a container's rootfs and spec
+    # the settings; reading a container's rootfs and spec; judging a socket's peer
     "nvhook.settings": 2,
     "nvhook.rootfs": 2,
+    "nvhook.peer": 2,
     # what a container asks for; the hook's steps (each one job over a rootfs)
     "nvhook.requests": 3,
     "nvhook.hook": 3,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.constants import VERSION
 from nvhook.mock import Profile
-from nvhook.shim import VERSION
 from nvhook.tools.entrypoints import install_entrypoints
 from tests.e2e.conftest import (
     CTL_MINOR,
