@@ -237,56 +237,15 @@ def discover_driver_files(
     version = driver_version
     if version is None:
         version = finder.infer_version(catalog.VERSION_ANCHORS)
-    searched_libs = (catalog.LD_CACHE, *search_paths)
     symlinks: set[Symlink] = set()
     results: list[CapabilityFiles] = []
     gbm_capability = next((c for c in wanted if c in _GBM_CAPABILITIES), None)
 
     for cap in wanted:
-        if cap == "compat32":
-            continue
-        libraries: list[str] = []
-        binaries: list[str] = []
-        configs: list[str] = []
-        missing: list[str] = []
-        searched: list[str] = []
-        specs = catalog.LIBRARIES.get(cap, ())
-        if specs:
-            searched += searched_libs
-            searched += _subdirs(specs, search_paths)
-            _find_libraries(finder, specs, version, 64, libraries, missing, symlinks)
-        names = catalog.BINARIES.get(cap, ())
-        if names:
-            found, lacking = find_binaries(root, names, catalog.BINARY_PATHS)
-            binaries += found
-            missing += lacking
-            searched += catalog.BINARY_PATHS
-        relative = catalog.CONFIGS.get(cap, ())
-        if relative:
-            found, lacking = find_configs(root, relative, catalog.CONFIG_BASES)
-            configs += found
-            missing += lacking
-            searched += catalog.CONFIG_BASES
-        if cap == "display":
-            modules, lacking = find_xorg_modules(
-                root, catalog.XORG_MODULES, catalog.XORG_MODULE_PATHS, version
+        if cap != "compat32":
+            results.append(
+                _capability(cap, root, finder, version, search_paths, symlinks, gbm_capability)
             )
-            for module, path in modules:
-                libraries.append(path)
-                directory, _, name = path.rpartition("/")
-                if module.versioned and name != module.name:
-                    symlinks.add(Symlink(name, f"{directory}/{module.name}"))
-            missing += lacking
-            searched += catalog.XORG_MODULE_PATHS
-        if cap == gbm_capability:
-            _gbm_backend(finder, version, libraries, symlinks)
-        if cap == "ngx":
-            dlls = find_wine_dlls(root, search_paths)
-            libraries += dlls
-            if not dlls:
-                missing.append(catalog.WINE_DIR + "/*.dll")
-            searched += (_join(d, catalog.WINE_DIR) for d in search_paths)
-        results.append(_capability_files(cap, libraries, binaries, configs, missing, searched))
 
     if want32:
         results.append(
@@ -315,6 +274,60 @@ def discover_driver_files(
         problems=tuple(sorted(set(problems))),
         arch=machine,
     )
+
+
+def _capability(
+    cap: str,
+    root: Root,
+    finder: LibraryFinder,
+    version: str | None,
+    search_paths: Sequence[str],
+    symlinks: set[Symlink],
+    gbm_capability: str | None,
+) -> CapabilityFiles:
+    """The files of one capability (not ``compat32``); its links are added to ``symlinks``."""
+    libraries: list[str] = []
+    binaries: list[str] = []
+    configs: list[str] = []
+    missing: list[str] = []
+    searched: list[str] = []
+    specs = catalog.LIBRARIES.get(cap, ())
+    if specs:
+        searched += (catalog.LD_CACHE, *search_paths)
+        searched += _subdirs(specs, search_paths)
+        _find_libraries(finder, specs, version, 64, libraries, missing, symlinks)
+    names = catalog.BINARIES.get(cap, ())
+    if names:
+        found, lacking = find_binaries(root, names, catalog.BINARY_PATHS)
+        binaries += found
+        missing += lacking
+        searched += catalog.BINARY_PATHS
+    relative = catalog.CONFIGS.get(cap, ())
+    if relative:
+        found, lacking = find_configs(root, relative, catalog.CONFIG_BASES)
+        configs += found
+        missing += lacking
+        searched += catalog.CONFIG_BASES
+    if cap == "display":
+        modules, lacking = find_xorg_modules(
+            root, catalog.XORG_MODULES, catalog.XORG_MODULE_PATHS, version
+        )
+        for module, path in modules:
+            libraries.append(path)
+            directory, _, name = path.rpartition("/")
+            if module.versioned and name != module.name:
+                symlinks.add(Symlink(name, f"{directory}/{module.name}"))
+        missing += lacking
+        searched += catalog.XORG_MODULE_PATHS
+    if cap == gbm_capability:
+        _gbm_backend(finder, version, libraries, symlinks)
+    if cap == "ngx":
+        dlls = find_wine_dlls(root, search_paths)
+        libraries += dlls
+        if not dlls:
+            missing.append(catalog.WINE_DIR + "/*.dll")
+        searched += (_join(d, catalog.WINE_DIR) for d in search_paths)
+    return _capability_files(cap, libraries, binaries, configs, missing, searched)
 
 
 def _capabilities(capabilities: Collection[str]) -> tuple[str, ...]:
