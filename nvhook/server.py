@@ -151,6 +151,7 @@ PRELOAD = (
     "oci.cdi.parse",
     "oci.cdi.registry",
     "oci.cdi.spec",
+    "oci.cdi.trust",
     "oci.cdi.version",
     "oci.errors",
     "oci.jsoncodec",
