@@ -1,7 +1,7 @@
 """Names the outside world gives us: env variables, annotation prefixes, mount roots, capabilities.
 
 One module for every name a container image, an orchestrator or NVIDIA's own
-tooling puts into a ``config.json`` (docs/architecture.md section 7: constants in one
+tooling puts into a ``config.json`` (docs/architecture.md section 5: constants in one
 module). Values only, no imports: the shim loads this on every container start
 (docs/architecture.md D5).
 """

@@ -186,7 +186,7 @@ def plan(
     )
 
 
-#: The driver's module parameters, under the host root (docs/architecture.md, section 3).
+#: The driver's module parameters, under the host root (docs/hooks.md).
 DRIVER_PARAMS = "proc/driver/nvidia/params"
 
 
@@ -201,7 +201,7 @@ def _hooks(
     (when the host has a params file), the driver's symlinks and the DRI ``by-path`` links of
     ``device_links``, then the ld cache over the folders of the mounted libraries, the image's
     CUDA forward compatibility folder first when it counts (``cuda_compat``: the host driver's
-    version, with compute) (one process for all: docs/architecture.md, section 3)."""
+    version, with compute) (one process for all: docs/hooks.md)."""
     folders = sorted(
         {
             os.path.dirname(m.container_path)

@@ -1,6 +1,6 @@
 """``nvhook-shim-server``: the runtime shim, imported once and forked per call (D12).
 
-CPython's start and the shim's imports cost more than issue 16's 12 ms budget for a
+CPython's start and the shim's imports cost more than the front-end's 12 ms budget for a
 ``create`` with a GPU, whatever the shim does. This server imports the start path's
 modules once (:data:`PRELOAD`), listens on a unix socket (:data:`SOCKET_NAME` in the
 cache directory: ``/run/nvhook/shim.sock`` by default, a directory only root may write)

@@ -2,7 +2,7 @@
 
 The runtime shim reads it on every call, pass-through ones included, so this
 module imports nothing beyond ``os``, ``sys``, :mod:`oci._frozen` and :mod:`oci._cache` at load time
-(docs/architecture.md D5: ``tomllib`` costs ~15 ms, ``dataclasses`` more).
+(docs/architecture.md D5; what ``tomllib`` and ``dataclasses`` cost: ``bench/figures.py``).
 
 :func:`load_settings` returns one typed :class:`Settings` record: a field per key of
 :data:`KEYS`, named ``section_key`` (``runtime.mode`` is ``runtime_mode``), lists as

@@ -15,8 +15,8 @@ assignment refused (``AttributeError``, the base class of
 dataclass (``typing.dataclass_transform``), so the ``__init__`` signature is checked.
 
 Why not :mod:`dataclasses`: ``import dataclasses`` pulls in ``inspect``, ``ast``,
-``dis``, ``tokenize`` and ``re``, about 30 ms under ``python -I -S`` on the CI machine,
-twice the interpreter's own start, and the runtime shim and hooks cannot pay that
+``dis``, ``tokenize`` and ``re``, several times the interpreter's own start
+(``bench/figures.py``, ``import dataclasses``), and the runtime shim and hooks cannot pay that
 (docs/architecture.md, D5). The metaclass here reads the annotations as written (they
 are strings under ``from __future__ import annotations``; nothing is evaluated) and
 builds everything without compiling code, so declaring a class costs microseconds.
@@ -48,7 +48,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, Self, dataclass_transform
-else:  # `typing` costs ~20 ms under `python -I -S`; the decorator only informs type checkers
+else:  # `typing`'s import is a row of bench/figures.py; the decorator only informs type checkers
 
     def dataclass_transform(**_: object) -> object:
         return lambda cls: cls

@@ -1,7 +1,7 @@
 """The command line a runc-compatible runtime receives, understood as runc 1.1.5 does.
 
 The shim never rewrites it: it execs the low-level runtime with the exact original
-arguments, so this module only has to *read* them right. Callers (docs/architecture.md section 6):
+arguments, so this module only has to *read* them right. Callers (docs/facts.md):
 
 - containerd 1.6: ``--root R --log B/log.json --log-format json create --bundle B
   --pid-file B/init.pid ID``, then ``start ID``, ``delete ID``, ``kill ID 9``, ...;

@@ -22,8 +22,8 @@ If ``config.json`` is a symlink, load reads its target (as runc does) and save
 replaces the link in the bundle with a regular file: the target, which may be shared,
 is never written.
 
-Paths are ``str`` and handled with ``os.path``: ``import pathlib`` costs ~20 ms
-under ``python -I -S`` here (docs/architecture.md D5).
+Paths are ``str`` and handled with ``os.path``: ``import pathlib`` costs more than it saves
+(``bench/figures.py``; docs/architecture.md D5).
 """
 
 from __future__ import annotations

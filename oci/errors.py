@@ -49,8 +49,8 @@ __all__ = [
 class ExitCode:
     """Exit codes of every nvhook program (README, "Exit codes").
 
-    Plain ``int`` constants, not an ``IntEnum``: ``enum`` costs ~4 ms to import,
-    and every runtime-shim call imports this module.
+    Plain ``int`` constants, not an ``IntEnum``: importing ``enum`` has a cost (a row of
+    ``bench/figures.py``), and every runtime-shim call imports this module.
     """
 
     OK = 0

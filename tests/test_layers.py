@@ -36,7 +36,7 @@ entry of the table, such as ``oci`` or ``nvhook.hook``, or one package below the
 module on the start path without a rank fails too, and so does a cycle among the start
 path's imports (the packages a module is inside, which Python runs first anyway, do not
 count as its imports). A failure prints the chain from an entry point. The ranks are
-docs/architecture.md section 4's table.
+docs/architecture.md section 2's table.
 
 Each rule is also run on a planted tree with a bad import, to show it fails when violated.
 ``tests/nvhook/test_shim_imports.py`` checks the other side: what the shim really loads.
@@ -79,7 +79,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "pydantic": ("nvhook.deviceplugin.config",),
 }
 
-#: Rule D: the ranks of the start path (docs/architecture.md section 4), by module or
+#: Rule D: the ranks of the start path (docs/architecture.md section 2), by module or
 #: package (the longest prefix wins). An import may only go down, or sideways within its
 #: own package.
 RANKS: dict[str, int] = {

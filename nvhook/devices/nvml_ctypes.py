@@ -2,8 +2,8 @@
 
 ``nvhook cdi generate`` names MIG devices by UUID by default, and only NVML knows MIG UUIDs
 (``/proc`` has their GPU and compute instances, not their UUIDs). Importing ``pynvml`` costs
-17-30 ms on the CI kind of machine (its 8,000 lines, and ``ctypes.util`` with ``shutil``,
-``subprocess`` and ``tempfile``), 1.5-2x a bare ``python -I -S``; the calls themselves take
+more than a bare ``python -I -S`` (``bench/figures.py``: its 8,000 lines, and ``ctypes.util``
+with ``shutil``, ``subprocess`` and ``tempfile``); the calls themselves take
 well under a millisecond. :func:`mig_ids` makes the calls :meth:`nvhook.devices.nvml.Nvml.gpus`
 makes for these fields, with :func:`nvhook.devices.nvml.open_nvml`'s error messages, and this
 module imports nothing but ``os`` at its top (``ctypes`` when called). Everything else NVML

@@ -129,10 +129,10 @@ def create_container_hook(
 
     The one hook nvhook injects: the private driver params (``params``: the host's
     ``/proc/driver/nvidia/params``, whose copy with ``ModifyDeviceFiles: 0`` is mounted over
-    the container's), the links, then the ld cache, in one process (a Python start costs
-    each container ~15-20 ms). ``links`` as for :func:`symlinks_hook`; ``device_links``
-    (``(target, link)`` pairs, ``--device-link``) are made only where the target is a
-    device node in the container (DRI ``by-path`` links); all deduplicated, in order; at
+    the container's), the links, then the ld cache, in one process (a Python start, a
+    ``bench/figures.py`` row, costs each container). ``links`` as for :func:`symlinks_hook`;
+    ``device_links`` (``(target, link)`` pairs, ``--device-link``) are made only where the
+    target is a device node in the container (DRI ``by-path`` links); all deduplicated, in order; at
     least one of them. ``cuda_compat`` (the host driver's version) adds ``--cuda-compat``:
     the image's CUDA forward compatibility folder first in the ld cache when its ``libcuda``
     is newer (:mod:`nvhook.hook.cuda_compat`).

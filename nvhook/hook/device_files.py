@@ -61,7 +61,7 @@ def private_params(host: bytes) -> bytes:
     """``host``'s params with ``ModifyDeviceFiles: 0`` (added at the end when missing).
 
     Plain bytes work, no ``re``: this runs on every container's start, and importing ``re``
-    costs the hook ~4 ms (``bench/hooks.py``)."""
+    would cost the hook a ``bench/figures.py`` row."""
     lines = host.split(b"\n")
     for i, line in enumerate(lines):
         if line.startswith(_KEY):

@@ -264,7 +264,7 @@ def _in_child(work: Callable[[], None], *, timeout: float = INJECT_TIMEOUT_S) ->
     finally:
         os.close(read_end)
     if chunks is None:
-        import signal  # here: it imports enum (~1 ms), which the params step never needs
+        import signal  # here: it imports enum (bench/figures.py), which the params step never needs
 
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)

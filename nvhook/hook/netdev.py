@@ -9,7 +9,8 @@ kernel flushes on the move, are not restored).
 
 Everything is checked before anything moves: the names, that each host interface
 exists, that the container has its own network namespace, and that no ``NAME`` is
-taken in it. pyroute2 (~250 ms to import) is imported here only, when the hook runs.
+taken in it. pyroute2 (the costliest import of ``bench/figures.py``) is imported here only,
+when the hook runs.
 """
 
 from __future__ import annotations

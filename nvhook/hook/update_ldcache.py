@@ -249,7 +249,7 @@ def _run(argv: list[str], *, rootfs: str, detach: list[str], timeout: float) -> 
     With ``detach``, the child first enters a private mount namespace and detaches those
     mounts there (and checks that no procfs is left under the rootfs) before exec. A plain
     fork and exec either way: ``subprocess`` (with the ``preexec_fn`` the memory limit
-    needs) costs the hook ~10-20 ms more to import and run (``bench/hooks.py``).
+    needs) costs the hook more to import (``bench/figures.py``) and run (``bench/hooks.py``).
     """
     return _run_isolated(argv, detach=detach, rootfs=rootfs, timeout=timeout)
 

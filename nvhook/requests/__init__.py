@@ -1,4 +1,4 @@
-"""Stage 1 of the create path: what a container asks for (start path; no I/O, stdlib only).
+"""Stage 3, requests (docs/architecture.md): what a container asks for; start path, no I/O.
 
 ``parse`` turns a ``config.json`` into :class:`~nvhook.requests.ids.Requests` (``ids``: the
 values of a request) under the host's :mod:`~nvhook.requests.policy`; ``requirements``

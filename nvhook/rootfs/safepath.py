@@ -45,7 +45,7 @@ import stat
 from nvhook.errors import HookError
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing costs ~4 ms at start-up, which a hook pays on every container
+if TYPE_CHECKING:  # typing's import (bench/figures.py) a hook would pay on every container
     from collections.abc import Callable
     from typing import Any, Literal, TypeAlias, TypeVar
 

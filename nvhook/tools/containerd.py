@@ -3,7 +3,7 @@
 ``nvhook demo --kubernetes`` and the test harness (``tests/support/containerd.py``, which
 only turns a missing tool into a skip and an error into a test failure) both start
 containerd through :class:`Containerd`, so the set-up this VM needs is written once
-(docs/architecture.md, section 6):
+(docs/facts.md):
 
 - without ``cri`` the CRI plugin is disabled; with it, ``restrict_oom_score_adj = true``
   (root lacks ``CAP_SYS_RESOURCE`` here), ``default_runtime_name = "runc"`` with a ``runc``

@@ -87,11 +87,11 @@ def launcher_text(
 ) -> str:
     """The launcher script: an absolute, isolated interpreter and a few lines of Python.
 
-    The interpreter runs with ``-I -S``: ``site`` is skipped (it costs ~5 ms, a
-    third of the shim's pass-through budget), so the launcher puts the
-    environment's import paths, computed at install time, on ``sys.path``. ``program``:
-    the native front-end this launcher serves, set as ``sys.argv[0]`` (the program the
-    shim must never exec as the runtime).
+    The interpreter runs with ``-I -S``: ``site`` is skipped (its cost is
+    ``python -I -c pass`` over ``python -I -S -c pass`` in ``bench/figures.py``), so the
+    launcher puts the environment's import paths, computed at install time, on
+    ``sys.path``. ``program``: the native front-end this launcher serves, set as
+    ``sys.argv[0]`` (the program the shim must never exec as the runtime).
     """
     if not os.path.isabs(interpreter):
         raise ValueError(f"interpreter must be an absolute path, got {interpreter!r}")

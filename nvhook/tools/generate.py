@@ -70,9 +70,10 @@ Decisions:
   computes the version from the content, deduplicates and validates.
 - **Format: JSON by default** (``/var/run/cdi/nvidia.json``). In mode cdi the shim reads
   the spec on container starts: this spec (8 GPUs, every capability) resolves in about
-  2 ms from JSON (the stdlib parser) and 50 ms from YAML (PyYAML), see
-  ``bench/discovery.py``; the registry keeps the decoded document by the file's identity
-  (:mod:`oci.cdi.registry`), so YAML costs that only the first time after a change.
+  2 ms from JSON (the stdlib parser) and many times that from YAML (PyYAML's import is a
+  row of ``bench/figures.py``), see ``bench/discovery.py``; the registry keeps the decoded
+  document by the file's identity (:mod:`oci.cdi.registry`), so YAML costs that only the
+  first time after a change.
   YAML stays available (``--format yaml`` or a ``.yaml`` output).
 - Output: :func:`oci.cdi.write.write_spec` (temporary file, fsync, mode 0644, rename).
 """

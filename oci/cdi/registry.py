@@ -42,8 +42,8 @@ itself, never from the index, which only decides which files to read.
   fast as a kept document is read), one cache file per spec path (``cdi-spec-…``),
   keyed by the same identity: ``(format, path, identity, decoded document)``. A YAML
   spec then costs
-  what a JSON one does (PyYAML: ~45 ms to import and parse; the strict parser over
-  the decoded document: ~1 ms), with the same rules: written only for a settled file
+  what a JSON one does (PyYAML: its import, a row of ``bench/figures.py``, and its parse; the strict
+  parser over the decoded document: ~1 ms), with the same rules: written only for a settled file
   whose identity held still while it was read, believed only through
   :mod:`oci._cache` (this user's directory and 0600 files), and parsed again by
   :func:`~oci.cdi.parse.parse_spec` whenever it is used, so a stale or corrupt one
@@ -614,7 +614,7 @@ class _KeptSpecs:
         return spec
 
 
-#: The spec files kept decoded: YAML (PyYAML's import and parse cost ~45 ms a start).
+#: The spec files kept decoded: YAML (PyYAML's import, bench/figures.py, and parse, a start).
 _KEPT_SUFFIXES = (".yaml",)
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
 

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     Format = Literal["json", "yaml"]
 else:
-    Format = str  # no typing at run time (~2 ms): nvhook cdi generate has a budget
+    Format = str  # no typing at run time (bench/figures.py): nvhook cdi generate has a budget
 
 __all__ = ["Format", "dump_spec", "spec_to_dict", "write_spec"]
 

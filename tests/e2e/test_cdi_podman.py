@@ -53,7 +53,7 @@ pytestmark = [pytest.mark.runtime, pytest.mark.root]
 
 NVHOOK = str(Path(sys.executable).parent / "nvhook")
 LIB = "/usr/lib/x86_64-linux-gnu"
-#: podman needs no network, and runc (not crun: docs/architecture.md section 6)
+#: podman needs no network, and runc (not crun: docs/facts.md)
 OPTIONS = ["--network", "none"]
 
 

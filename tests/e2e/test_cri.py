@@ -4,7 +4,7 @@ that runtime to its config.
 
 The test talks CRI v1 as the kubelet does, with :class:`nvhook.cri.client.CriClient` (the
 checked-in subset of the upstream API, ``nvhook/cri/v1/``, which ``nvhook demo --kubernetes``
-uses too). containerd 1.6 is set up as docs/architecture.md section 6 says for this VM
+uses too). containerd 1.6 is set up as docs/facts.md says for this VM
 (:class:`nvhook.tools.containerd.Containerd` with ``cri=True``: ``restrict_oom_score_adj``,
 ``default_runtime_name = "runc"``), with a sandbox image whose entrypoint sleeps, host-network
 pods without a hostname, and the shim's config in its environment (its shims, and so

@@ -37,7 +37,7 @@ def test_ctr_run_one_gpu(shim: Shim, shim_containerd: Containerd, profile: Profi
     assert "/dev/nvidiactl" in probe.nodes
     assert probe.env["NVIDIA_VISIBLE_DEVICES"] == "void"  # served: a second injector adds nothing
     assert probe.lib_magic == ELF_MAGIC
-    # containerd's calls, as docs/architecture.md section 6 lists them: only the create did any work
+    # containerd's calls, as docs/facts.md lists them: only the create did any work
     commands = [r["command"] for r in shim.log_records(cid)]
     assert commands == ["create"]
 

@@ -5,7 +5,7 @@ tests; the helpers live in :mod:`tests.support.basics` (requirements, commands, 
 :mod:`~tests.support.bundles`, :mod:`~tests.support.runc`, :mod:`~tests.support.images`,
 :mod:`~tests.support.podman`, :mod:`~tests.support.containerd`,
 :mod:`~tests.support.capture` and :mod:`~tests.support.cdi`. Each states the facts of the
-test machine it relies on; docs/architecture.md (section 6, "This VM, for tests") lists them.
+test machine it relies on; docs/facts.md ("This VM, for tests") lists them.
 
 Plain functions and classes::
 
