@@ -146,7 +146,8 @@ def plan(
     edits = control_nodes(dev_root=host.dev_root, majors=majors)
     edits += gpu_nodes(selected, gpus, dev_root=host.dev_root, majors=majors)
     device_links: tuple[tuple[str, str], ...] = ()
-    if GRAPHICS_CAPABILITIES.intersection(requests.capabilities):
+    graphics = bool(GRAPHICS_CAPABILITIES.intersection(requests.capabilities))
+    if graphics:
         edits += dri_nodes(selected, gpus, dev_root=host.dev_root)
         device_links = dri_links(gpus.gpus, gpus, dev_root=host.dev_root)
     channels = requests.imex_channels
@@ -174,7 +175,7 @@ def plan(
     edits += mounts
     compute = any(c.capability == "compute" for c in files.capabilities)
     compat = driver.version if host.cuda_compat and compute and driver.version else None
-    edits += _hooks(files, mounts, host, device_links, compat)
+    edits += _hooks(files, mounts, host, device_links, compat, graphics=graphics)
     edits += Edits(env=(INJECTED_ENV,))
     return Plan(
         requests=requests,
@@ -196,12 +197,17 @@ def _hooks(
     host: Host,
     device_links: tuple[tuple[str, str], ...],
     cuda_compat: str | None,
+    *,
+    graphics: bool,
 ) -> Edits:
     """One createContainer hook: the container's driver params with ``ModifyDeviceFiles: 0``
     (when the host has a params file), the driver's symlinks and the DRI ``by-path`` links of
-    ``device_links``, then the ld cache over the folders of the mounted libraries, the image's
-    CUDA forward compatibility folder first when it counts (``cuda_compat``: the host driver's
-    version, with compute) (one process for all: docs/hooks.md)."""
+    ``device_links``, with ``graphics`` (graphics or display) the application profile that
+    shows EGL and Vulkan only the container's GPUs (:mod:`nvhook.hook.app_profile`; NVIDIA's
+    generated specs carry it at spec level, where every capability's files are), then the ld
+    cache over the folders of the mounted libraries, the image's CUDA forward compatibility
+    folder first when it counts (``cuda_compat``: the host driver's version, with compute)
+    (one process for all: docs/hooks.md)."""
     folders = sorted(
         {
             os.path.dirname(m.container_path)
@@ -213,15 +219,18 @@ def _hooks(
     )
     params = os.path.join(host.root, DRIVER_PARAMS)
     has_params = os.path.isfile(params)
-    if not files.symlinks and not folders and not has_params and not device_links:
+    if not files.symlinks and not folders and not has_params and not device_links and not graphics:
         return Edits()  # no compute either, so no --cuda-compat
     links = [(s.target, s.link) for s in files.symlinks]
+    from nvhook.hook.app_profile import PROFILE_PATH
+
     hook = create_container_hook(
         links=links,
         device_links=device_links,
         folders=folders,
         params=os.path.normpath(params) if has_params else None,
         cuda_compat=cuda_compat,
+        application_profile=PROFILE_PATH if graphics else None,
         hook_path=host.hook_path,
     )
     return Edits(hooks=(hook,))

@@ -26,7 +26,7 @@ import os
 import posixpath
 
 from nvhook.constants import HOOK_PROGRAM
-from nvhook.errors import HookError
+from nvhook.errors import HookError, UsageError
 from oci.cdi.edits import Hook
 
 TYPE_CHECKING = False
@@ -123,6 +123,7 @@ def create_container_hook(
     folders: Iterable[str] = (),
     params: str | None = None,
     cuda_compat: str | None = None,
+    application_profile: str | None = None,
     hook_path: str,
 ) -> Hook:
     """createContainer ``nvhook-hook create-container [--params P] --link T::L… --folder F…``.
@@ -135,7 +136,10 @@ def create_container_hook(
     target is a device node in the container (DRI ``by-path`` links); all deduplicated, in order; at
     least one of them. ``cuda_compat`` (the host driver's version) adds ``--cuda-compat``:
     the image's CUDA forward compatibility folder first in the ld cache when its ``libcuda``
-    is newer (:mod:`nvhook.hook.cuda_compat`).
+    is newer (:mod:`nvhook.hook.cuda_compat`). ``application_profile`` (a file in the
+    container, :data:`nvhook.hook.app_profile.PROFILE_PATH` as the planner gives it) adds
+    ``--application-profile``: EGL and Vulkan see only the GPUs whose nodes the container
+    has (:mod:`nvhook.hook.app_profile`).
     """
     args: list[str] = []
     if params is not None:
@@ -154,6 +158,14 @@ def create_container_hook(
         if not is_version(cuda_compat):
             raise ValueError(f"cuda_compat must be a driver version, got {cuda_compat!r}")
         args += ["--cuda-compat", cuda_compat]
+    if application_profile is not None:
+        from nvhook.hook.app_profile import check_profile_path
+
+        try:
+            check_profile_path(application_profile)
+        except UsageError as e:
+            raise ValueError(str(e)) from None
+        args += ["--application-profile", application_profile]
     if not args:
         raise ValueError("create_container_hook needs params, a link or a folder")
     return _hook("create-container", args, hook_path)

@@ -25,6 +25,7 @@ COMMANDS: dict[str, dict[str, bool]] = {
         "--folder": True,
         "--ldconfig": False,
         "--cuda-compat": False,
+        "--application-profile": False,
     },
     "update-ldcache": {"--folder": True, "--ldconfig": False},
     "create-symlinks": {"--link": True},
@@ -33,7 +34,14 @@ COMMANDS: dict[str, dict[str, bool]] = {
 }
 #: Each command: the options of which at least one must be given.
 _REQUIRED: dict[str, tuple[str, ...]] = {
-    "create-container": ("--params", "--link", "--device-link", "--folder", "--cuda-compat"),
+    "create-container": (
+        "--params",
+        "--link",
+        "--device-link",
+        "--folder",
+        "--cuda-compat",
+        "--application-profile",
+    ),
     "update-ldcache": ("--folder",),
     "create-symlinks": ("--link",),
     "netdev": ("--device",),
@@ -47,10 +55,13 @@ The OCI state of the container is read from stdin.
 commands:
   create-container [--params FILE] [--link TARGET::LINK]... [--device-link TARGET::LINK]...
                    [--folder DIR]... [--ldconfig PATH] [--cuda-compat HOST_DRIVER_VERSION]
+                   [--application-profile PROFILE]
       (createContainer) in one process: mount a copy of the host's driver params FILE
       with ModifyDeviceFiles: 0 read-only over /proc/driver/nvidia/params in the rootfs
       (skipped when the container has none), then create-symlinks (a --device-link only
-      when its target is a character device in the rootfs), then update-ldcache; with
+      when its target is a character device in the rootfs), then write PROFILE in the
+      rootfs, an NVIDIA application profile whose EGLVisibleDGPUDevices are the
+      container's /dev/nvidiaN nodes (skipped when it has none), then update-ldcache; with
       --cuda-compat, the image's CUDA forward compatibility folder
       ($NVIDIA_CUDA_COMPAT_DIR or /usr/local/cuda/compat) comes first in the ld cache when
       its libcuda is newer than the host driver (not when the container sets

@@ -2,10 +2,11 @@
 
 First, with ``--params``, the private copy of the driver's params (:mod:`.device_files`);
 then the links of ``--link`` and ``--device-link`` (:mod:`.create_symlinks`: ldconfig
-then sees the SONAME links); then the ld cache of ``--folder`` (:mod:`.update_ldcache`),
-with the image's CUDA compat folder first where ``--cuda-compat`` finds it newer
-(:mod:`.cuda_compat`). The older ``create-symlinks`` and ``update-ldcache`` commands and
-hook mode (:mod:`.prestart`) run the same function.
+then sees the SONAME links); then the application profile of ``--application-profile``
+(:mod:`.app_profile`: EGL and Vulkan see only the container's GPUs); then the ld cache of
+``--folder`` (:mod:`.update_ldcache`), with the image's CUDA compat folder first where
+``--cuda-compat`` finds it newer (:mod:`.cuda_compat`). The older ``create-symlinks`` and
+``update-ldcache`` commands and hook mode (:mod:`.prestart`) run the same function.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def create_container(
     folders = options.get("--folder", [])
     params = options.get("--params", [])
     compat = options.get("--cuda-compat", [])
+    profile = options.get("--application-profile", [])
+    if profile:  # a bad path fails before any step changed the rootfs
+        from nvhook.hook.app_profile import check_profile_path, write_application_profile
+
+        check_profile_path(profile[0])
     if compat:  # the image's newer libcuda before the driver's folders (cuda_compat module)
         folders = _with_compat(rootfs, compat[0], env or {}, folders)
     if params:  # first: the driver must not make nodes for a later step's opens
@@ -50,6 +56,8 @@ def create_container(
             [parse_link(spec) for spec in links],
             device_links=[parse_link(spec) for spec in device_links],
         )
+    if profile:
+        write_application_profile(rootfs, profile[0], log=log)
     if folders:
         from nvhook.hook.update_ldcache import update_ldcache
 

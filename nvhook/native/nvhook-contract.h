@@ -80,6 +80,7 @@
 #define NVHOOK_HOOK_CREATE_CONTAINER "create-container" /* nvhook.hook.args.COMMANDS */
 #define NVHOOK_HOOK_UPDATE_LDCACHE "update-ldcache" /* nvhook.hook.args.COMMANDS */
 #define NVHOOK_HOOK_CREATE_SYMLINKS "create-symlinks" /* nvhook.hook.args.COMMANDS */
+#define NVHOOK_OPT_APPLICATION_PROFILE "--application-profile" /* nvhook.hook.args.COMMANDS */
 #define NVHOOK_OPT_CUDA_COMPAT "--cuda-compat" /* nvhook.hook.args.COMMANDS */
 #define NVHOOK_OPT_DEVICE_LINK "--device-link" /* nvhook.hook.args.COMMANDS */
 #define NVHOOK_OPT_FOLDER "--folder" /* nvhook.hook.args.COMMANDS */

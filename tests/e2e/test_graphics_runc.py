@@ -6,7 +6,9 @@ them and GBM's backend link ``gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so
 hook runs after runc has mounted the container's ``/dev`` tmpfs and made its nodes, so the
 links land in the container's ``/dev``; its arguments list every GPU's links (jit and
 generated specs alike) and it makes those of the nodes present, so each container gets only
-its own GPU's.
+its own GPU's. The same hook writes the NVIDIA application profile that shows EGL and Vulkan
+only the container's GPUs, from the ``/dev/nvidiaN`` nodes runc made: its mask holds their
+minors, which on this mock do not follow the indices.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.hook.app_profile import PROFILE_PATH, profile
 from nvhook.planner import Host
 from nvhook.tools.generate import generate_spec
 from oci.cdi.write import write_spec
@@ -29,7 +32,8 @@ LIB = "/usr/lib/x86_64-linux-gnu"
 #: ``ls -l`` of what a DRM client looks at, one section each.
 LOOK = (
     "echo '--- dri'; ls -l /dev/dri; echo '--- by-path'; ls -l /dev/dri/by-path; "
-    f"echo '--- gbm'; ls -l {LIB}/gbm; cat {LIB}/gbm/nvidia-drm_gbm.so > /dev/null && echo read"
+    f"echo '--- gbm'; ls -l {LIB}/gbm; cat {LIB}/gbm/nvidia-drm_gbm.so > /dev/null && echo read; "
+    f"echo '--- profile'; cat {PROFILE_PATH}; echo; ls -ln {PROFILE_PATH}"
 )
 
 
@@ -93,6 +97,21 @@ def test_jit_graphics_links_in_the_containers_dev(
     assert nodes == {"card2", "renderD129"}
     assert _links(seen["gbm"]) == {"nvidia-drm_gbm.so": "../libnvidia-allocator.so.1"}
     assert "read" in seen["gbm"]  # the chain resolves to the mounted allocator
+    assert seen["profile"][0] == profile(1 << 1).decode()  # GPU 0 is minor 1
+    assert seen["profile"][1].split()[:4] == ["-r--r--r--", "1", "0", "0"]
+
+
+def test_jit_two_gpus_profile_holds_both_minors(
+    l40s_runc: tuple[Shim, Runc], tmp_path: Path, busybox_copy: Path
+) -> None:
+    """GPUs 0 and 3 are minors 1 and 0: the mask is 0x3, one file for both (the hook is one)."""
+    _, helper = l40s_runc
+    env = ["NVIDIA_VISIBLE_DEVICES=0,3", "NVIDIA_DRIVER_CAPABILITIES=graphics"]
+    seen = _run(helper, tmp_path, busybox_copy, env)
+    assert seen["profile"][0] == profile(0b11).decode()
+    assert seen["profile"][0].endswith(
+        '"EGLVisibleDGPUDevices",0x3]}],"rules":[{"pattern":[],"profile":"_container_"}]}'
+    )
 
 
 def test_generated_spec_gives_each_container_its_own_links(
@@ -119,3 +138,4 @@ def test_generated_spec_gives_each_container_its_own_links(
         "pci-0000:c1:00.0-render": "../renderD128",
     }
     assert _links(seen["gbm"]) == {"nvidia-drm_gbm.so": "../libnvidia-allocator.so.1"}
+    assert seen["profile"][0] == profile(1 << 0).decode()  # device 3 is minor 0

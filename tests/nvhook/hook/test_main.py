@@ -40,6 +40,7 @@ def test_parse_args_forms() -> None:
             "--folder": ["/a"],
             "--ldconfig": [],
             "--cuda-compat": [],
+            "--application-profile": [],
         },
     )
     assert parse_args(["create-container", "--device-link", "../card1::/dev/dri/c"])[1][
@@ -47,6 +48,8 @@ def test_parse_args_forms() -> None:
     ] == ["../card1::/dev/dri/c"]
     assert parse_args(["create-container", "--params", "/p"])[1]["--params"] == ["/p"]
     assert parse_args(["create-container", "--folder=/a"])[1]["--folder"] == ["/a"]
+    profile = parse_args(["create-container", "--application-profile", "/etc/p.conf"])[1]
+    assert profile["--application-profile"] == ["/etc/p.conf"]
 
 
 @pytest.mark.parametrize(
@@ -63,7 +66,8 @@ def test_parse_args_forms() -> None:
         (["create-symlinks"], "at least one --link"),
         (
             ["create-container", "--ldconfig", "/x"],
-            "at least one --params or --link or --device-link or --folder or --cuda-compat",
+            "at least one --params or --link or --device-link or --folder or --cuda-compat or"
+            " --application-profile",
         ),
         (["create-container", "--params", "/p", "--params=/q"], "--params given more than once"),
     ],

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.discover.hooks import HOOK_ENV
+from nvhook.hook.app_profile import PROFILE_PATH
 from nvhook.native.contract import ENV_HOOK_TRACE, trace_enabled
 from tests.support.native import build_native_hook
 
@@ -158,6 +159,13 @@ def dri(root: Path, library: Path) -> None:
     (root / "dev" / "dri" / "renderD128").write_text("not a device\n")
 
 
+def gpus(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "dev").mkdir()
+    for name, minor in (("nvidia0", 0), ("nvidia1", 3), ("nvidiactl", 255)):
+        os.mknod(root / "dev" / name, 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+
+
 LINK = f"{SONAME}::{LIBDIR}/libnvhooktest.so"
 FOLDER = ["--folder", LIBDIR]
 CC = ["create-container"]
@@ -210,6 +218,9 @@ CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
     ("a target escaping", base, [*CC, "--link", f"../../../../../etc/passwd::{LIBDIR}/x"], [],
      False),
     ("an option unknown", base, [*CC, "--bogus", "x"], [], False),
+    # Python's (docs/architecture.md, section 9): the profile is written, then the ld cache
+    ("an application profile", gpus, [*CC, "--link", LINK, *FOLDER, "--application-profile",
+     PROFILE_PATH], [], False),
     ("an option twice", base, [*CC, *FOLDER, "--ldconfig", "/a", "--ldconfig", "/b"], [],
      False),
     ("no option", base, CC, [], False),
