@@ -462,3 +462,45 @@ def test_shim_server_answering_is_probed_without_a_log_line(tmp_path: Path) -> N
         _, log = server.communicate(timeout=10)
     assert found == Check("start path", "ok", f"nvhook-shim-server answers on {cache}/shim.sock")
     assert b"refused" not in log, log  # a probe, not a bad request
+
+
+def test_shim_server_that_accepts_nothing_is_hung_not_answering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listening socket whose server no longer accepts: the connect succeeds (the
+    backlog), the probe's deadline finds it hung."""
+    import nvhook.tools.doctor.server as server
+
+    monkeypatch.setattr(server, "PROBE_TIMEOUT_S", 0.3)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX) as hung:
+        hung.bind(str(cache / "shim.sock"))
+        hung.listen(8)
+        [found] = _server_checks(tmp_path, cache)
+    assert (found.status, found.fix) == ("fail", "systemctl restart nvhook-shim-server.service")
+    assert found.message.startswith(
+        f"nvhook-shim-server on {cache}/shim.sock accepts no connection within 0.3 s (hung)"
+    )
+
+
+def test_shim_server_that_closes_the_probe_answers(tmp_path: Path) -> None:
+    """The control: a server that accepts and closes (as the real one's child does)."""
+    import threading
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(cache / "shim.sock"))
+        listener.listen(8)
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            conn.recv(1)
+            conn.close()
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        [found] = _server_checks(tmp_path, cache)
+        thread.join(5)
+    assert found == Check("start path", "ok", f"nvhook-shim-server answers on {cache}/shim.sock")
