@@ -127,7 +127,7 @@ def test_invalid_spec_is_regenerated(node: Path) -> None:
 def test_stale_spec(node: Path) -> None:
     spec = node / "var/run/cdi/nvidia.json"
     mounts = json.loads(spec.read_text())["containerEdits"]["mounts"]
-    gone = next(m["hostPath"] for m in mounts if "libnvidia-ml.so." in m["hostPath"])
+    gone = next(m["hostPath"] for m in mounts if "libnvidia-cfg.so." in m["hostPath"])
     Path(gone).unlink()  # the driver's files changed since the spec was generated
     [problem] = _problems(diagnose(_opts(node)))
     assert problem.area == "cdi"
@@ -504,3 +504,23 @@ def test_shim_server_that_closes_the_probe_answers(tmp_path: Path) -> None:
         [found] = _server_checks(tmp_path, cache)
         thread.join(5)
     assert found == Check("start path", "ok", f"nvhook-shim-server answers on {cache}/shim.sock")
+
+
+@pytest.mark.parametrize("gone", ["libcuda", "libnvidia-ml", None])
+def test_driver_without_libcuda_or_nvml_is_not_ok(
+    gone: str | None, make_mock_machine: Callable[..., Path]
+) -> None:
+    root = make_mock_machine("h100-pcie")
+    if gone:
+        for lib in (root / "usr/lib/x86_64-linux-gnu").glob(f"{gone}.so*"):
+            lib.unlink()
+    driver = [c for c in diagnose(Options(root=str(root))) if c.area == "driver"]
+    libraries = [c for c in driver if ".so." in c.message]
+    if gone is None:
+        assert libraries == [
+            Check("driver", "ok", "libcuda.so.580.65.06, libnvidia-ml.so.580.65.06")
+        ]
+        return
+    problem = next(c for c in libraries if c.status == "fail")
+    assert problem.message.startswith(f"{gone}.so.580.65.06 is not under {root} ")
+    assert problem.fix.startswith("install the user-space libraries of driver 580.65.06 ")
