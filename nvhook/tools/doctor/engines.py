@@ -117,7 +117,7 @@ def check_engine(opts: Options, engine: str, config: str) -> list[Check]:
                 configure_command(engine, config, opts, "--runtime-path", binary),
             )
         )
-    out += _check_restart(opts, engine, view.files)
+    out += _check_restart(opts, engine, config, view.files)
     out += _check_default(opts, engine, config, binary, view.default_runtime)
     if not any(c.status == "fail" for c in out):
         out.insert(
@@ -131,24 +131,35 @@ def check_engine(opts: Options, engine: str, config: str) -> list[Check]:
     return out
 
 
-def _check_restart(opts: Options, engine: str, files: Iterable[str]) -> list[Check]:
+def host_path(root: str, path: str) -> str:
+    """``path`` (as seen here, under ``root``) as the host's processes name it."""
+    if root in ("", "/"):
+        return os.path.normpath(path)
+    prefix = os.path.normpath(root)
+    relative = os.path.relpath(os.path.normpath(path), prefix)
+    return path if relative.startswith("..") else os.path.normpath("/" + relative)
+
+
+def _check_restart(opts: Options, engine: str, config: str, files: Iterable[str]) -> list[Check]:
     import time
 
-    from nvhook.tools.doctor.engine_config import DAEMONS, daemon_start
+    from nvhook.tools.doctor.engine_config import DAEMONS, daemon_config, daemon_processes
 
     comm = DAEMONS[engine]
     if comm is None:
         return []
-    process = daemon_start(opts.root, comm)
+    reads = host_path(opts.root, config)
+    running = daemon_processes(opts.root, comm)
+    process = next((p for p in running if daemon_config(comm, p) == reads), None)
     if process is None:
-        return [
-            Check(
-                engine,
-                "warn",
-                f"{comm} is not running",
-                f"systemctl start {engine}",
-            )
-        ]
+        others = "; ".join(f"pid {p.pid} reads {daemon_config(comm, p)}" for p in running)
+        owned = " (dockerd's own containerd)" if "/docker/" in others else ""
+        message = (
+            f"{comm} is not running"
+            if not running
+            else (f"no {comm} reading {reads} is running ({others}{owned})")
+        )
+        return [Check(engine, "warn", message, f"systemctl start {engine}")]
     changed = [(os.stat(f).st_mtime, f) for f in files if os.path.exists(f)]
     if not changed:
         return []

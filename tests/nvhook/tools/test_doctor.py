@@ -230,10 +230,21 @@ def test_runtime_pointing_elsewhere(node: Path) -> None:
     assert problem.fix.startswith("nvhook runtime configure --runtime docker --config ")
 
 
-def _fake_proc(root: Path, comm: str, pid: int, btime: int, started_ticks: int) -> None:
+def _fake_proc(
+    root: Path,
+    comm: str,
+    pid: int,
+    btime: int,
+    started_ticks: int,
+    argv: tuple[str, ...] = (),
+    env: tuple[str, ...] | None = None,
+) -> None:
     _write(root / "proc/stat", f"cpu  1 2 3\nbtime {btime}\nprocesses 9\n")
     fields = ["S"] + ["0"] * 18 + [str(started_ticks)] + ["0"] * 10
     _write(root / f"proc/{pid}/stat", f"{pid} ({comm}) {' '.join(fields)}\n")
+    (root / f"proc/{pid}/cmdline").write_bytes(b"".join(w.encode() + b"\0" for w in argv))
+    if env is not None:
+        (root / f"proc/{pid}/environ").write_bytes(b"".join(e.encode() + b"\0" for e in env))
 
 
 def test_restart_pending_when_the_daemon_predates_the_config(node: Path) -> None:
@@ -248,6 +259,27 @@ def test_restart_pending_when_the_daemon_predates_the_config(node: Path) -> None
     assert problem.fix == "systemctl restart containerd"
     _fake_proc(node, "containerd", 4242, int(mtime) + 10, 0)  # started after the change
     assert _problems(diagnose(_opts(node))) == []
+
+
+def test_dockerds_own_containerd_is_not_the_one_to_restart(node: Path) -> None:
+    """dockerd runs a containerd of its own, with its own config: its start time says
+    nothing about /etc/containerd/config.toml."""
+    config = node / "etc/containerd/config.toml"
+    ticks = os.sysconf("SC_CLK_TCK")
+    btime = int(config.stat().st_mtime) - 3600  # both started an hour before the change
+    own = ("containerd", "--config", "/var/run/docker/containerd/containerd.toml")
+    _fake_proc(node, "containerd", 4242, btime, 60 * ticks, own)
+    checks = diagnose(_opts(node))
+    assert _problems(checks) == []
+    [said] = [c for c in checks if c.area == "containerd" and c.status == "warn"]
+    assert said.message == (
+        "no containerd reading /etc/containerd/config.toml is running (pid 4242 reads "
+        "/var/run/docker/containerd/containerd.toml (dockerd's own containerd))"
+    )
+    _fake_proc(node, "containerd", 4300, btime, 90 * ticks, ("/usr/bin/containerd",))
+    [problem] = _problems(diagnose(_opts(node)))
+    assert "containerd (pid 4300) started " in problem.message
+    assert problem.message.endswith("(restart pending)")
 
 
 def test_daemon_start_of_a_real_process(tmp_path: Path) -> None:
