@@ -556,3 +556,124 @@ def test_driver_without_libcuda_or_nvml_is_not_ok(
     problem = next(c for c in libraries if c.status == "fail")
     assert problem.message.startswith(f"{gone}.so.580.65.06 is not under {root} ")
     assert problem.fix.startswith("install the user-space libraries of driver 580.65.06 ")
+
+
+# --------------------------------------------------------------------------- docker run --gpus
+
+SYSTEMD_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _dockerd(
+    node: Path,
+    *,
+    version: str = "20.10.24+dfsg1",
+    env: tuple[str, ...] = (SYSTEMD_PATH,),
+    argv: tuple[str, ...] = ("/usr/sbin/dockerd", "-H", "fd://"),
+    started_ago: int = 3600,
+) -> None:
+    """docker configured for nvhook, and a running dockerd (``/proc``) of ``version`` that
+    started ``started_ago`` seconds ago with ``env`` and ``argv``."""
+    config = node / "etc/docker/daemon.json"
+    if not config.exists():
+        _write(config, "{}\n")
+        configure_command(node, "docker", config)
+    _write(
+        node / "usr/sbin/dockerd", f"#!/bin/sh\necho 'Docker version {version}, build x'\n", 0o755
+    )
+    ticks = os.sysconf("SC_CLK_TCK")
+    btime = int(time.time()) - started_ago - 10
+    for file in (node / "etc/docker").iterdir():  # configured before dockerd started
+        os.utime(file, (btime, btime))
+    _fake_proc(node, "dockerd", 777, btime, 10 * ticks, argv, env)
+
+
+def _gpus(node: Path) -> list[Check]:
+    return [c for c in _engine(node, "docker") if "--gpus" in c.message]
+
+
+def _hook(node: Path, where: str, name: str = "nvidia-container-runtime-hook") -> Path:
+    hook = _write(node / where.lstrip("/") / name, "#!/bin/sh\n", 0o755)
+    past = time.time() - 7200  # before dockerd started
+    os.utime(hook, (past, past))
+    return hook
+
+
+def test_docker_gpus_without_the_hook_on_dockerds_path(node: Path) -> None:
+    _dockerd(node)
+    [problem] = _gpus(node)
+    assert problem.status == "fail"
+    assert problem.message == (
+        "dockerd (pid 777, 20.10) finds no nvidia-container-runtime-hook on its PATH "
+        "(/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin): `docker run --gpus` "
+        'fails with: could not select device driver "" with capabilities: [[gpu]]'
+    )
+    assert (
+        problem.fix == "nvhook install-entrypoints --bin-dir /usr/bin && systemctl restart docker"
+    )
+    _hook(node, "/usr/bin")
+    assert [(c.status, c.message) for c in _gpus(node)] == [
+        (
+            "ok",
+            "docker run --gpus: dockerd (pid 777, 20.10) finds "
+            "/usr/bin/nvidia-container-runtime-hook on its PATH (device driver nvidia)",
+        )
+    ]
+
+
+def test_docker_gpus_judged_by_dockerds_path_not_ours(node: Path) -> None:
+    _hook(node, "/opt/nvidia/bin")
+    _dockerd(node, env=("PATH=/usr/bin:/bin", "SECRET_TOKEN=abc"))
+    [problem] = _gpus(node)
+    assert problem.status == "fail" and "on its PATH (/usr/bin:/bin)" in problem.message
+    assert "abc" not in problem.message
+    _dockerd(node, env=("PATH=/opt/nvidia/bin:/usr/bin",))
+    assert [c.status for c in _gpus(node)] == ["ok"]
+
+
+def test_docker_gpus_hook_installed_after_dockerd_started(node: Path) -> None:
+    _dockerd(node)
+    _write(node / "usr/bin/nvidia-container-runtime-hook", "#!/bin/sh\n", 0o755)  # now
+    [problem] = _gpus(node)
+    assert problem.status == "fail" and problem.fix == "systemctl restart docker"
+    assert problem.message.endswith(
+        'could not select device driver "" with capabilities: [[gpu]] (restart pending)'
+    )
+
+
+@pytest.mark.parametrize(("version", "status"), [("28.3.0", "ok"), ("27.5.1", "fail")])
+def test_docker_gpus_with_only_nvidia_cdi_hook(node: Path, version: str, status: str) -> None:
+    """From 28.3 dockerd's nvidia.cdi driver serves --gpus with nvidia-cdi-hook alone."""
+    _hook(node, "/usr/bin", "nvidia-cdi-hook")
+    _dockerd(node, version=version)
+    [found] = _gpus(node)
+    assert found.status == status
+    if status == "ok":
+        assert found.message.endswith(
+            "/usr/bin/nvidia-cdi-hook on its PATH (device driver nvidia.cdi)"
+        )
+    else:
+        assert "finds no nvidia-container-runtime-hook on its PATH" in found.message
+
+
+def test_docker_read_as_the_running_dockerd_reads_it(node: Path) -> None:
+    """The live dockerd's --config-file is the file judged, and --add-runtime counts."""
+    other = _write(node / "etc/docker/other.json", "{}\n")
+    configure_command(node, "docker", other)
+    argv = ("/usr/sbin/dockerd", "--config-file", "/etc/docker/other.json")
+    _write(node / "etc/docker/daemon.json", "{}\n")  # the default file, without the runtime
+    _dockerd(node, argv=argv)
+    [ok] = [c for c in _engine(node, "docker") if "runs" in c.message]
+    assert ok.status == "ok" and ok.message.startswith(
+        "runtime 'nvidia' runs /usr/bin/nvhook-runtime"
+    )
+    _dockerd(node, argv=("/usr/sbin/dockerd",))
+    # the default file lacks the runtime (a warning: containerd has it)
+    assert any(
+        c.status == "warn" and f"{node}/etc/docker/daemon.json has no runtime 'nvidia'" in c.message
+        for c in _engine(node, "docker")
+    )
+    _dockerd(node, argv=("/usr/sbin/dockerd", "--add-runtime", "nvidia=/usr/bin/nvhook-runtime"))
+    [ok] = [c for c in _engine(node, "docker") if "runs" in c.message]
+    assert ok == Check(
+        "docker", "ok", "runtime 'nvidia' runs /usr/bin/nvhook-runtime (dockerd --add-runtime)"
+    )
