@@ -677,3 +677,49 @@ def test_docker_read_as_the_running_dockerd_reads_it(node: Path) -> None:
     assert ok == Check(
         "docker", "ok", "runtime 'nvidia' runs /usr/bin/nvhook-runtime (dockerd --add-runtime)"
     )
+
+
+# --------------------------------------------------------------------------- each driver fault
+
+
+def _driver_faults(root: Path) -> list[tuple[str, str]]:
+    return [
+        (c.status, c.message)
+        for c in diagnose(_opts(root))
+        if c.area == "driver" and c.status != "ok"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("modules", "said"),
+    [
+        ("nvidia_uvm 1 0 - Live\n", ("fail", "the nvidia kernel module is not loaded")),
+        ("nvidia 1 0 - Live\n", ("warn", "the nvidia_uvm module is not loaded: CUDA cannot run")),
+    ],
+)
+def test_proc_modules_without_nvidia_or_uvm(
+    node: Path, modules: str, said: tuple[str, str]
+) -> None:
+    (node / "proc/modules").write_text(modules)
+    assert _driver_faults(node) == [said]
+    (node / "proc/modules").write_text("nvidia_uvm 1 0 - Live\nnvidia 2 1 nvidia_uvm, Live\n")
+    assert _driver_faults(node) == []  # the control: both loaded
+
+
+def test_driver_that_sees_no_gpu(node: Path) -> None:
+    assert _driver_faults(node) == []
+    shutil.rmtree(node / "proc/driver/nvidia/gpus")
+    (node / "proc/driver/nvidia/gpus").mkdir()
+    faults = _driver_faults(node)
+    assert (
+        "warn",
+        "driver 535.230.02 is loaded but sees no GPU (the kernel log says why)",
+    ) in faults
+
+
+def test_device_node_with_the_wrong_numbers(node: Path) -> None:
+    node0 = node / "dev/nvidia0"
+    node0.unlink()
+    os.mknod(node0, 0o666 | 0o020000, os.makedev(195, 9))
+    node0.chmod(0o666)
+    assert _driver_faults(node) == [("fail", f"{node0} is device 195:9, the driver's is 195:0")]
