@@ -42,6 +42,7 @@ from oci.errors import Error
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.create import Decision
+    from nvhook.discover import DriverFiles
     from nvhook.planner import Plan
     from nvhook.requests.ids import Requests
     from nvhook.requests.policy import Policy
@@ -123,7 +124,7 @@ def describe(
         out["devices"] = _devices(decision.plan)
         files = decision.plan.driver_files
         if files is not None:
-            out["missing_files"] = {k: list(v) for k, v in files.missing.items()}
+            out["missing_files"] = _lacking(decision, files)
     if decision.edits is not None:
         out["edits"] = _edits(decision.edits)
         from nvhook.planner import INJECTED_ENV
@@ -151,6 +152,30 @@ def describe(
     else:
         out["outcome"] = {"result": "edit", "reason": "config.json would be edited"}
     return out
+
+
+def _lacking(decision: Decision, files: DriverFiles) -> dict[str, list[str]]:
+    """The driver files this host lacks: those not found that its GPUs, NVSwitches, IMEX
+    channels and driver flavour call for (:meth:`DriverFiles.lacking`)."""
+    from nvhook.devices.procfs import read_majors
+    from nvhook.discover.nodes import imex_nodes, nvswitch_nodes
+    from nvhook.errors import DriverError
+
+    assert decision.plan is not None
+    s = decision.settings
+    dev_root = s.host_dev_root or s.host_root
+    majors = read_majors(s.host_root)
+    try:
+        switches = nvswitch_nodes(dev_root=dev_root, majors=majors).device_nodes
+        channels = imex_nodes(None, dev_root=dev_root, majors=majors).device_nodes
+    except DriverError:
+        switches = channels = ()
+    lacking = files.lacking(
+        models=tuple(g.model for g in decision.plan.gpus.gpus),
+        nvswitch=any(not n.path.endswith("nvidia-nvswitchctl") for n in switches),
+        imex_channels=bool(channels),
+    )
+    return {k: list(v) for k, v in lacking.items()}
 
 
 def _nothing_asked(requests: Requests | None) -> str:
@@ -364,7 +389,7 @@ def render_text(data: dict[str, Any]) -> str:
         uuid = f" ({d['uuid']})" if d["uuid"] else ""
         lines.append(f"Device {d['name']}{uuid}: {d['node']}{mig}")
     for cap, missing in data["missing_files"].items():
-        lines.append(f"Not found for {cap}: {', '.join(missing)}")
+        lines.append(f"Missing for {cap}: {', '.join(missing)}")
     edits = data["edits"]
     if edits is not None:
         lines.append("Edits that would be applied:")

@@ -105,7 +105,8 @@ def test_jit_request_explained_and_bundle_untouched(
     )
     assert "Device 0:1: /dev/nvidia0, MIG gi 3 ci 0" in lines
     assert "Device 3 (GPU-17297365-d66b-40f2-85f4-de7bd1bd8cd3): /dev/nvidia3" in lines
-    assert "Not found for utility: nvidia-imex, nvidia-imex-ctl" in lines
+    # a DGX A100 has no IMEX (Ampere): its daemon is not reported missing
+    assert not [line for line in lines if line.startswith("Missing for")]
     start = lines.index("Edits that would be applied:")
     assert lines[start + 1] == "  device nodes (8):"
     assert lines[start + 8] == (
