@@ -26,11 +26,14 @@ __all__ = [
     "COMPAT32_CAPABILITIES",
     "CONFIGS",
     "CONFIG_BASES",
+    "CONFIG_LIBRARY",
     "DEFAULT_SEARCH_PATHS",
     "DEV_LINKS",
+    "DISPLAYLESS_MODELS",
     "FABRICMANAGER_SOCKET",
     "FIRMWARE_DIR",
     "HOST_SPECIFIC",
+    "IMEX_GENERATIONS",
     "LD_CACHE",
     "LIBRARIES",
     "MPS_PIPE_DIR",
@@ -44,6 +47,7 @@ __all__ = [
     "XorgModule",
     "driver_branch",
     "expected",
+    "expected_on",
 ]
 
 
@@ -174,6 +178,86 @@ HOST_SPECIFIC: dict[str, str] = {
     "nvidia-imex": "imex",
     "nvidia-imex-ctl": "imex",
 }
+
+
+#: GPU generations whose multi-node NVLink systems run IMEX (NVIDIA's IMEX guide: "IMEX is
+#: supported on NVIDIA Grace Hopper and Grace Blackwell multi-node NVLink systems"), by the
+#: model names ``/proc/driver/nvidia/gpus/*/information`` gives. A host with IMEX channel
+#: nodes expects the daemon whatever its GPUs; one without them expects it only with
+#: these GPUs on NVSwitches.
+IMEX_GENERATIONS: tuple[str, ...] = (
+    "H100",
+    "H200",
+    "H800",
+    "H20",
+    "GH200",
+    "B200",
+    "B100",
+    "GB200",
+    "GB300",
+    "B300",
+)
+
+#: Data center GPUs without a display engine or outputs (NVIDIA's product briefs list no
+#: display connectors, and NVML's ``nvmlDeviceGetDisplayMode`` is unsupported on them): a
+#: host of only these GPUs does not lack the ``display`` capability's Xorg files.
+DISPLAYLESS_MODELS: tuple[str, ...] = (
+    "A100", "A30", "A800", "H100", "H200", "H800", "H20", "GH200", "B100", "B200", "GB200",
+    "B300", "GB300",
+)  # fmt: skip
+
+#: Configuration file -> the library stem it points the loader at (its ``library_path``, or
+#: the data the library reads): NVIDIA's packages ship each with its library, so a file is
+#: lacking only where its library was found (``libnvidia-gl``, ``libnvidia-egl-*``).
+CONFIG_LIBRARY: dict[str, str] = {
+    "OpenCL/vendors/nvidia.icd": "libnvidia-opencl.so",
+    "glvnd/egl_vendor.d/10_nvidia.json": "libEGL_nvidia.so",
+    "egl/egl_external_platform.d/10_nvidia_wayland.json": "libnvidia-egl-wayland.so",
+    "egl/egl_external_platform.d/15_nvidia_gbm.json": "libnvidia-egl-gbm.so",
+    "egl/egl_external_platform.d/20_nvidia_xcb.json": "libnvidia-egl-xcb.so",
+    "egl/egl_external_platform.d/20_nvidia_xlib.json": "libnvidia-egl-xlib.so",
+    "vulkan/icd.d/nvidia_icd.json": "libGLX_nvidia.so",
+    "vulkan/implicit_layer.d/nvidia_layers.json": "libGLX_nvidia.so",
+    "nvidia/nvoptix.bin": "libnvoptix.so",
+}
+
+#: The display capability's files other than configs (Xorg modules).
+_DISPLAY_FILES = frozenset(
+    {"nvidia_drv.so", "libglxserver_nvidia.so", "X11/xorg.conf.d/10-nvidia.conf"}
+)
+
+
+def _model_in(model: str, names: tuple[str, ...]) -> bool:
+    words = model.replace("-", " ").upper().split()
+    return any(
+        w == n or (w.startswith(n) and not w[len(n)].isdigit()) for w in words for n in names
+    )
+
+
+def expected_on(
+    name: str,
+    *,
+    models: tuple[str, ...],
+    nvswitch: bool,
+    imex_channels: bool,
+    found_stems: frozenset[str],
+) -> bool:
+    """Whether a driver file ``name`` (a stem, binary or config path) that was not found is
+    lacking on a host of GPU ``models`` (``/proc``'s names), with NVSwitches or not, with IMEX
+    channel nodes or not, where the library stems ``found_stems`` were found. False: the
+    host's hardware or its driver flavour does not call for it (:data:`HOST_SPECIFIC`,
+    :data:`IMEX_GENERATIONS`, :data:`DISPLAYLESS_MODELS`, :data:`CONFIG_LIBRARY`)."""
+    kind = HOST_SPECIFIC.get(name)
+    if kind == "nvswitch":
+        return nvswitch
+    if kind == "imex":
+        return imex_channels or (nvswitch and any(_model_in(m, IMEX_GENERATIONS) for m in models))
+    if name in _DISPLAY_FILES:
+        return not models or not all(_model_in(m, DISPLAYLESS_MODELS) for m in models)
+    library = CONFIG_LIBRARY.get(name)
+    if library is not None:
+        return library in found_stems
+    return True
 
 
 def driver_branch(version: str | None) -> int | None:

@@ -150,6 +150,34 @@ class DriverFiles(Frozen):
         """Capability -> what it lacks, for those that lack something."""
         return {c.capability: c.missing for c in self.capabilities if c.missing}
 
+    def lacking(
+        self, *, models: tuple[str, ...], nvswitch: bool, imex_channels: bool
+    ) -> dict[str, tuple[str, ...]]:
+        """:attr:`missing` less what this host's hardware and driver flavour do not call for
+        (:func:`nvhook.discover.catalog.expected_on`): the files to report missing."""
+        stems = frozenset(
+            base[: base.index(".so") + 3]
+            for c in self.capabilities
+            for path in c.libraries
+            if ".so" in (base := os.path.basename(path))
+        )
+        out: dict[str, tuple[str, ...]] = {}
+        for c in self.capabilities:
+            kept = tuple(
+                m
+                for m in c.missing
+                if catalog.expected_on(
+                    m,
+                    models=models,
+                    nvswitch=nvswitch,
+                    imex_channels=imex_channels,
+                    found_stems=stems,
+                )
+            )
+            if kept:
+                out[c.capability] = kept
+        return out
+
     def to_edits(self, *, container_root_map: Mapping[str, str] | None = None) -> Edits:
         """Read-only bind mounts of every file found, sorted by container path.
 

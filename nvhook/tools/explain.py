@@ -17,6 +17,15 @@ it returns, stage by stage:
    network devices), whether they leave ``NVIDIA_VISIBLE_DEVICES=void`` behind (so a
    second injector adds nothing), and whether config.json would change.
 
+Before all of it, a one-line **verdict** (:func:`verdict`): what the container will see,
+which host GPU appears as which index inside, the CUDA and ``libcuda`` versions, or why it
+will not run CUDA although the shim succeeds: a whole GPU in MIG mode (CUDA enumerates only
+the MIG devices a container is given, none when it has none) or no ``libcuda`` on the
+host. Inside, CUDA and NVML number the GPUs the container can open from 0 in PCI bus order
+(the host's order), whatever order the request or config.json names them in (CUDA's
+default ``CUDA_DEVICE_ORDER=FASTEST_FIRST`` puts a faster model first on a host of mixed
+models); a MIG device counts where its parent GPU would.
+
 A stage that fails ends the decision: its error becomes ``outcome.error`` with its
 exit code, exactly as the shim would fail. :func:`explain` returns plain data (what
 ``--json`` prints); :func:`render_text` makes it text.
@@ -33,13 +42,14 @@ from oci.errors import Error
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.create import Decision
+    from nvhook.discover import DriverFiles
     from nvhook.planner import Plan
     from nvhook.requests.ids import Requests
     from nvhook.requests.policy import Policy
     from nvhook.settings import Settings
     from oci.cdi.edits import Edits
 
-__all__ = ["describe", "explain", "render_text"]
+__all__ = ["describe", "explain", "render_text", "verdict"]
 
 
 def explain(
@@ -76,6 +86,7 @@ def explain(
     except Error as e:
         out = _empty(bundle)
         out["outcome"] = _failure(e)
+        out["verdict"] = _not_starting(e)
         return out
     return describe(decide(target, settings), config_file=shown, warnings=warnings)
 
@@ -113,7 +124,7 @@ def describe(
         out["devices"] = _devices(decision.plan)
         files = decision.plan.driver_files
         if files is not None:
-            out["missing_files"] = {k: list(v) for k, v in files.missing.items()}
+            out["missing_files"] = _lacking(decision, files)
     if decision.edits is not None:
         out["edits"] = _edits(decision.edits)
         from nvhook.planner import INJECTED_ENV
@@ -125,6 +136,7 @@ def describe(
             )
         out["cuda_compat"] = _cuda_compat(decision)
         out["driver_params"] = _driver_params(decision)
+    out["verdict"] = verdict(decision)
     if decision.error is not None:
         out["outcome"] = _failure(decision.error)
     elif decision.mode is None:
@@ -140,6 +152,30 @@ def describe(
     else:
         out["outcome"] = {"result": "edit", "reason": "config.json would be edited"}
     return out
+
+
+def _lacking(decision: Decision, files: DriverFiles) -> dict[str, list[str]]:
+    """The driver files this host lacks: those not found that its GPUs, NVSwitches, IMEX
+    channels and driver flavour call for (:meth:`DriverFiles.lacking`)."""
+    from nvhook.devices.procfs import read_majors
+    from nvhook.discover.nodes import imex_nodes, nvswitch_nodes
+    from nvhook.errors import DriverError
+
+    assert decision.plan is not None
+    s = decision.settings
+    dev_root = s.host_dev_root or s.host_root
+    majors = read_majors(s.host_root)
+    try:
+        switches = nvswitch_nodes(dev_root=dev_root, majors=majors).device_nodes
+        channels = imex_nodes(None, dev_root=dev_root, majors=majors).device_nodes
+    except DriverError:
+        switches = channels = ()
+    lacking = files.lacking(
+        models=tuple(g.model for g in decision.plan.gpus.gpus),
+        nvswitch=any(not n.path.endswith("nvidia-nvswitchctl") for n in switches),
+        imex_channels=bool(channels),
+    )
+    return {k: list(v) for k, v in lacking.items()}
 
 
 def _nothing_asked(requests: Requests | None) -> str:
@@ -175,6 +211,7 @@ def _empty(bundle: str) -> dict[str, Any]:
         "cuda_compat": None,
         "driver_params": None,
         "outcome": None,
+        "verdict": None,
     }
 
 
@@ -308,7 +345,7 @@ def _edits(edits: Edits) -> dict[str, Any]:
 
 def render_text(data: dict[str, Any]) -> str:
     """``data`` from :func:`explain` for a person."""
-    lines: list[str] = [f"Bundle: {data['bundle']}"]
+    lines: list[str] = [f"Verdict: {data['verdict']['text']}", f"Bundle: {data['bundle']}"]
     s = data["settings"]
     if s is not None:
         lines.append(
@@ -352,7 +389,7 @@ def render_text(data: dict[str, Any]) -> str:
         uuid = f" ({d['uuid']})" if d["uuid"] else ""
         lines.append(f"Device {d['name']}{uuid}: {d['node']}{mig}")
     for cap, missing in data["missing_files"].items():
-        lines.append(f"Not found for {cap}: {', '.join(missing)}")
+        lines.append(f"Missing for {cap}: {', '.join(missing)}")
     edits = data["edits"]
     if edits is not None:
         lines.append("Edits that would be applied:")
@@ -394,3 +431,165 @@ def _show(value: object) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)
+
+
+# --- the verdict ------------------------------------------------------------------------------
+
+
+def _verdict(
+    text: str,
+    *,
+    runs_cuda: bool | None,
+    gpus: list[dict[str, Any]] | None = None,
+    cuda_version: str | None = None,
+    libcuda: str | None = None,
+    problems: list[str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "text": text,
+        "runs_cuda": runs_cuda,
+        "gpus": gpus or [],
+        "cuda_version": cuda_version,
+        "libcuda": libcuda,
+        "problems": problems or [],
+    }
+
+
+def _not_starting(error: Error) -> dict[str, Any]:
+    return _verdict(f"will NOT start: {error.message}", runs_cuda=False, problems=[error.message])
+
+
+class _HostState:
+    """What the verdict needs beyond the decision: the CUDA version and the GPUs in MIG
+    mode, from NVML (loaded from the driver root) when it loads, else the MIG mode from
+    ``/proc`` (a GPU in MIG mode has ``capabilities/gpu<minor>/mig``) and no CUDA version."""
+
+    def __init__(self, decision: Decision, plan: Plan) -> None:
+        self.cuda_version: str | None = plan.facts.cuda_version if plan.facts else None
+        self._mig_by_uuid: dict[str, bool] | None = None
+        s = decision.settings
+        self._root = s.host_root
+        try:
+            from nvhook.devices.nvml import open_nvml
+            from nvhook.planner import nvml_library_dir
+
+            with open_nvml(nvml_library_dir(s.host_driver_root or s.host_root)) as nvml:
+                if not self.cuda_version:
+                    self.cuda_version = nvml.driver().cuda_version or None
+                self._mig_by_uuid = {g.uuid: g.mig_enabled for g in nvml.gpus()}
+        except (Error, OSError):
+            pass
+
+    def mig_mode(self, uuid: str, minor: int) -> bool:
+        if self._mig_by_uuid is not None and uuid in self._mig_by_uuid:
+            return self._mig_by_uuid[uuid]
+        caps = os.path.join(self._root, "proc/driver/nvidia/capabilities", f"gpu{minor}", "mig")
+        return os.path.isdir(caps)
+
+
+def _libcuda(plan: Plan) -> tuple[bool, str | None]:
+    """Whether compute was asked for, and the version of the host's ``libcuda`` (None:
+    not found, or compute not asked)."""
+    files = plan.driver_files
+    if files is None:
+        return False, None
+    try:
+        compute = files.capability("compute")
+    except KeyError:
+        return False, None
+    for path in compute.libraries:
+        name = os.path.basename(path)
+        if name.startswith("libcuda.so."):
+            version = name[len("libcuda.so.") :]
+            return True, version if version.count(".") >= 1 else files.driver_version
+    return True, None
+
+
+def verdict(decision: Decision) -> dict[str, Any]:
+    """The one-line answer to "will my container see the GPU", as data: ``text``, ``runs_cuda``
+    (None: compute was not asked for), ``gpus`` (each ``host`` name, ``uuid`` and its
+    ``inside`` index, in the order CUDA numbers them), ``cuda_version``, ``libcuda`` (its
+    version; None: not on the host) and ``problems`` (why CUDA will not use a device, or
+    not run at all)."""
+    if decision.error is not None:
+        return _not_starting(decision.error)
+    if decision.mode is None:
+        return _verdict(
+            f"will see no GPU: {_nothing_asked(decision.requests).partition(':')[0]}",
+            runs_cuda=None,
+        )
+    if decision.mode == "cdi" or decision.plan is None:
+        names = ", ".join(decision.cdi_names)
+        return _verdict(f"will get the CDI devices {names} (as their spec says)", runs_cuda=None)
+    from nvhook.devices.gpus import Gpu, Mig
+
+    plan = decision.plan
+    compute, libcuda = _libcuda(plan)
+    state = _HostState(decision, plan)
+    problems: list[str] = []
+    selected_migs = {d.name for d in plan.selected if isinstance(d, Mig)}
+    seen: list[tuple[int, int, Gpu | Mig]] = []  # (parent index, MIG index or -1, device)
+    for device in plan.selected:
+        if isinstance(device, Mig):
+            seen.append((device.gpu_index, device.index, device))
+            continue
+        if not state.mig_mode(device.uuid, device.minor):
+            seen.append((device.index, -1, device))
+            continue
+        if any(m.name in selected_migs for m in device.migs):
+            continue  # its MIG devices are what CUDA sees (as with "all")
+        if not device.migs:
+            problems.append(
+                f"GPU {device.index} is in MIG mode and has no MIG devices; ask for a MIG "
+                "device or another GPU"
+            )
+        else:
+            names = ", ".join(m.name for m in device.migs)
+            problems.append(
+                f"GPU {device.index} is in MIG mode: CUDA sees only its MIG devices "
+                f"({names}); ask for one of them"
+            )
+    seen.sort(key=lambda t: (t[0], t[1]))
+    gpus = [{"host": d.name, "uuid": d.uuid, "inside": i} for i, (_, _, d) in enumerate(seen)]
+    if compute and libcuda is None:
+        root = plan.driver_files.driver_root if plan.driver_files else "/"
+        problems.append(
+            f"the host has no libcuda.so.1 (looked under {root}): install the driver's CUDA "
+            "library (libcuda, in the driver's utils or compute package) or set host.driver_root"
+        )
+    hosts = _and([d.name for _, _, d in seen])
+    insides = _and([str(i) for i in range(len(seen))])
+    count = f"{len(gpus)} GPU{'' if len(gpus) == 1 else 's'}"
+    where = f" (host {hosts} as {insides})" if gpus else ""
+    facts = [f for f in (f"CUDA {state.cuda_version}" if state.cuda_version else "",) if f]
+    if not compute:
+        caps = ", ".join(plan.requests.capabilities) or "none"
+        text = f"will see {count}{where}, no CUDA (capabilities: {caps})"
+        return _verdict(text, runs_cuda=None, gpus=gpus, cuda_version=state.cuda_version)
+    if libcuda is not None:
+        facts.append(f"libcuda {libcuda}")
+    if problems and (not gpus or libcuda is None):
+        text = f"will NOT run CUDA: {'; '.join(problems)}"
+        runs = False
+    elif not gpus:
+        text = "will see no GPU: the request selects none"
+        runs = False
+    else:
+        text = ", ".join([f"will see {count}{where}", *facts])
+        if problems:
+            text += f"; but {'; '.join(problems)}"
+        runs = True
+    return _verdict(
+        text,
+        runs_cuda=runs,
+        gpus=gpus,
+        cuda_version=state.cuda_version,
+        libcuda=libcuda,
+        problems=problems,
+    )
+
+
+def _and(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} and {items[-1]}"

@@ -38,7 +38,6 @@ from nvhook.constants import ALL_CAPABILITIES
 from nvhook.devices.gpus import HostGpus, from_nvml, from_procfs
 from nvhook.devices.procfs import ProcDriver, read_driver, read_mig_minors
 from nvhook.discover import discover_driver_files
-from nvhook.discover.catalog import HOST_SPECIFIC
 from nvhook.discover.nodes import imex_nodes, nvswitch_nodes
 from nvhook.errors import DriverError
 from nvhook.planner import Host, nvml_library_dir
@@ -99,8 +98,13 @@ def host_info(host: Host) -> dict[str, Any]:
     if driver["version"] is None:
         driver["version"] = files.driver_version
     problems += files.problems
-    # the fabric manager and IMEX files belong only on hosts with that hardware
-    hardware = {"nvswitch": bool(nvswitches), "imex": bool(imex)}
+    # the fabric manager and IMEX files belong only on hosts with that hardware, the Xorg
+    # files only where a GPU has a display engine, a config only beside its library
+    lacking = files.lacking(
+        models=tuple(g.model for g in gpus.gpus) if gpus is not None else (),
+        nvswitch=bool(nvswitches),
+        imex_channels=bool(imex),
+    )
     searched = [path for c in files.capabilities for path in c.searched]
     gpu_list = [] if gpus is None else _gpus(gpus, profiles, mig_modes, host.dev_root)
     return {
@@ -115,7 +119,7 @@ def host_info(host: Host) -> dict[str, Any]:
                 "libraries": list(c.libraries),
                 "binaries": list(c.binaries),
                 "configs": list(c.configs),
-                "missing": [m for m in c.missing if hardware.get(HOST_SPECIFIC.get(m, ""), True)],
+                "missing": list(lacking.get(c.capability, ())),
             }
             for c in files.capabilities
         ],

@@ -71,6 +71,7 @@ def check_driver(opts: Options) -> list[Check]:
             )
         )
     out += _check_nodes(opts, driver)
+    out += _check_libraries(opts, driver.version)
     socket_path = under(root, PERSISTENCED_SOCKET)
     try:
         is_socket = stat.S_ISSOCK(os.stat(socket_path).st_mode)
@@ -86,6 +87,50 @@ def check_driver(opts: Options) -> list[Check]:
                 "systemctl enable --now nvidia-persistenced",
             )
         )
+    return out
+
+
+#: The user-space libraries without which a container gets no GPU: (capability, stem, use).
+_ESSENTIAL = (
+    ("compute", "libcuda.so", "CUDA cannot run in any container"),
+    ("utility", "libnvidia-ml.so", "nvidia-smi and NVML cannot run in any container"),
+)
+
+
+def _check_libraries(opts: Options, version: str) -> list[Check]:
+    """``libcuda`` and NVML of the loaded driver's version under the driver root: a host
+    with the kernel module but without them starts containers that see no GPU."""
+    from nvhook.discover import discover_driver_files
+    from oci.errors import Error
+
+    driver_root = opts.driver_root or opts.root
+    try:
+        files = discover_driver_files(
+            driver_root, ["utility", "compute"], driver_version=version, host_root=opts.root
+        )
+    except Error as e:
+        return [Check("driver", "fail", f"cannot look for the driver's libraries: {e.message}")]
+    branch = version.partition(".")[0]
+    out: list[Check] = []
+    found: list[str] = []
+    for capability, stem, lost in _ESSENTIAL:
+        names = [os.path.basename(p) for p in files.capability(capability).libraries]
+        if f"{stem}.{version}" in names:
+            found.append(f"{stem}.{version}")
+            continue
+        out.append(
+            Check(
+                "driver",
+                "fail",
+                f"{stem}.{version} is not under {driver_root} (its ld.so.cache and library "
+                f"directories): {lost}",
+                f"install the user-space libraries of driver {version} (Debian/Ubuntu: "
+                f"libnvidia-compute-{branch}; RHEL: nvidia-driver-cuda-libs) or set "
+                "host.driver_root",
+            )
+        )
+    if found:
+        out.insert(0, Check("driver", "ok", ", ".join(found)))
     return out
 
 

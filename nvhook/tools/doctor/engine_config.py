@@ -7,7 +7,12 @@
   ``--set-as-default`` was used: it replays configure on the recorded original, with and
   without the flag, and compares with the hash of what configure wrote.
 - :func:`daemon_start` finds a daemon by name in ``<root>/proc`` and says when it started
-  (``/proc/<pid>/stat`` start time in clock ticks after ``btime`` of ``/proc/stat``).
+  (``/proc/<pid>/stat`` start time in clock ticks after ``btime`` of ``/proc/stat``), its
+  command line and the config file it reads (:data:`CONFIG_FLAGS`; a containerd that
+  dockerd started for itself reads ``/var/run/docker/containerd/containerd.toml``, not
+  the system containerd's config); :func:`process_path` reads the ``PATH`` of its
+  environment (``/proc/<pid>/environ``, nothing else of it), the PATH its programs are
+  looked up on.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from oci._frozen import Frozen
 
 __all__ = [
     "BINARIES",
+    "CONFIG_FLAGS",
     "DAEMONS",
     "EngineConfig",
     "Process",
     "daemon_start",
     "default_was_set",
+    "process_path",
     "read_engine_config",
 ]
 
@@ -280,9 +287,41 @@ def default_was_set(
 # --------------------------------------------------------------------------- processes
 
 
+#: The daemon's flags that name its config file (its default: ``nvhook.engines.DEFAULT_CONFIGS``);
+#: ``containerd --help`` (1.6, 1.7, 2.x) and ``dockerd --help`` (20.10 onwards) say so.
+CONFIG_FLAGS: dict[str, tuple[str, ...]] = {
+    "containerd": ("--config", "-c"),
+    "dockerd": ("--config-file",),
+    "crio": ("--config", "-c"),
+}
+
+
 class Process(Frozen):
     pid: int
     started: float  # seconds since the epoch
+    argv: tuple[str, ...] = ()
+
+    def flag(self, names: tuple[str, ...]) -> str | None:
+        """The value of the first of ``names`` on the command line (``--x v``, ``--x=v``,
+        ``-c v``; the last one given wins, as Go's flag parsers take it)."""
+        value = None
+        for i, word in enumerate(self.argv[1:], 1):
+            for name in names:
+                if word == name and i + 1 < len(self.argv):
+                    value = self.argv[i + 1]
+                elif word.startswith(name + "="):
+                    value = word[len(name) + 1 :]
+        return value
+
+    def flags(self, name: str) -> list[str]:
+        """Every value of a repeatable flag (``--add-runtime a=b --add-runtime=c=d``)."""
+        out: list[str] = []
+        for i, word in enumerate(self.argv[1:], 1):
+            if word == name and i + 1 < len(self.argv):
+                out.append(self.argv[i + 1])
+            elif word.startswith(name + "="):
+                out.append(word[len(name) + 1 :])
+        return out
 
 
 def _boot_time(root: str) -> float | None:
@@ -296,16 +335,61 @@ def _boot_time(root: str) -> float | None:
     return None
 
 
-def daemon_start(root: str, comm: str) -> Process | None:
-    """The oldest process under ``<root>/proc`` named ``comm``, and when it started."""
+def _argv(proc: str, pid: int) -> tuple[str, ...]:
+    try:
+        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as f:
+            raw = f.read(1 << 16)
+    except OSError:
+        return ()
+    return tuple(w.decode(errors="replace") for w in raw.split(b"\0")[:-1] if raw)
+
+
+def process_path(root: str, pid: int) -> str | None:
+    """The ``PATH`` in process ``pid``'s environment under ``<root>/proc`` ("" when it has
+    none; None when the environment cannot be read). Nothing else of it is kept."""
+    try:
+        with open(os.path.join(root, "proc", str(pid), "environ"), "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        return None
+    for entry in raw.split(b"\0"):
+        if entry.startswith(b"PATH="):
+            return entry[5:].decode(errors="replace")
+    return ""
+
+
+def daemon_start(root: str, comm: str, *, reads: str | None = None) -> Process | None:
+    """The oldest process under ``<root>/proc`` named ``comm``, and when it started.
+
+    ``reads``: only a process that reads that config file (a host path; its command line's
+    :data:`CONFIG_FLAGS`, else the engine's default), so that the containerd dockerd runs
+    for itself is not taken for the one reading ``/etc/containerd/config.toml``."""
+    if reads is not None:
+        return next(
+            (p for p in daemon_processes(root, comm) if daemon_config(comm, p) == reads), None
+        )
+    found = daemon_processes(root, comm)
+    return found[0] if found else None
+
+
+def daemon_config(comm: str, process: Process) -> str:
+    """The config file ``process`` (a ``comm`` daemon) reads, as a host path."""
+    from nvhook.engines import DEFAULT_CONFIGS
+
+    default = DEFAULT_CONFIGS.get("docker" if comm == "dockerd" else comm, "")
+    return os.path.normpath(process.flag(CONFIG_FLAGS.get(comm, ())) or default)
+
+
+def daemon_processes(root: str, comm: str) -> list[Process]:
+    """Every process under ``<root>/proc`` named ``comm``, oldest first."""
     proc = os.path.join(root, "proc")
     boot = _boot_time(root)
     try:
         pids = [int(p) for p in os.listdir(proc) if p.isdigit()]
     except OSError:
-        return None
+        return []
     if boot is None:
-        return None
+        return []
     ticks = os.sysconf("SC_CLK_TCK")
     found: list[Process] = []
     for pid in pids:
@@ -318,5 +402,6 @@ def daemon_start(root: str, comm: str) -> Process | None:
         fields = stat[stat.rfind(")") + 2 :].split()
         if name != comm[:15] or len(fields) < 20 or not fields[19].isdigit():
             continue
-        found.append(Process(pid, boot + int(fields[19]) / ticks))  # field 22: starttime
-    return min(found, key=lambda p: p.started) if found else None
+        started = boot + int(fields[19]) / ticks  # field 22: starttime
+        found.append(Process(pid, started, _argv(proc, pid)))
+    return sorted(found, key=lambda p: (p.started, p.pid))

@@ -12,6 +12,8 @@ from nvhook.tools.doctor.base import Check, Options, under
 
 #: What to run when the server is absent or stale (the packages' unit).
 RESTART = "systemctl enable --now nvhook-shim-server.service"
+#: How long the probe waits for the server to close the connection it opened and ended.
+PROBE_TIMEOUT_S = 5.0
 
 
 def _native_front_end(path: str) -> bool:
@@ -25,8 +27,11 @@ def _native_front_end(path: str) -> bool:
 def check_shim_server(opts: Options) -> list[Check]:
     """Where ``nvhook-runtime`` is the native front-end: is the server's socket in the cache
     directory, root's, and does it answer? Without the front-end the server is never asked,
-    so nothing is said. On the live host (``--root /``) the socket is connected to and closed
-    at once, which the server takes as a probe and does not log."""
+    so nothing is said. On the live host (``--root /``) the socket is connected to and our
+    end shut for writing at once, which the server takes as a probe and does not log: its
+    child closes the connection. A connect alone proves nothing (the kernel completes it
+    into the listen backlog of a server that no longer accepts), so the server answers only
+    when that close arrives within :data:`PROBE_TIMEOUT_S`."""
     from nvhook.server import SOCKET_NAME
     from nvhook.settings import CACHE_ENV, DEFAULT_CACHE_DIR
 
@@ -56,9 +61,22 @@ def check_shim_server(opts: Options) -> list[Check]:
     if opts.root != "/":
         return [Check("start path", "ok", f"nvhook-shim-server socket {sock} (not probed: --root)")]
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    probe.settimeout(2)
+    probe.settimeout(PROBE_TIMEOUT_S)
     try:
         probe.connect(sock)
+        probe.shutdown(socket.SHUT_WR)
+        probe.recv(1)  # b"": the server's child closed it (any byte: it answered too)
+    except TimeoutError:
+        return [
+            Check(
+                "start path",
+                "fail",
+                f"nvhook-shim-server on {sock} accepts no connection within "
+                f"{PROBE_TIMEOUT_S:g} s (hung): GPU creates wait for the front-end's deadline, "
+                "then start the Python shim",
+                "systemctl restart nvhook-shim-server.service",
+            )
+        ]
     except OSError as e:
         why = (
             "connection refused: left by a server that stopped"

@@ -88,7 +88,10 @@ def test_jit_request_explained_and_bundle_untouched(
     assert (code, err) == (0, "")
     assert _snapshot(b) == before
     lines = out.splitlines()
-    assert lines[0] == f"Bundle: {b}"
+    assert lines[0] == (
+        "Verdict: will see 2 GPUs (host 0:1 and 3 as 0 and 1), no CUDA (capabilities: utility)"
+    )
+    assert lines[1] == f"Bundle: {b}"
     assert "Container: unprivileged" in lines
     assert "Asks for: devices 0:1,3" in lines
     assert "  from env NVIDIA_VISIBLE_DEVICES='0:1,3': 0:1,3" in lines
@@ -102,7 +105,8 @@ def test_jit_request_explained_and_bundle_untouched(
     )
     assert "Device 0:1: /dev/nvidia0, MIG gi 3 ci 0" in lines
     assert "Device 3 (GPU-17297365-d66b-40f2-85f4-de7bd1bd8cd3): /dev/nvidia3" in lines
-    assert "Not found for utility: nvidia-imex, nvidia-imex-ctl" in lines
+    # a DGX A100 has no IMEX (Ampere): its daemon is not reported missing
+    assert not [line for line in lines if line.startswith("Missing for")]
     start = lines.index("Edits that would be applied:")
     assert lines[start + 1] == "  device nodes (8):"
     assert lines[start + 8] == (
@@ -294,7 +298,7 @@ def test_strict_policy_from_config_ignores_unprivileged_env(
     assert code == 0
     lines = out.splitlines()
     assert f"Settings: {config}: mode auto, host root {dgx}, " in out
-    assert "accept_env_unprivileged=false" in lines[2]
+    assert "accept_env_unprivileged=false" in lines[3]
     assert "  from nowhere: no variable, annotation or mount asks for a device" in lines
     assert (
         "  ignored env NVIDIA_VISIBLE_DEVICES='all': the container is not privileged and "
@@ -400,6 +404,7 @@ def test_invalid_or_missing_config_is_the_answer(
     code, out, err = _run(["explain", "-b", str(b), "--config", str(missing)], capfd)
     assert (code, err) == (8, "")
     assert out == (
+        f"Verdict: will NOT start: {missing}: configuration file not found\n"
         f"Bundle: {b}\nResult: would fail: {missing}: configuration file not found (exit code 8)\n"
     )
     bad = _config(tmp_path, "[policy]\naccept_env_unprivileged = 1\n", "bad.toml")
@@ -430,3 +435,130 @@ def test_bundle_the_shim_already_edited_stays_unchanged(
         "execs the runtime and leaves config.json untouched",
     }
     assert data["edits"] is None and data["after_injection"] is None
+
+
+# --- the verdict: the first line, and the same as fields in --json ---------------------------
+
+
+def _verdict(root: Path, b: Path, capfd: pytest.CaptureFixture[str]) -> tuple[str, Any]:
+    """The text's first line and the JSON's verdict, which must say the same."""
+    code, out, _ = _run(["explain", "-b", str(b), "--root", str(root)], capfd)
+    first = out.splitlines()[0]
+    code_json, out_json, _ = _run(["explain", "-b", str(b), "--root", str(root), "--json"], capfd)
+    data = json.loads(out_json)
+    assert code == code_json
+    assert first == f"Verdict: {data['verdict']['text']}"
+    return first.removeprefix("Verdict: "), data
+
+
+def test_verdict_numbers_gpus_in_bus_order_not_request_order(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Inside, the GPUs are numbered in the host's (PCI bus) order, whatever order the
+    request names them in."""
+    text, data = _verdict(dgx, bundle(["NVIDIA_VISIBLE_DEVICES=3,2"]), capfd)
+    assert text == "will see 2 GPUs (host 2 and 3 as 0 and 1), CUDA 12.4, libcuda 550.54.15"
+    v = data["verdict"]
+    assert [(g["host"], g["inside"]) for g in v["gpus"]] == [("2", 0), ("3", 1)]
+    assert (v["runs_cuda"], v["cuda_version"], v["libcuda"], v["problems"]) == (
+        True,
+        "12.4",
+        "550.54.15",
+        [],
+    )
+
+
+def test_verdict_counts_a_mig_device_where_its_gpu_sits(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    text, _ = _verdict(dgx, bundle(["NVIDIA_VISIBLE_DEVICES=4,0:1"]), capfd)
+    assert text == "will see 2 GPUs (host 0:1 and 4 as 0 and 1), CUDA 12.4, libcuda 550.54.15"
+
+
+def test_verdict_mig_gpu_without_mig_devices_will_not_run_cuda(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The dgx-a100's GPU 1 is in MIG mode without instances: the shim succeeds (exit 0,
+    config.json edited) but CUDA finds no device."""
+    text, data = _verdict(dgx, bundle(["NVIDIA_VISIBLE_DEVICES=1"]), capfd)
+    assert text == (
+        "will NOT run CUDA: GPU 1 is in MIG mode and has no MIG devices; ask for a MIG device "
+        "or another GPU"
+    )
+    assert data["verdict"]["runs_cuda"] is False and data["verdict"]["gpus"] == []
+    assert data["outcome"]["result"] == "edit"
+
+
+def test_verdict_whole_mig_gpu_names_its_mig_devices(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    text, _ = _verdict(dgx, bundle(["NVIDIA_VISIBLE_DEVICES=0"]), capfd)
+    assert text == (
+        "will NOT run CUDA: GPU 0 is in MIG mode: CUDA sees only its MIG devices "
+        "(0:0, 0:1, 0:2); ask for one of them"
+    )
+
+
+def test_verdict_some_gpus_usable_says_which_is_not(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    text, data = _verdict(dgx, bundle(["NVIDIA_VISIBLE_DEVICES=1,5"]), capfd)
+    assert text == (
+        "will see 1 GPU (host 5 as 0), CUDA 12.4, libcuda 550.54.15; but GPU 1 is in MIG "
+        "mode and has no MIG devices; ask for a MIG device or another GPU"
+    )
+    assert data["verdict"]["runs_cuda"] is True
+
+
+def test_verdict_all_gives_the_mig_devices_not_their_gpu(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    _, data = _verdict(dgx, bundle(["NVIDIA_VISIBLE_DEVICES=all"]), capfd)
+    hosts = [g["host"] for g in data["verdict"]["gpus"]]
+    assert hosts == ["0:0", "0:1", "0:2", "2", "3", "4", "5", "6", "7"]
+    assert [g["inside"] for g in data["verdict"]["gpus"]] == list(range(9))
+
+
+def test_verdict_mig_mode_from_proc_when_nvml_fails(
+    dgx: Path,
+    bundle: Callable[..., Path],
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NVHOOK_MOCK_NVML_FAIL", "nvmlInitWithFlags:9,nvmlInit_v2:9,nvmlInit:9")
+    text, data = _verdict(dgx, bundle(["NVIDIA_VISIBLE_DEVICES=1"]), capfd)
+    assert text.startswith("will NOT run CUDA: GPU 1 is in MIG mode and has no MIG devices")
+    assert data["verdict"]["cuda_version"] is None
+
+
+@pytest.mark.parametrize("gone", [True, False])
+def test_verdict_host_without_libcuda_will_not_run_cuda(
+    gone: bool,
+    make_mock_machine: Callable[..., Path],
+    bundle: Callable[..., Path],
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    root = make_mock_machine("h100-pcie")
+    if gone:
+        for lib in (root / "usr/lib/x86_64-linux-gnu").glob("libcuda.so*"):
+            lib.unlink()
+    text, data = _verdict(root, bundle(["NVIDIA_VISIBLE_DEVICES=0"]), capfd)
+    if gone:
+        assert text == (
+            f"will NOT run CUDA: the host has no libcuda.so.1 (looked under {root}): install "
+            "the driver's CUDA library (libcuda, in the driver's utils or compute package) or "
+            "set host.driver_root"
+        )
+        assert (data["verdict"]["runs_cuda"], data["verdict"]["libcuda"]) == (False, None)
+        assert data["outcome"]["result"] == "edit"  # the shim itself succeeds
+    else:
+        assert text == "will see 1 GPU (host 0 as 0), CUDA 13.0, libcuda 580.65.06"
+
+
+def test_verdict_of_a_failure_and_of_nothing_asked(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    text, data = _verdict(dgx, bundle(["NVIDIA_VISIBLE_DEVICES=9"], name="bad"), capfd)
+    assert text.startswith("will NOT start: GPU 9") and data["outcome"]["result"] == "fail"
+    text, _ = _verdict(dgx, bundle([], name="none"), capfd)
+    assert text == "will see no GPU: nothing asks for a GPU or an IMEX channel"

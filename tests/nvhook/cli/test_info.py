@@ -106,17 +106,51 @@ def test_missing_and_searched_are_reported(mock_machine: Callable[..., Path]) ->
     assert all(c["missing"] == [] for n, c in caps.items() if n not in ("graphics", "display"))
     # the DGX profile installs no graphics configuration and no display files
     assert "vulkan/icd.d/nvidia_icd.json" in caps["graphics"]["missing"]
+    # … nor needs the display files: an A100 has no display engine
     assert caps["display"]["libraries"] == []
-    assert set(caps["display"]["missing"]) == {
-        "X11/xorg.conf.d/10-nvidia.conf",
-        "libglxserver_nvidia.so",
-        "nvidia_drv.so",
-    }
+    assert caps["display"]["missing"] == []
     assert "/usr/lib/xorg/modules" in info["searched"]
     assert "/usr/lib/x86_64-linux-gnu/vdpau" in info["searched"]
     text = render_text(info)
     assert text.count("/usr/lib/x86_64-linux-gnu/vdpau, ") == 1  # searched: printed once
     assert text.count("Searched: /etc/ld.so.cache, ") == 1
+
+
+@pytest.mark.parametrize(
+    ("profile", "gone", "capability", "lacking"),
+    [
+        # IMEX: a Grace Blackwell tray with channels calls for the daemon; a DGX A100 not
+        ("gb200-imex", "usr/bin/nvidia-imex", "utility", True),
+        ("dgx-a100", "usr/bin/nvidia-imex", "utility", False),
+        # the Xorg driver: an L40S has a display engine; an H100 none
+        ("l40s-x4", "usr/lib/xorg/modules/drivers/nvidia_drv.so", "display", True),
+        ("h100-pcie", "usr/lib/xorg/modules/drivers/nvidia_drv.so", "display", False),
+        # the Vulkan ICD: lacking beside libGLX_nvidia, not on a host without it
+        ("l40s-x4", "usr/share/vulkan/icd.d/nvidia_icd.json", "graphics", True),
+        ("l40s-x4", "usr/lib/x86_64-linux-gnu/libGLX_nvidia.so.*", "graphics", False),
+    ],
+)
+def test_missing_only_what_the_hardware_and_driver_call_for(
+    make_mock_machine: Callable[..., Path],
+    profile: str,
+    gone: str,
+    capability: str,
+    lacking: bool,
+) -> None:
+    root = make_mock_machine(profile)
+    before = {c["name"]: c["missing"] for c in host_info(Host(root=str(root)))["capabilities"]}
+    for path in root.glob(gone):
+        path.unlink()
+    after = {c["name"]: c["missing"] for c in host_info(Host(root=str(root)))["capabilities"]}
+    name = os.path.basename(gone).replace(".*", ".so").removesuffix(".so.so")
+    shown = gone.split("/", 2)[-1] if gone.endswith(".json") else name
+    if lacking:
+        assert shown not in before[capability] and shown in after[capability]
+    elif "libGLX" in gone:  # its library gone: its configs are not lacking either
+        assert "vulkan/icd.d/nvidia_icd.json" not in after[capability]
+        assert "libGLX_nvidia.so" in after[capability]
+    else:
+        assert after[capability] == before[capability]
 
 
 def test_nvml_failure_falls_back_to_proc(

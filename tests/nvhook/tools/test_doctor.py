@@ -139,7 +139,7 @@ def test_untrusted_spec_is_reported_with_its_fix(node: Path) -> None:
 def test_stale_spec(node: Path) -> None:
     spec = node / "var/run/cdi/nvidia.json"
     mounts = json.loads(spec.read_text())["containerEdits"]["mounts"]
-    gone = next(m["hostPath"] for m in mounts if "libnvidia-ml.so." in m["hostPath"])
+    gone = next(m["hostPath"] for m in mounts if "libnvidia-cfg.so." in m["hostPath"])
     Path(gone).unlink()  # the driver's files changed since the spec was generated
     [problem] = _problems(diagnose(_opts(node)))
     assert problem.area == "cdi"
@@ -242,10 +242,21 @@ def test_runtime_pointing_elsewhere(node: Path) -> None:
     assert problem.fix.startswith("nvhook runtime configure --runtime docker --config ")
 
 
-def _fake_proc(root: Path, comm: str, pid: int, btime: int, started_ticks: int) -> None:
+def _fake_proc(
+    root: Path,
+    comm: str,
+    pid: int,
+    btime: int,
+    started_ticks: int,
+    argv: tuple[str, ...] = (),
+    env: tuple[str, ...] | None = None,
+) -> None:
     _write(root / "proc/stat", f"cpu  1 2 3\nbtime {btime}\nprocesses 9\n")
     fields = ["S"] + ["0"] * 18 + [str(started_ticks)] + ["0"] * 10
     _write(root / f"proc/{pid}/stat", f"{pid} ({comm}) {' '.join(fields)}\n")
+    (root / f"proc/{pid}/cmdline").write_bytes(b"".join(w.encode() + b"\0" for w in argv))
+    if env is not None:
+        (root / f"proc/{pid}/environ").write_bytes(b"".join(e.encode() + b"\0" for e in env))
 
 
 def test_restart_pending_when_the_daemon_predates_the_config(node: Path) -> None:
@@ -260,6 +271,27 @@ def test_restart_pending_when_the_daemon_predates_the_config(node: Path) -> None
     assert problem.fix == "systemctl restart containerd"
     _fake_proc(node, "containerd", 4242, int(mtime) + 10, 0)  # started after the change
     assert _problems(diagnose(_opts(node))) == []
+
+
+def test_dockerds_own_containerd_is_not_the_one_to_restart(node: Path) -> None:
+    """dockerd runs a containerd of its own, with its own config: its start time says
+    nothing about /etc/containerd/config.toml."""
+    config = node / "etc/containerd/config.toml"
+    ticks = os.sysconf("SC_CLK_TCK")
+    btime = int(config.stat().st_mtime) - 3600  # both started an hour before the change
+    own = ("containerd", "--config", "/var/run/docker/containerd/containerd.toml")
+    _fake_proc(node, "containerd", 4242, btime, 60 * ticks, own)
+    checks = diagnose(_opts(node))
+    assert _problems(checks) == []
+    [said] = [c for c in checks if c.area == "containerd" and c.status == "warn"]
+    assert said.message == (
+        "no containerd reading /etc/containerd/config.toml is running (pid 4242 reads "
+        "/var/run/docker/containerd/containerd.toml (dockerd's own containerd))"
+    )
+    _fake_proc(node, "containerd", 4300, btime, 90 * ticks, ("/usr/bin/containerd",))
+    [problem] = _problems(diagnose(_opts(node)))
+    assert "containerd (pid 4300) started " in problem.message
+    assert problem.message.endswith("(restart pending)")
 
 
 def test_daemon_start_of_a_real_process(tmp_path: Path) -> None:
@@ -476,3 +508,232 @@ def test_shim_server_answering_is_probed_without_a_log_line(tmp_path: Path) -> N
     log = (tmp_path / "server.log").read_bytes()
     assert found == Check("start path", "ok", f"nvhook-shim-server answers on {cache}/shim.sock")
     assert b"refused" not in log, log  # a probe, not a bad request
+
+
+def test_shim_server_that_accepts_nothing_is_hung_not_answering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listening socket whose server no longer accepts: the connect succeeds (the
+    backlog), the probe's deadline finds it hung."""
+    import nvhook.tools.doctor.server as server
+
+    monkeypatch.setattr(server, "PROBE_TIMEOUT_S", 0.3)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX) as hung:
+        hung.bind(str(cache / "shim.sock"))
+        hung.listen(8)
+        [found] = _server_checks(tmp_path, cache)
+    assert (found.status, found.fix) == ("fail", "systemctl restart nvhook-shim-server.service")
+    assert found.message.startswith(
+        f"nvhook-shim-server on {cache}/shim.sock accepts no connection within 0.3 s (hung)"
+    )
+
+
+def test_shim_server_that_closes_the_probe_answers(tmp_path: Path) -> None:
+    """The control: a server that accepts and closes (as the real one's child does)."""
+    import threading
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(cache / "shim.sock"))
+        listener.listen(8)
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            conn.recv(1)
+            conn.close()
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        [found] = _server_checks(tmp_path, cache)
+        thread.join(5)
+    assert found == Check("start path", "ok", f"nvhook-shim-server answers on {cache}/shim.sock")
+
+
+@pytest.mark.parametrize("gone", ["libcuda", "libnvidia-ml", None])
+def test_driver_without_libcuda_or_nvml_is_not_ok(
+    gone: str | None, make_mock_machine: Callable[..., Path]
+) -> None:
+    root = make_mock_machine("h100-pcie")
+    if gone:
+        for lib in (root / "usr/lib/x86_64-linux-gnu").glob(f"{gone}.so*"):
+            lib.unlink()
+    driver = [c for c in diagnose(Options(root=str(root))) if c.area == "driver"]
+    libraries = [c for c in driver if ".so." in c.message]
+    if gone is None:
+        assert libraries == [
+            Check("driver", "ok", "libcuda.so.580.65.06, libnvidia-ml.so.580.65.06")
+        ]
+        return
+    problem = next(c for c in libraries if c.status == "fail")
+    assert problem.message.startswith(f"{gone}.so.580.65.06 is not under {root} ")
+    assert problem.fix.startswith("install the user-space libraries of driver 580.65.06 ")
+
+
+# --------------------------------------------------------------------------- docker run --gpus
+
+SYSTEMD_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _dockerd(
+    node: Path,
+    *,
+    version: str = "20.10.24+dfsg1",
+    env: tuple[str, ...] = (SYSTEMD_PATH,),
+    argv: tuple[str, ...] = ("/usr/sbin/dockerd", "-H", "fd://"),
+    started_ago: int = 3600,
+) -> None:
+    """docker configured for nvhook, and a running dockerd (``/proc``) of ``version`` that
+    started ``started_ago`` seconds ago with ``env`` and ``argv``."""
+    config = node / "etc/docker/daemon.json"
+    if not config.exists():
+        _write(config, "{}\n")
+        configure_command(node, "docker", config)
+    _write(
+        node / "usr/sbin/dockerd", f"#!/bin/sh\necho 'Docker version {version}, build x'\n", 0o755
+    )
+    ticks = os.sysconf("SC_CLK_TCK")
+    btime = int(time.time()) - started_ago - 10
+    for file in (node / "etc/docker").iterdir():  # configured before dockerd started
+        os.utime(file, (btime, btime))
+    _fake_proc(node, "dockerd", 777, btime, 10 * ticks, argv, env)
+
+
+def _gpus(node: Path) -> list[Check]:
+    return [c for c in _engine(node, "docker") if "--gpus" in c.message]
+
+
+def _hook(node: Path, where: str, name: str = "nvidia-container-runtime-hook") -> Path:
+    hook = _write(node / where.lstrip("/") / name, "#!/bin/sh\n", 0o755)
+    past = time.time() - 7200  # before dockerd started
+    os.utime(hook, (past, past))
+    return hook
+
+
+def test_docker_gpus_without_the_hook_on_dockerds_path(node: Path) -> None:
+    _dockerd(node)
+    [problem] = _gpus(node)
+    assert problem.status == "fail"
+    assert problem.message == (
+        "dockerd (pid 777, 20.10) finds no nvidia-container-runtime-hook on its PATH "
+        "(/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin): `docker run --gpus` "
+        'fails with: could not select device driver "" with capabilities: [[gpu]]'
+    )
+    assert (
+        problem.fix == "nvhook install-entrypoints --bin-dir /usr/bin && systemctl restart docker"
+    )
+    _hook(node, "/usr/bin")
+    assert [(c.status, c.message) for c in _gpus(node)] == [
+        (
+            "ok",
+            "docker run --gpus: dockerd (pid 777, 20.10) finds "
+            "/usr/bin/nvidia-container-runtime-hook on its PATH (device driver nvidia)",
+        )
+    ]
+
+
+def test_docker_gpus_judged_by_dockerds_path_not_ours(node: Path) -> None:
+    _hook(node, "/opt/nvidia/bin")
+    _dockerd(node, env=("PATH=/usr/bin:/bin", "SECRET_TOKEN=abc"))
+    [problem] = _gpus(node)
+    assert problem.status == "fail" and "on its PATH (/usr/bin:/bin)" in problem.message
+    assert "abc" not in problem.message
+    _dockerd(node, env=("PATH=/opt/nvidia/bin:/usr/bin",))
+    assert [c.status for c in _gpus(node)] == ["ok"]
+
+
+def test_docker_gpus_hook_installed_after_dockerd_started(node: Path) -> None:
+    _dockerd(node)
+    _write(node / "usr/bin/nvidia-container-runtime-hook", "#!/bin/sh\n", 0o755)  # now
+    [problem] = _gpus(node)
+    assert problem.status == "fail" and problem.fix == "systemctl restart docker"
+    assert problem.message.endswith(
+        'could not select device driver "" with capabilities: [[gpu]] (restart pending)'
+    )
+
+
+@pytest.mark.parametrize(("version", "status"), [("28.3.0", "ok"), ("27.5.1", "fail")])
+def test_docker_gpus_with_only_nvidia_cdi_hook(node: Path, version: str, status: str) -> None:
+    """From 28.3 dockerd's nvidia.cdi driver serves --gpus with nvidia-cdi-hook alone."""
+    _hook(node, "/usr/bin", "nvidia-cdi-hook")
+    _dockerd(node, version=version)
+    [found] = _gpus(node)
+    assert found.status == status
+    if status == "ok":
+        assert found.message.endswith(
+            "/usr/bin/nvidia-cdi-hook on its PATH (device driver nvidia.cdi)"
+        )
+    else:
+        assert "finds no nvidia-container-runtime-hook on its PATH" in found.message
+
+
+def test_docker_read_as_the_running_dockerd_reads_it(node: Path) -> None:
+    """The live dockerd's --config-file is the file judged, and --add-runtime counts."""
+    other = _write(node / "etc/docker/other.json", "{}\n")
+    configure_command(node, "docker", other)
+    argv = ("/usr/sbin/dockerd", "--config-file", "/etc/docker/other.json")
+    _write(node / "etc/docker/daemon.json", "{}\n")  # the default file, without the runtime
+    _dockerd(node, argv=argv)
+    [ok] = [c for c in _engine(node, "docker") if "runs" in c.message]
+    assert ok.status == "ok" and ok.message.startswith(
+        "runtime 'nvidia' runs /usr/bin/nvhook-runtime"
+    )
+    _dockerd(node, argv=("/usr/sbin/dockerd",))
+    # the default file lacks the runtime (a warning: containerd has it)
+    assert any(
+        c.status == "warn" and f"{node}/etc/docker/daemon.json has no runtime 'nvidia'" in c.message
+        for c in _engine(node, "docker")
+    )
+    _dockerd(node, argv=("/usr/sbin/dockerd", "--add-runtime", "nvidia=/usr/bin/nvhook-runtime"))
+    [ok] = [c for c in _engine(node, "docker") if "runs" in c.message]
+    assert ok == Check(
+        "docker", "ok", "runtime 'nvidia' runs /usr/bin/nvhook-runtime (dockerd --add-runtime)"
+    )
+
+
+# --------------------------------------------------------------------------- each driver fault
+
+
+def _driver_faults(root: Path) -> list[tuple[str, str]]:
+    return [
+        (c.status, c.message)
+        for c in diagnose(_opts(root))
+        if c.area == "driver" and c.status != "ok"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("modules", "said"),
+    [
+        ("nvidia_uvm 1 0 - Live\n", ("fail", "the nvidia kernel module is not loaded")),
+        ("nvidia 1 0 - Live\n", ("warn", "the nvidia_uvm module is not loaded: CUDA cannot run")),
+    ],
+)
+def test_proc_modules_without_nvidia_or_uvm(
+    node: Path, modules: str, said: tuple[str, str]
+) -> None:
+    (node / "proc/modules").write_text(modules)
+    assert _driver_faults(node) == [said]
+    (node / "proc/modules").write_text("nvidia_uvm 1 0 - Live\nnvidia 2 1 nvidia_uvm, Live\n")
+    assert _driver_faults(node) == []  # the control: both loaded
+
+
+def test_driver_that_sees_no_gpu(node: Path) -> None:
+    assert _driver_faults(node) == []
+    shutil.rmtree(node / "proc/driver/nvidia/gpus")
+    (node / "proc/driver/nvidia/gpus").mkdir()
+    faults = _driver_faults(node)
+    assert (
+        "warn",
+        "driver 535.230.02 is loaded but sees no GPU (the kernel log says why)",
+    ) in faults
+
+
+def test_device_node_with_the_wrong_numbers(node: Path) -> None:
+    node0 = node / "dev/nvidia0"
+    node0.unlink()
+    os.mknod(node0, 0o666 | 0o020000, os.makedev(195, 9))
+    node0.chmod(0o666)
+    assert _driver_faults(node) == [("fail", f"{node0} is device 195:9, the driver's is 195:0")]

@@ -134,3 +134,19 @@ def test_hooks_must_be_executable_files(tmp_path: Path) -> None:
     ]
     assert problems == expected  # root too: it may execute a file only with an x bit set
     assert missing_host_paths(Edits(hooks=hooks)) == []  # hooks fail later, in runc
+
+
+def test_a_path_that_cannot_be_inspected(tmp_path: Path) -> None:
+    """A host path through a regular file (ENOTDIR) is neither missing nor present: said as
+    such, for a mount and a device node, and not taken for a missing file at start."""
+    (tmp_path / "file").write_text("")
+    good = tmp_path / "lib.so.1"
+    good.write_text("")
+    through = tmp_path / "file" / "lib.so.1"
+    edits = Edits(mounts=(_bind(through),), device_nodes=(_node("/dev/n", hostPath=str(through)),))
+    problems = [(p.what, p.problem, p.missing) for p in check_edits(edits)]
+    assert problems == [
+        (f"mount {through}", "cannot inspect host file: Not a directory", False),
+        ("device node /dev/n", "cannot inspect host device: Not a directory", False),
+    ]
+    assert check_edits(Edits(mounts=(_bind(good),))) == []  # the control: the same, readable
