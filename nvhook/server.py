@@ -59,6 +59,21 @@ import struct
 import sys
 
 from nvhook.peer import peer_problem
+from nvhook.shim_protocol import (
+    ACK,
+    EXEC,
+    EXIT,
+    FDS,
+    HEADER,
+    MAGIC,
+    MAX_REQUEST,
+    PROTOCOL,
+    SOCKET_NAME,
+    Request,
+    RequestError,
+    frame,
+    parse_request,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -87,27 +102,12 @@ __all__ = [
 ]
 
 PROG = "nvhook-shim-server"
-#: The protocol version, first field of every request; the front-end has it compiled in.
-PROTOCOL = b"1"
-#: The first bytes of every frame.
-MAGIC = b"nvhz"
-#: The socket's name in the cache directory (``$NVHOOK_CACHE_DIR``, default ``/run/nvhook``).
-SOCKET_NAME = "shim.sock"
-#: The largest request body read (argv and environment; Linux's own limit is ~2 MiB).
-MAX_REQUEST = 4 * 1024 * 1024
 #: Calls served at once; a connection beyond is closed unread (the front-end falls back).
 MAX_CHILDREN = 64
 #: How long a child waits for the rest of a request.
 RECEIVE_TIMEOUT_S = 5.0
 #: The exit status of a server whose code changed on disk (EX_TEMPFAIL: restart me).
 STALE_EXIT = 75
-#: The descriptors a request carries: cwd, stdin, stdout, stderr.
-FDS = 4
-#: The replies' words: the request is taken; exec the runtime at PATH; exit with CODE.
-ACK = b"ack"
-EXEC = b"exec"
-EXIT = b"exit"
-_HEADER = struct.Struct("<4sI")
 #: The modules a create imports (jit and cdi, errors included), imported before forking:
 #: a child then imports nothing (tests/nvhook/test_server.py checks the list).
 PRELOAD = (
@@ -161,53 +161,9 @@ PRELOAD = (
 )
 
 
-class RequestError(Exception):
-    """A request that is not one (the child closes the connection: the front-end falls back)."""
-
-
 class Probe(Exception):
     """A connection closed before its first byte: a liveness probe (``nvhook doctor``),
     answered by the accept itself and not logged."""
-
-
-class Request:
-    """One call, as the front-end sent it."""
-
-    __slots__ = ("argv", "env", "program", "umask")
-
-    def __init__(self, umask: int, program: str, argv: list[str], env: list[str]) -> None:
-        self.umask = umask
-        self.program = program
-        self.argv = argv
-        self.env = env
-
-
-def frame(body: bytes) -> bytes:
-    """``body`` as one message: :data:`MAGIC`, its length, itself."""
-    return _HEADER.pack(MAGIC, len(body)) + body
-
-
-def parse_request(body: bytes) -> Request:
-    """The request in ``body`` (a frame's body); :class:`RequestError` if malformed."""
-    if not body.endswith(b"\0"):
-        raise RequestError("the request does not end with a NUL")
-    fields = body[:-1].split(b"\0")
-    if fields[0] != PROTOCOL:
-        raise RequestError(f"protocol {fields[0][:16]!r}, expected {PROTOCOL!r}")
-    try:
-        umask = int(fields[1], 8)
-        argc = int(fields[3])
-        envc = int(fields[4 + argc]) if argc >= 0 else -1
-    except (IndexError, ValueError):
-        raise RequestError("a count or the umask is not a number") from None
-    if not 0 <= umask <= 0o777 or argc < 0 or envc < 0 or len(fields) != 5 + argc + envc:
-        raise RequestError("the umask or a count does not match the request")
-    program = os.fsdecode(fields[2])
-    if not program.startswith("/"):
-        raise RequestError("the program path is not absolute")
-    argv = [os.fsdecode(a) for a in fields[4 : 4 + argc]]
-    env = [os.fsdecode(e) for e in fields[5 + argc :]]
-    return Request(umask, program, argv, env)
 
 
 # --------------------------------------------------------------------------- the child
@@ -228,15 +184,15 @@ def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
             raise Probe
         if flags & socket.MSG_CTRUNC or len(fds) != FDS:
             raise RequestError(f"{len(fds)} descriptors, expected {FDS}")
-        while len(data) < _HEADER.size:
-            more = conn.recv(_HEADER.size - len(data))
+        while len(data) < HEADER.size:
+            more = conn.recv(HEADER.size - len(data))
             if not more:
                 raise RequestError("the connection closed in the header")
             data += more
-        magic, length = _HEADER.unpack(data[: _HEADER.size])
+        magic, length = HEADER.unpack(data[: HEADER.size])
         if magic != MAGIC or length > MAX_REQUEST:
             raise RequestError("not a request frame, or too long")
-        chunks = [data[_HEADER.size :]]
+        chunks = [data[HEADER.size :]]
         got = len(chunks[0])
         while got < length:
             more = conn.recv(min(length - got, 1 << 20))

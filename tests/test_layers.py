@@ -90,10 +90,11 @@ RANKS: dict[str, int] = {
     "nvhook.errors": 1,
     "nvhook.legacyhook": 1,
     "nvhook.toolkit_config": 1,
-    # the settings; reading a container's rootfs and spec; judging a socket's peer
+    # the settings; reading a container's rootfs and spec; the shim server's peer and words
     "nvhook.settings": 2,
     "nvhook.rootfs": 2,
     "nvhook.peer": 2,
+    "nvhook.shim_protocol": 2,
     # what a container asks for; the hook's steps (each one job over a rootfs)
     "nvhook.requests": 3,
     "nvhook.hook": 3,
@@ -482,6 +483,33 @@ def test_the_start_path_closure_follows_lazy_imports() -> None:
 
 def test_the_start_path_is_a_ladder() -> None:
     assert ladder_violations(ROOT, entry_modules(ROOT)) == []
+
+
+def entry_point_importers(root: Path, entries: Sequence[str]) -> list[str]:
+    """The imports, anywhere in the packages (tools too; types-only exempt), of a module a
+    launcher runs (``entries``): nothing imports a process entry point."""
+    return [
+        f"{imp.source} (line {imp.line}) imports the entry point {imp.target}"
+        for imp in all_imports(root)
+        if imp.runtime and imp.target in entries and imp.source not in entries
+    ]
+
+
+def test_nothing_imports_a_process_entry_point() -> None:
+    from nvhook.tools.entrypoints import ENTRYPOINTS
+
+    entries = [e.module for e in ENTRYPOINTS]
+    assert set(entries) == {"nvhook.shim", "nvhook.hook.dispatch", "nvhook.server"}
+    assert entry_point_importers(ROOT, entries) == []
+
+
+def test_an_import_of_an_entry_point_is_caught(tmp_path: Path) -> None:
+    root = plant(
+        tmp_path, {**START, "nvhook/tools/report.py": "def f():\n    import nvhook.shim\n"}
+    )
+    assert entry_point_importers(root, ENTRIES) == [
+        "nvhook.tools.report (line 2) imports the entry point nvhook.shim"
+    ]
 
 
 def test_every_rank_names_a_module_that_exists() -> None:

@@ -103,7 +103,8 @@ def _flag_table(h: _Header, stem: str, table: object, what: str) -> None:
 
 def _process(h: _Header) -> None:
     """Exit codes, booleans, the settings and the shim, the data file, the server."""
-    from nvhook import native, server
+    from nvhook import native
+    from nvhook import shim_protocol as protocol
     from nvhook.call import DEFAULT_PATH, LOG_MODE, PROG
     from nvhook.requests.values import BLANKS
     from nvhook.settings import CACHE_ENV, CONFIG_ENV, DEFAULT_CACHE_DIR, DEFAULT_CONFIG_PATH
@@ -136,17 +137,17 @@ def _process(h: _Header) -> None:
         h.define(f"NVHOOK_DATA_{key}", getattr(native, f"KEY_{key}"), f"nvhook.native.KEY_{key}")
     h.define("NVHOOK_DATA_ABSENT", native.ABSENT, "nvhook.native.ABSENT")
 
-    h.section("nvhook-shim-server's protocol (nvhook.server)")
-    h.define("NVHOOK_SERVER_SOCKET", server.SOCKET_NAME, "nvhook.server.SOCKET_NAME")
-    h.define("NVHOOK_SERVER_PROTOCOL", server.PROTOCOL, "nvhook.server.PROTOCOL")
-    h.define("NVHOOK_SERVER_MAGIC", server.MAGIC, "nvhook.server.MAGIC")
-    header = len(server.frame(b""))
-    h.define("NVHOOK_SERVER_HEADER", header, "len(nvhook.server.frame(b'')): MAGIC, a length")
-    h.define("NVHOOK_SERVER_MAX_REQUEST", server.MAX_REQUEST, "nvhook.server.MAX_REQUEST")
-    h.define("NVHOOK_SERVER_FDS", server.FDS, "nvhook.server.FDS: cwd, stdin, stdout, stderr")
-    h.define("NVHOOK_SERVER_ACK", server.ACK, "nvhook.server.ACK")
-    h.define("NVHOOK_SERVER_EXEC", server.EXEC, "nvhook.server.EXEC")
-    h.define("NVHOOK_SERVER_EXIT", server.EXIT, "nvhook.server.EXIT")
+    h.section("nvhook-shim-server's protocol (nvhook.shim_protocol)")
+    h.define("NVHOOK_SERVER_SOCKET", protocol.SOCKET_NAME, "nvhook.shim_protocol.SOCKET_NAME")
+    h.define("NVHOOK_SERVER_PROTOCOL", protocol.PROTOCOL, "nvhook.shim_protocol.PROTOCOL")
+    h.define("NVHOOK_SERVER_MAGIC", protocol.MAGIC, "nvhook.shim_protocol.MAGIC")
+    header = len(protocol.frame(b""))
+    h.define("NVHOOK_SERVER_HEADER", header, "len(shim_protocol.frame(b'')): MAGIC, a length")
+    h.define("NVHOOK_SERVER_MAX_REQUEST", protocol.MAX_REQUEST, "shim_protocol.MAX_REQUEST")
+    h.define("NVHOOK_SERVER_FDS", protocol.FDS, "shim_protocol.FDS: cwd, stdin, stdout, stderr")
+    h.define("NVHOOK_SERVER_ACK", protocol.ACK, "nvhook.shim_protocol.ACK")
+    h.define("NVHOOK_SERVER_EXEC", protocol.EXEC, "nvhook.shim_protocol.EXEC")
+    h.define("NVHOOK_SERVER_EXIT", protocol.EXIT, "nvhook.shim_protocol.EXIT")
 
 
 def _runc(h: _Header) -> None:

@@ -37,16 +37,16 @@
 #define NVHOOK_DATA_END "end" /* nvhook.native.KEY_END */
 #define NVHOOK_DATA_ABSENT "absent" /* nvhook.native.ABSENT */
 
-/* --- nvhook-shim-server's protocol (nvhook.server) */
-#define NVHOOK_SERVER_SOCKET "shim.sock" /* nvhook.server.SOCKET_NAME */
-#define NVHOOK_SERVER_PROTOCOL "1" /* nvhook.server.PROTOCOL */
-#define NVHOOK_SERVER_MAGIC "nvhz" /* nvhook.server.MAGIC */
-#define NVHOOK_SERVER_HEADER 8 /* len(nvhook.server.frame(b'')): MAGIC, a length */
-#define NVHOOK_SERVER_MAX_REQUEST 4194304 /* nvhook.server.MAX_REQUEST */
-#define NVHOOK_SERVER_FDS 4 /* nvhook.server.FDS: cwd, stdin, stdout, stderr */
-#define NVHOOK_SERVER_ACK "ack" /* nvhook.server.ACK */
-#define NVHOOK_SERVER_EXEC "exec" /* nvhook.server.EXEC */
-#define NVHOOK_SERVER_EXIT "exit" /* nvhook.server.EXIT */
+/* --- nvhook-shim-server's protocol (nvhook.shim_protocol) */
+#define NVHOOK_SERVER_SOCKET "shim.sock" /* nvhook.shim_protocol.SOCKET_NAME */
+#define NVHOOK_SERVER_PROTOCOL "1" /* nvhook.shim_protocol.PROTOCOL */
+#define NVHOOK_SERVER_MAGIC "nvhz" /* nvhook.shim_protocol.MAGIC */
+#define NVHOOK_SERVER_HEADER 8 /* len(shim_protocol.frame(b'')): MAGIC, a length */
+#define NVHOOK_SERVER_MAX_REQUEST 4194304 /* shim_protocol.MAX_REQUEST */
+#define NVHOOK_SERVER_FDS 4 /* shim_protocol.FDS: cwd, stdin, stdout, stderr */
+#define NVHOOK_SERVER_ACK "ack" /* nvhook.shim_protocol.ACK */
+#define NVHOOK_SERVER_EXEC "exec" /* nvhook.shim_protocol.EXEC */
+#define NVHOOK_SERVER_EXIT "exit" /* nvhook.shim_protocol.EXIT */
 
 /* --- runc's command line, as oci.argv reads it */
 #define NVHOOK_CMD_CREATE "create" /* oci.argv.CREATE_COMMANDS */

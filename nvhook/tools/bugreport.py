@@ -123,7 +123,7 @@ def _versions(root: str) -> dict[str, Any]:
     import shutil
     import subprocess
 
-    from nvhook.shim import VERSION
+    from nvhook.constants import VERSION
 
     out: dict[str, Any] = {"nvhook": VERSION, "python": platform.python_version()}
     kernel = _read(os.path.join(root, "proc/version"), 4096)

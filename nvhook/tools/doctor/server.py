@@ -32,8 +32,8 @@ def check_shim_server(opts: Options) -> list[Check]:
     child closes the connection. A connect alone proves nothing (the kernel completes it
     into the listen backlog of a server that no longer accepts), so the server answers only
     when that close arrives within :data:`PROBE_TIMEOUT_S`."""
-    from nvhook.server import SOCKET_NAME
     from nvhook.settings import CACHE_ENV, DEFAULT_CACHE_DIR
+    from nvhook.shim_protocol import SOCKET_NAME
 
     bin_dir = opts.bin_dir or os.path.dirname(os.path.abspath(sys.executable))
     if not _native_front_end(os.path.join(bin_dir, "nvhook-runtime")):
