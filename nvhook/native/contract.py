@@ -12,7 +12,7 @@ compiles it). Regenerate it after changing any of these values::
 
 ``tests/nvhook/native/test_contract.py`` compares the checked-in header with
 :func:`render` byte for byte. What stays in the C files is C's own (buffer sizes, the
-JSON reader's limits) or the kernel's (syscall numbers, flags), each with the header it
+JSON reader's other limits) or the kernel's (syscall numbers, flags), each with the header it
 comes from.
 
 Not on the start path: imported by the build and the tests only.
@@ -116,6 +116,7 @@ def render() -> str:
     from oci import argv
     from oci.bundle import CONFIG_NAME
     from oci.errors import ExitCode
+    from oci.jsoncodec import MAX_DEPTH as JSON_MAX_DEPTH
 
     h = _Header()
     h.lines += [
@@ -181,6 +182,7 @@ def render() -> str:
     for stem, (table, short, where) in flags.items():
         h.define(f"NVHOOK_FLAG_{stem}", table.aliases[short], f"oci.argv.{where}: -{short}")
     h.define("NVHOOK_CONFIG_JSON", CONFIG_NAME, "oci.bundle.CONFIG_NAME")
+    h.define("NVHOOK_JSON_MAX_DEPTH", JSON_MAX_DEPTH, "oci.jsoncodec.MAX_DEPTH")
 
     h.section("the hook's command line (nvhook.hook.args)")
     h.define("NVHOOK_HOOK_PROGRAM", PROGRAM, "nvhook.constants.HOOK_PROGRAM")
