@@ -21,7 +21,8 @@ A missing ``/etc/nvhook/config.toml`` means the defaults; a file named by
 ``$NVHOOK_CONFIG`` must exist. The file is read as carefully as a bundle's config.json
 (:func:`oci.bundle.read_regular_file`): opened without blocking, refused unless it is a
 regular file, and at most :data:`MAX_CONFIG_BYTES`. A file that is not a regular file, too
-big, unreadable, not UTF-8 (the error gives the byte offset) or not TOML, an unknown
+big, unreadable, not UTF-8 (the error gives the byte offset), not TOML or nested deeper
+than :data:`oci.nesting.TOML_MAX_DEPTH`, an unknown
 section or key, a wrong type or an invalid value is a :class:`~nvhook.errors.ConfigError`
 naming the file (and the key).
 
@@ -377,10 +378,18 @@ def _load_toml(path: str) -> dict[str, Any]:
             f"{path}: not UTF-8: invalid byte 0x{raw[e.start]:02x} at byte offset {e.start}: "
             "save the file as UTF-8"
         )
+    from oci.nesting import TOML_MAX_DEPTH, NestingError, check_toml_brackets, deeper_than
+
     try:
-        return tomllib.loads(text)
+        check_toml_brackets(text)  # before tomllib recurses into them
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         _fail(f"{path}: invalid TOML: {e}")
+    except NestingError as e:
+        _fail(f"{path}: {e}")
+    if deeper_than(data, TOML_MAX_DEPTH):  # tables: [a.b.c] nests without brackets
+        _fail(f"{path}: {NestingError('arrays and tables', TOML_MAX_DEPTH)}")
+    return data
 
 
 def _kind(mode: int) -> str:

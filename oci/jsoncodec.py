@@ -19,7 +19,11 @@ Reading (:func:`loads`), like Go's ``encoding/json`` where runtimes differ from 
   they are not JSON and Go refuses them;
 - control characters inside strings are refused (``strict``), as in Go;
 - numbers become ``int`` (any size, up to Python's 4300-digit limit) or ``float``; a
-  float beyond the 64-bit range (``1e400``) is refused, as in Go.
+  float beyond the 64-bit range (``1e400``) is refused, as in Go;
+- a value inside more than :data:`MAX_DEPTH` arrays and objects is refused (Go's limit is
+  10,000; the C scanner's own recursion guard, from about 1,000 levels under CPython 3.11's
+  default recursion limit, ends in the same refusal): the native hook reads no deeper, and
+  whatever walks a decoded document may recurse once per level (:mod:`oci.nesting`).
 
 Writing (:func:`dumps`, :func:`dumpb`): compact like Go's ``json.Marshal`` (``,`` and
 ``:`` without spaces, no newline at the end), keys in the mapping's order, non-ASCII
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
+    "MAX_DEPTH",
     "JSONError",
     "dumpb",
     "dumps",
@@ -52,6 +57,10 @@ __all__ = [
 ]
 
 _WHITESPACE = " \t\n\r"
+
+#: The deepest JSON nvhook reads: no value inside more than this many arrays and objects
+#: (the top-level one included). The native hook's limit too (``nvhook-contract.h``).
+MAX_DEPTH = 256
 
 
 class JSONError(ValueError):
@@ -234,8 +243,8 @@ def loads(
         raise _syntax_error(msg, text, where) from None
     except _NotJSON as e:
         raise _syntax_error(str(e), text, None) from None
-    except RecursionError:
-        raise _syntax_error("arrays and objects nested too deeply", text, None) from None
+    except RecursionError:  # the C scanner's guard, at several hundred levels or more
+        raise _too_deep() from None
     except ValueError as e:  # json.JSONDecodeError (has msg and pos), or a too-long integer
         where = getattr(e, "pos", None)
         msg = getattr(e, "msg", None) or str(e)
@@ -256,7 +265,19 @@ def loads(
     if rest.strip(_WHITESPACE):
         where = end + len(rest) - len(rest.lstrip(_WHITESPACE))
         raise _syntax_error("unexpected data after the JSON value", text, where)
+    if text.count("[") + text.count("{") > MAX_DEPTH:  # else too few to nest that deep
+        from oci.nesting import deeper_than
+
+        if deeper_than(value, MAX_DEPTH):
+            raise _too_deep()
     return value
+
+
+def _too_deep() -> JSONError:
+    from oci.nesting import NestingError
+
+    msg = str(NestingError("arrays and objects", MAX_DEPTH))
+    return JSONError(msg, msg=msg, pos=None, lineno=None, colno=None)
 
 
 def loadb(data: bytes | str) -> Any:

@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 import yaml
 
 from nvhook.errors import MissingExtraError
+from oci.nesting import YAML_MAX_DEPTH, NestingError, yaml_loader
 
 try:
     from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -208,10 +209,21 @@ def load_config(path: str | None) -> PluginConfig:
         raise PluginConfigError(
             f"{path}: cannot read the device plugin config: {e.strerror}"
         ) from e
+    except UnicodeDecodeError as e:
+        raise PluginConfigError(
+            f"{path}: not UTF-8 (byte {e.start}): save the device plugin config as UTF-8"
+        ) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # safe_load's loader, nesting bounded
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise PluginConfigError(f"{path}: not valid YAML{where}: fix the syntax") from None
+    except NestingError as e:
+        raise PluginConfigError(f"{path}: {e}") from None
     return parse_config(data, source=path)
+
+
+#: ``yaml.safe_load``'s loader, refusing nesting deeper than :data:`YAML_MAX_DEPTH` (a real
+#: configuration nests five levels; pydantic and the messages above walk what it returns).
+_Loader = yaml_loader(yaml.SafeLoader, YAML_MAX_DEPTH)

@@ -9,6 +9,10 @@ Every edited text is checked by parsing it again with the standard library's ``t
 it must equal the original data with the edits applied, or :func:`edit` raises (tomlkit
 can misplace keys in unusual layouts, e.g. tables defined out of order or dotted keys; we
 would rather refuse than write a file that means something else).
+
+Every text edited here has been through :func:`parse` first, which refuses one nested
+deeper than :data:`oci.nesting.TOML_MAX_DEPTH` (tomlkit's own limit is 100 levels of keys
+and of values each, and the recursive walks here and in the configurators need a bound).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tomlkit.toml_document import TOMLDocument
 
 from nvhook.errors import EngineConfigError
 from oci._frozen import Frozen
+from oci.nesting import TOML_MAX_DEPTH, NestingError, check_toml_brackets, deeper_than
 
 __all__ = ["Edit", "append_to_array", "dotted", "edit", "parse", "plain_get"]
 
@@ -45,9 +50,15 @@ def parse(path: str, data: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise EngineConfigError(f"{path}: not UTF-8 (byte {e.start}): not a TOML file") from e
     try:
-        return tomllib.loads(text)
+        check_toml_brackets(text)  # before tomllib (then tomlkit) recurses into them
+        plain = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise EngineConfigError(f"{path}: invalid TOML: {e}") from e
+    except NestingError as e:
+        raise EngineConfigError(f"{path}: {e}") from None
+    if deeper_than(plain, TOML_MAX_DEPTH):  # tables: [a.b.c] nests without brackets
+        raise EngineConfigError(f"{path}: {NestingError('arrays and tables', TOML_MAX_DEPTH)}")
+    return plain
 
 
 def plain_get(data: Mapping[str, Any], path: Sequence[str]) -> Any:

@@ -4,8 +4,9 @@
 the file is written back with the indentation it had (4 spaces for a new file), and not at
 all when the settings are there already. An existing runtime of that name keeps its other
 keys (``runtimeArgs``). An empty file counts as ``{}``. Invalid JSON, a duplicated key
-(one of the two would be lost) or a top level that is not an object: an error, nothing
-written. dockerd reads the file at start: restart it afterwards.
+(one of the two would be lost), a top level that is not an object or nesting deeper than
+:data:`oci.jsoncodec.MAX_DEPTH`: an error, nothing written. dockerd reads the file at
+start: restart it afterwards.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 from nvhook.engines.changes import FileChange, Plan, read_file
 from nvhook.errors import EngineConfigError
+from oci.jsoncodec import MAX_DEPTH
+from oci.nesting import NestingError, deeper_than
 
 __all__ = ["DEFAULT_CONFIG", "plan_configure"]
 
@@ -61,6 +64,13 @@ def _load(path: str, data: bytes | None) -> tuple[dict[str, Any], int | str]:
         raise EngineConfigError(
             f"{path}: invalid JSON: {e.msg} (line {e.lineno}, column {e.colno})"
         ) from e
+    except RecursionError:  # the C scanner's guard, far deeper than MAX_DEPTH
+        settings = None
+        too_deep = True
+    else:
+        too_deep = deeper_than(settings, MAX_DEPTH)
+    if too_deep:  # json.dumps(indent=...) recurses in Python, once per level
+        raise EngineConfigError(f"{path}: {NestingError('arrays and objects', MAX_DEPTH)}")
     if not isinstance(settings, dict):
         raise EngineConfigError(f"{path}: the top level must be a JSON object")
     return settings, _indent(text)

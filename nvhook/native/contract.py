@@ -12,7 +12,7 @@ compiles it). Regenerate it after changing any of these values::
 
 ``tests/nvhook/native/test_contract.py`` compares the checked-in header with
 :func:`render` byte for byte. What stays in the C files is C's own (buffer sizes, the
-JSON reader's limits) or the kernel's (syscall numbers, flags), each with the header it
+JSON reader's other limits) or the kernel's (syscall numbers, flags), each with the header it
 comes from.
 
 Not on the start path: imported by the build and the tests only.
@@ -110,6 +110,7 @@ def _process(h: _Header) -> None:
     from nvhook.settings import CACHE_ENV, CONFIG_ENV, DEFAULT_CACHE_DIR, DEFAULT_CONFIG_PATH
     from oci import argv
     from oci.errors import ExitCode
+    from oci.jsoncodec import MAX_DEPTH as JSON_MAX_DEPTH
 
     h.section("exit codes (oci.errors.ExitCode)")
     h.define("NVHOOK_EXIT_RUNTIME", ExitCode.RUNTIME, "ExitCode.RUNTIME")
@@ -173,6 +174,7 @@ def _runc(h: _Header) -> None:
     for stem, (table, short, where) in flags.items():
         h.define(f"NVHOOK_FLAG_{stem}", table.aliases[short], f"oci.argv.{where}: -{short}")
     h.define("NVHOOK_CONFIG_JSON", CONFIG_NAME, "oci.bundle.CONFIG_NAME")
+    h.define("NVHOOK_JSON_MAX_DEPTH", JSON_MAX_DEPTH, "oci.jsoncodec.MAX_DEPTH")
 
 
 def _hook(h: _Header) -> None:

@@ -74,6 +74,7 @@
 #define NVHOOK_FLAG_BUNDLE "bundle" /* oci.argv._COMMANDS['create']: -b */
 #define NVHOOK_FLAG_DETACH "detach" /* oci.argv._COMMANDS['run']: -d */
 #define NVHOOK_CONFIG_JSON "config.json" /* oci.bundle.CONFIG_NAME */
+#define NVHOOK_JSON_MAX_DEPTH 256 /* oci.jsoncodec.MAX_DEPTH */
 
 /* --- the hook's command line (nvhook.hook.args) */
 #define NVHOOK_HOOK_PROGRAM "nvhook-hook" /* nvhook.constants.HOOK_PROGRAM */

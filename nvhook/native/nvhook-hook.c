@@ -76,7 +76,7 @@
 #define MAX_STATE (1 << 20)          /* the OCI state on stdin */
 #define MAX_CONFIG (4 << 20)         /* config.json; a larger one goes to Python */
 #define MAX_ITEMS 512                /* --link and --folder values */
-#define MAX_DEPTH 256                /* JSON nesting */
+#define MAX_DEPTH NVHOOK_JSON_MAX_DEPTH /* JSON nesting: what oci.jsoncodec reads */
 #define MAX_PROCFS 64                /* procfs mounts under the rootfs */
 
 /* The newer syscalls' numbers where the C library's headers predate them: the same on every

@@ -30,6 +30,13 @@ JSON value (a ``dict`` in its original key order, unknown fields kept):
 The input spec is never modified; a new one is returned. Missing parents
 (``process.env``, ``linux.resources.devices``, ``mounts``, ``hooks`` …) are
 created as needed.
+
+Depth: the copy of the spec recurses once per level of it (two frames on CPython 3.11),
+and nothing here checks the depth: it relies on the spec having been decoded by
+:mod:`oci.bundle` (:func:`oci.jsoncodec.loads`), which refuses one nested deeper than
+:data:`oci.jsoncodec.MAX_DEPTH` (256 levels: ~520 frames here), as both callers
+(:mod:`nvhook.create`, :mod:`oci.cdi.inject`) do; the edits are flat values of the strict
+CDI parser, whose files are bounded the same way (:mod:`oci.nesting`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ with a one-line reason. Both decoders record keys that repeat within one object 
 :class:`DuplicateKeyDict`, the last value kept) so that :mod:`oci.cdi.parse` can refuse
 them, as the reference's ``yaml.UnmarshalStrict`` does. PyYAML is imported only for a
 ``.yaml``/``.yml`` file: the shim's path reads JSON specs (docs/architecture.md D5).
+Nesting is bounded per format (:mod:`oci.nesting`: JSON by :data:`oci.jsoncodec.MAX_DEPTH`,
+YAML by :data:`~oci.nesting.YAML_MAX_DEPTH`), refused with the ``ValueError`` of any other
+problem.
 """
 
 from __future__ import annotations
@@ -66,9 +69,10 @@ def _decode_json(raw: bytes) -> object:
         raise ValueError(f"not UTF-8 text: {e.reason} at byte {e.start}") from None
     try:
         return loads(text, object_pairs_hook=_object_from_pairs)
-    except JSONError as e:
-        where = f" (line {e.lineno}, column {e.colno})" if e.lineno is not None else ""
-        raise ValueError(f"invalid JSON: {e.msg}{where}") from None
+    except JSONError as e:  # str(e) where there is no position: the phrase for any cause
+        if e.lineno is None:
+            raise ValueError(str(e)) from None
+        raise ValueError(f"invalid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
 
 
 _yaml_loader: type[yaml.SafeLoader] | None = None
@@ -87,18 +91,20 @@ def _decode_yaml(raw: bytes) -> object:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ValueError(f"invalid YAML: {problem}{where}") from None
-    except RecursionError:
-        raise ValueError("invalid YAML: nested too deeply") from None
     if data is None:
         raise ValueError("empty file (a CDI spec needs cdiVersion, kind and devices)")
     return data
 
 
 def _make_yaml_loader() -> type[yaml.SafeLoader]:
-    """A SafeLoader whose mappings record duplicate keys, like the JSON hook does."""
+    """A SafeLoader whose mappings record duplicate keys, like the JSON hook does, and that
+    refuses nesting deeper than :data:`~oci.nesting.YAML_MAX_DEPTH` (so its recursion, and
+    ``construct_map``'s below, stay shallow)."""
     import yaml
 
-    class Loader(yaml.SafeLoader):
+    from oci.nesting import yaml_loader
+
+    class Loader(yaml_loader(yaml.SafeLoader)):  # type: ignore[misc]  # made at run time
         pass
 
     def construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:

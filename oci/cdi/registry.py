@@ -609,7 +609,7 @@ class _KeptSpecs:
                 pass
         data = self._read(path)
         spec = parse_spec(data, source=path)
-        if settled and spec.kind in self._kinds and _ident(path) == ident and _plain(data):
+        if settled and spec.kind in self._kinds and _ident(path) == ident and _plain(data, 0):
             _cache.store(self._cache_dir, name, (_SPEC_FORMAT, path, ident, data), self._warnings)
         return spec
 
@@ -619,18 +619,25 @@ _KEPT_SUFFIXES = (".yaml",)
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
 
 
-def _plain(data: object, depth: int = 0) -> bool:
-    """Whether ``data`` is plain JSON data (exact dicts with str keys, lists, scalars)."""
+def _plain(data: object, depth: int) -> bool:
+    """Whether ``data`` (at ``depth``) is plain JSON data (exact dicts with str keys, lists,
+    scalars). A kept document is YAML, which the decoder refused deeper than
+    :data:`~oci.nesting.YAML_MAX_DEPTH` (so neither this walk nor marshal meets more)."""
     kind = type(data)
     if kind in _PLAIN_SCALARS:
         return True
-    if depth > 64:
+    if depth > _KEPT_DEPTH:
         return False
     if kind is list and isinstance(data, list):
         return all(_plain(item, depth + 1) for item in data)
     if kind is dict and isinstance(data, dict):
         return all(type(k) is str and _plain(v, depth + 1) for k, v in data.items())
     return False
+
+
+#: How deep a kept document may be: what the YAML decoder reads (oci.nesting.YAML_MAX_DEPTH,
+#: checked by tests/oci/test_nesting.py), not imported on the shim's path for one number.
+_KEPT_DEPTH = 64
 
 
 def _ident(path: str) -> Ident | None:

@@ -271,3 +271,32 @@ def test_fallback_is_the_defaults_when_the_keys_cannot_be_read_safely(
     path.write_bytes(content)
     assert fallback_settings(str(path)) == defaults()
     assert fallback_settings(str(tmp_path / "absent.toml")) == defaults()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[runtime]\nlog_file = '/x.log'\nx = " + "[" * 5000 + "]" * 5000,
+        "[runtime]\nlog_file = '/x.log'\nx = " + "{a = " * 5000 + "1" + "}" * 5000,
+        "[runtime]\nlog_file = '/x.log'\n[" + ".".join(["t"] * 5000) + "]\n",
+    ],
+    ids=["arrays", "inline tables", "tables"],
+)
+def test_nesting_too_deep_is_refused_and_fallback_never_raises(tmp_path: Path, text: str) -> None:
+    from nvhook.errors import ConfigError
+    from oci.nesting import TOML_MAX_DEPTH
+
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"^{path}: .*nested deeper than {TOML_MAX_DEPTH} levels"):
+        load_settings(str(path), cache_dir=str(tmp_path / "cache"))
+    assert fallback_settings(str(path)) == defaults()  # the file does not parse: the defaults
+
+
+def test_fallback_reads_a_file_at_the_nesting_limit(tmp_path: Path) -> None:
+    from oci.nesting import TOML_MAX_DEPTH
+
+    inner = TOML_MAX_DEPTH - 2  # the document's table and [runtime] around the arrays
+    path = tmp_path / "config.toml"
+    path.write_text(f"[runtime]\nlog_file = '/x.log'\nx = {'[' * inner}1{']' * inner}\n")
+    assert fallback_settings(str(path)).runtime_log_file == "/x.log"

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from oci import jsoncodec
 from oci.jsoncodec import JSONError
+from oci.nesting import NestingError
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS_DIR = ROOT / "tests" / "data" / "specs"
@@ -76,7 +77,6 @@ def test_big_and_negative_integers_are_exact() -> None:
         ("NaN", "NaN is not a JSON value", None, None),
         ('{"a": -Infinity}', "-Infinity is not a JSON value", None, None),
         ("[1e400]", "the number 1e400 is out of the range of a 64-bit float", None, None),
-        ("[" * 100_000, "arrays and objects nested too deeply", None, None),
         ("1" * 5000, "an integer longer than Python's limit of 4300 digits", None, None),
     ],
 )
@@ -288,3 +288,21 @@ def test_dumps_indented_and_canonical_import_no_json() -> None:
         "print(sorted(m for m in sys.modules if m in ('json', 're', 'enum')))"
     )
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("hook", [None, dict])
+def test_nesting_is_refused_beyond_max_depth(hook: Any) -> None:
+    """256 levels read (the native hook's limit too), 257 not, whether the walk after the
+    scanner or the scanner's own recursion guard (far deeper) finds it."""
+    limit = jsoncodec.MAX_DEPTH
+    at_limit = "[" * (limit - 1) + '{"a":1}' + "]" * (limit - 1)
+    assert jsoncodec.loads(at_limit, object_pairs_hook=hook) is not None
+    assert (
+        jsoncodec.loads("[" * (limit + 1) + "]" * (limit + 1)) is not None
+    )  # the last holds nothing
+    for depth in (limit + 1, 2_000, 100_000):
+        text = "[" * depth + "1" + "]" * depth
+        with pytest.raises(JSONError) as info:
+            jsoncodec.loads(text, object_pairs_hook=hook)
+        assert str(info.value) == info.value.msg == str(NestingError("arrays and objects", limit))
+        assert "256 levels" in str(info.value)

@@ -119,3 +119,15 @@ def test_annotations_are_copied() -> None:
     state = State(oci_version="1", id="c", status="created", bundle="/b", annotations=given)
     given["a"] = "2"
     assert state.annotations == {"a": "1"}
+
+
+def test_nesting_beyond_the_json_limit_is_one_line() -> None:
+    """The state on a hook's stdin: 256 levels read, deeper refused naming the limit."""
+    from oci.jsoncodec import MAX_DEPTH
+
+    base = '{"ociVersion":"1","id":"x","status":"creating","bundle":"/b","x":%s}'
+    inner = MAX_DEPTH - 1  # the state's object, then these arrays around the 1
+    assert State.parse(base % ("[" * inner + "1" + "]" * inner)).id == "x"
+    for depth in (inner + 1, 100_000):
+        with pytest.raises(SpecError, match=f"^stdin: .*nested deeper than {MAX_DEPTH} levels"):
+            State.parse(base % ("[" * depth + "1" + "]" * depth), source="stdin")

@@ -351,13 +351,16 @@ CONFIG_CASES: dict[str, bytes] = {
     "root.path empty": b'{"root":{"path":""}}',
     "a float too big": b'{"root":{"path":"rootfs"},"x":1e400}',
     "deep": b'{"root":{"path":"rootfs"},"x":' + b"[" * 5000 + b"]" * 5000 + b"}",
+    # oci.jsoncodec.MAX_DEPTH: the 1 at 256 levels, then at 257 (the config's object counts)
+    "at the depth limit": b'{"root":{"path":"rootfs"},"x":' + b"[" * 255 + b"1" + b"]" * 255 + b"}",
+    "a level deeper": b'{"root":{"path":"rootfs"},"x":' + b"[" * 256 + b"1" + b"]" * 256 + b"}",
     "fine, with escapes": b'{"root":{"path":"root\\u0066s"},"x":["\\u003c\\/\\n",-0.5e-3]}',
     "an absolute root": b'{"root":{"path":"ABS"}}',
 }
 
 
 #: The config.json files above that the native hook takes as they are.
-NATIVE_CONFIGS = {"fine, with escapes", "an absolute root"}
+NATIVE_CONFIGS = {"fine, with escapes", "an absolute root", "at the depth limit"}
 #: The states above that the native hook takes as they are (the others: Python's call).
 NATIVE_STATES = {"escapes", "a duplicate key"}
 
