@@ -110,7 +110,6 @@ def _process(h: _Header) -> None:
     from nvhook.settings import CACHE_ENV, CONFIG_ENV, DEFAULT_CACHE_DIR, DEFAULT_CONFIG_PATH
     from oci import argv
     from oci.errors import ExitCode
-    from oci.jsoncodec import MAX_DEPTH as JSON_MAX_DEPTH
 
     h.section("exit codes (oci.errors.ExitCode)")
     h.define("NVHOOK_EXIT_RUNTIME", ExitCode.RUNTIME, "ExitCode.RUNTIME")
@@ -155,6 +154,7 @@ def _runc(h: _Header) -> None:
     """runc's command line as oci.argv reads it."""
     from oci import argv
     from oci.bundle import CONFIG_NAME
+    from oci.jsoncodec import MAX_DEPTH as JSON_MAX_DEPTH
 
     h.section("runc's command line, as oci.argv reads it")
     commands = sorted(argv.CREATE_COMMANDS)
