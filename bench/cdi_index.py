@@ -5,13 +5,14 @@
 A spec directory holds the spec ``nvhook cdi generate`` would write for the ``dgx-a100``
 mock (as ``bench/runtime.py`` builds it) and ``--others`` claim specs of another kind (as a
 DRA driver writes one per claim). Once the files are older than the index's racy window
-(:data:`oci.cdi.registry.RACY_NS`), ``nvidia.com/gpu=1`` is resolved:
+(:data:`oci.cdi.index.RACY_NS`), ``nvidia.com/gpu=1`` is resolved:
 
 - ``Registry(dirs).resolve`` (the full scan: every file parsed, every call);
-- :func:`oci.cdi.registry.resolve` with no index yet (the first call: every file parsed,
+- :func:`oci.cdi.index.resolve` with no index yet (the first call: every file parsed,
   the index written) and with the index (later calls), in this process;
 - the three again in a fresh ``python -I -S`` process each, timed inside it around the
-  call (the interpreter's start and the import of ``oci.cdi.registry`` are left out).
+  call (the interpreter's start and the imports of ``oci.cdi.index`` and
+  ``oci.cdi.registry`` are left out).
 
 Each row is the median of ``--runs``, with the number of files parsed per call.
 """
@@ -41,7 +42,8 @@ _CHILD = """\
 import sys, time
 sys.path.insert(0, {repo!r})
 t0 = time.perf_counter()
-from oci.cdi.registry import Registry, resolve
+from oci.cdi.index import resolve
+from oci.cdi.registry import Registry
 t1 = time.perf_counter()
 {call}
 t2 = time.perf_counter()
@@ -78,8 +80,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from nvhook.mock import create
-    from oci.cdi import registry
+    from oci.cdi import index
     from oci.cdi.parse import load_spec
+    from oci.cdi.registry import Registry
     from oci.cdi.spec import Spec
 
     work = Path(tempfile.mkdtemp(prefix="nvhook-bench-cdi-index-"))
@@ -91,7 +94,7 @@ def main() -> None:
             path.write_text(json.dumps(other_spec(i), indent=2))
         create(PROFILE, work / "machine", nodes="file")
         (spec_dir / "nvidia.json").write_text(json.dumps(cdi_spec(work / "machine"), indent=2))
-        time.sleep(registry.RACY_NS / 1e9 + 0.1)
+        time.sleep(index.RACY_NS / 1e9 + 0.1)
         dirs = [str(spec_dir)]
         parsed: list[str] = []
 
@@ -112,10 +115,10 @@ def main() -> None:
             return len(parsed)
 
         def full() -> object:
-            return registry.Registry(dirs, loader=loader).resolve([NAME])
+            return Registry(dirs, loader=loader).resolve([NAME])
 
         def indexed() -> object:
-            return registry.resolve(dirs, [NAME], cache_dir=str(cache), loader=loader)
+            return index.resolve(dirs, [NAME], cache_dir=str(cache), loader=loader)
 
         assert full() == indexed()
         rows = [
@@ -142,7 +145,7 @@ def main() -> None:
         for label, ms, count in rows:
             print(f"{label:<38} {ms:>7.2f}  {count}")
         for label, (imp, ms) in fresh.items():
-            print(f"python -I -S, {label:<24} {ms:>7.2f}  (import oci.cdi.registry "
+            print(f"python -I -S, {label:<24} {ms:>7.2f}  (import oci.cdi.index "
                   f"{imp:.2f} ms before it)")  # fmt: skip
         size = sum(p.stat().st_size for p in cache.glob("cdi-index-*.marshal"))
         print(f"index file: {size} bytes")

@@ -26,7 +26,7 @@ Cases, on the ``dgx-a100`` mock machine (laid out in a temporary directory):
   does once the file has settled);
 - ``create`` with ``NVIDIA_VISIBLE_DEVICES=1`` in mode ``cdi`` with 1,000 other specs beside
   that one (one per DRA claim, another kind), older than the index's racy window
-  (:data:`oci.cdi.registry.RACY_NS`), so later runs read them from the index.
+  (:data:`oci.cdi.index.RACY_NS`), so later runs read them from the index.
 
 Those rows run the Python shim (``nvhook-runtime.py`` where ``nvhook-runtime`` is the native
 front-end, else ``nvhook-runtime``). Where the front-end is installed, ``front-end:`` rows
@@ -283,7 +283,7 @@ def other_spec(i: int) -> dict[str, Any]:
 def prepare(work: Path, shim: str, frontend: str | None) -> Setup:
     server = Path(shim).with_name("nvhook-shim-server")
     from nvhook.mock import create
-    from oci.cdi.registry import RACY_NS
+    from oci.cdi.index import RACY_NS
 
     crowded_dir = work / "cdi-crowded"
     crowded_dir.mkdir()

@@ -13,7 +13,7 @@ fail does so before the write, so a failure leaves config.json byte-identical.
 Modes (``runtime.mode``):
 
 - ``cdi``: qualified CDI names are resolved through the CDI registry
-  (:func:`oci.cdi.registry.resolve`, whose index of the spec files is kept in
+  (:func:`oci.cdi.index.resolve`, whose index of the spec files is kept in
   ``$NVHOOK_CACHE_DIR``, default ``/run/nvhook``, beside the settings); plain ids
   from ``NVIDIA_VISIBLE_DEVICES`` become names of ``cdi.default_kind``
   (``0`` → ``nvidia.com/gpu=0``, ``all`` → ``nvidia.com/gpu=all``), the names
@@ -249,7 +249,7 @@ def _resolve_cdi(names: tuple[str, ...], settings: Settings, warnings: list[str]
     """The edits of ``names`` from the spec dirs, once every host path they use exists."""
     from nvhook.settings import cache_directory
     from oci.cdi.hostcheck import missing_host_paths
-    from oci.cdi.registry import resolve
+    from oci.cdi.index import resolve
     from oci.errors import CdiResolveError
 
     spec_dirs = settings.cdi_spec_dirs

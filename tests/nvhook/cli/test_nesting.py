@@ -146,6 +146,10 @@ def test_too_deep_is_one_line(
     code, output, path = _run(tmp_path, case, case[2], capsys, monkeypatch)
     assert "Traceback" not in output and "RecursionError" not in output
     lines = [line for line in output.splitlines() if "nested deeper" in line]
+    if case[3][0] == "explain":  # its verdict first, then the same error as its result
+        verdict, *lines = lines
+        error = verdict.removeprefix("Verdict: will NOT start: ")
+        assert output.startswith("Verdict: will NOT start: ") and error in lines[0], output
     assert len(lines) == 1, output
     assert f"{path}: " in lines[0] or lines[0].startswith(f"{path.name}: "), output
     assert f"nested deeper than {case[5]} levels" in lines[0]

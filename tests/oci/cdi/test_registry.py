@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from oci.cdi.edits import Edits
-from oci.cdi.registry import Registry, resolve
+from oci.cdi.index import resolve
+from oci.cdi.registry import Registry
 from oci.errors import CdiNameError, CdiResolveError
 from tests.support.unprivileged import call_unprivileged
 

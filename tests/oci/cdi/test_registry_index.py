@@ -1,4 +1,4 @@
-"""Indexed resolution (:func:`oci.cdi.registry.resolve`): the full-scan Registry's answers,
+"""Indexed resolution (:func:`oci.cdi.index.resolve`): the full-scan Registry's answers,
 parsing only new or changed files and the files that define what is asked for."""
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from oci.cdi import registry
+from oci.cdi import index, registry
 from oci.cdi.edits import Edits
+from oci.cdi.index import resolve
 from oci.cdi.parse import load_spec
-from oci.cdi.registry import Registry, resolve
+from oci.cdi.registry import Registry
 from oci.cdi.spec import Spec
 from oci.errors import CdiError, CdiResolveError
 from tests.support.unprivileged import NOBODY, call_unprivileged
@@ -71,7 +72,7 @@ def tick() -> None:
 @pytest.fixture
 def settled(monkeypatch: pytest.MonkeyPatch) -> None:
     """Files count as settled at once (no racy window): the index remembers them."""
-    monkeypatch.setattr(registry, "RACY_NS", 0)
+    monkeypatch.setattr(index, "RACY_NS", 0)
 
 
 @pytest.fixture
@@ -245,7 +246,7 @@ def test_a_just_written_file_is_parsed_until_it_settles(
     for _ in range(2):
         resolve([str(d)], [f"{GPU}=0"], cache_dir=cache, loader=loader)
         assert str(other) in loader.take()
-    monkeypatch.setattr(registry, "RACY_NS", 0)
+    monkeypatch.setattr(index, "RACY_NS", 0)
     resolve([str(d)], [f"{GPU}=0"], cache_dir=cache, loader=loader)
     assert str(other) in loader.take()
     resolve([str(d)], [f"{GPU}=0"], cache_dir=cache, loader=loader)
@@ -558,14 +559,17 @@ class Decodes:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        for reader in ("read_spec_data", "read_checked"):  # untrusted warned of, or refused
-            real = getattr(registry, reader)
+        # untrusted warned of, or refused; read by the index's kept files and the registry's
+        # loader alike
+        for module in (index, registry):
+            for reader in ("read_spec_data", "read_checked"):
+                real = getattr(module, reader)
 
-            def counting(path: str, real: Callable[[str], object] = real) -> object:
-                self.count += 1
-                return real(path)
+                def counting(path: str, real: Callable[[str], object] = real) -> object:
+                    self.count += 1
+                    return real(path)
 
-            monkeypatch.setattr(registry, reader, counting)
+                monkeypatch.setattr(module, reader, counting)
 
     def take(self) -> int:
         count, self.count = self.count, 0

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from oci.cdi.registry import Registry, resolve
+from oci.cdi.index import resolve
+from oci.cdi.registry import Registry
 from oci.errors import CdiResolveError
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from oci.cdi import registry
-from oci.cdi.registry import Registry, read_checked, resolve
+from oci.cdi import index, registry
+from oci.cdi.index import resolve
+from oci.cdi.registry import Registry, read_checked
 from oci.errors import CdiResolveError, CdiTrustError
 from tests.oci.cdi.test_registry_index import write_spec
 
@@ -108,7 +109,7 @@ def test_the_index_never_lets_an_untrusted_file_through(
 ) -> None:
     """The verdict is judged on every call: a file the index remembers as trusted (its
     identity unchanged: a chmod of the directory changes no file's ctime) is refused."""
-    monkeypatch.setattr(registry, "RACY_NS", 0)
+    monkeypatch.setattr(index, "RACY_NS", 0)
     cache = str(tmp_path / "cache")
     assert resolve([str(spec_dir)], [NAME], cache_dir=cache).env == ("A=1",)
     assert os.listdir(cache)  # the index was written
@@ -125,14 +126,15 @@ def test_a_file_made_untrusted_after_the_listing_is_refused_as_opened(
     spec_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What is read is judged by fstat of what was opened, not by the listing's stat."""
-    real = registry._list_spec_files
+    real = index.list_spec_files
 
     def listed_then_changed(directory: str, ignored: dict[str, str] | None = None) -> object:
         out = real(directory, ignored)
         os.chmod(spec_dir / "a.json", 0o666)
         return out
 
-    monkeypatch.setattr(registry, "_list_spec_files", listed_then_changed)
+    monkeypatch.setattr(index, "list_spec_files", listed_then_changed)  # the indexed scan's
+    monkeypatch.setattr(registry, "list_spec_files", listed_then_changed)  # the full scan's
     with pytest.raises(CdiResolveError, match="writable by group or others"):
         resolve([str(spec_dir)], [NAME])
     os.chmod(spec_dir / "a.json", 0o644)
