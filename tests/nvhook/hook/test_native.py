@@ -168,6 +168,11 @@ def conf_loop(root: Path, library: Path) -> None:
     (root / "etc" / "ld.so.conf").symlink_to("ld.so.conf")
 
 
+def proc_loop(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "proc").symlink_to("proc")
+
+
 def conf_folder(root: Path, library: Path) -> None:
     base(root, library)
     (root / "etc" / "ld.so.conf").mkdir()
@@ -264,8 +269,9 @@ CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
     ("a link and a device link, one path", base,
      [*CC, "--link", LINK, "--device-link", f"{SONAME}::{LIBDIR}/libnvhooktest.so", *FOLDER],
      [], True),
-    ("a link with an empty target", base, [*CC, "--link", f"::{LIBDIR}/x.so", *FOLDER], [],
-     False),
+    # after a good link: a parse error (Python's, before any link) must leave none written
+    ("a link with an empty target", base,
+     [*CC, "--link", LINK, "--link", f"::{LIBDIR}/x.so", *FOLDER], [], False),
     ("a link path with ..", base, [*CC, "--link", f"{SONAME}::{LIBDIR}/../x.so", *FOLDER], [],
      False),
     ("a link path with .", base, [*CC, "--link", f"{SONAME}::{LIBDIR}/./x.so", *FOLDER], [],
@@ -288,6 +294,8 @@ CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
     ("a compat library one branch newer", compat_next_branch,
      [*CC, *FOLDER, "--cuda-compat", "550.54.15"], [], True),
     ("ld.so.conf a symlink loop", conf_loop, [*CC, *FOLDER], [], False),
+    ("/proc a symlink loop, --params", proc_loop, [*CC, *FOLDER, "--params", "/proc/self/status"],
+     [], False),
     ("ld.so.conf a folder", conf_folder, [*CC, *FOLDER], [], False),
     ("/etc a file", etc_file, [*CC, *FOLDER], [], False),
     ("ld.so.conf.d a file", conf_dir_file, [*CC, *FOLDER], [], False),
@@ -308,7 +316,7 @@ ROOT_CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
      [*CC, "--device-link", "../card1::/dev/dri/by-path/c", "--device-link",
       "../card9::/dev/dri/by-path/c", *FOLDER], [], True),
     ("a device link to a block device", dri,
-     [*CC, "--device-link", "../sda::/dev/dri/by-path/block", *FOLDER], [], True),
+     [*CC, "--device-link", "../../sda::/dev/dri/by-path/block", *FOLDER], [], True),
     ("device links", dri,
      [*CC, "--device-link", f"../card1::{BY_PATH}/pci-0000:01:00.0-card",
       "--device-link", "../renderD128::/dev/dri/by-path/pci-0000:01:00.0-render",
