@@ -16,9 +16,11 @@ import json
 import os
 import random
 import shutil
+import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,7 @@ from nvhook.settings import load_settings
 from oci import argv as oci_argv
 from oci.argv import CREATE_COMMANDS, RuntimeArgs
 from oci.bundle import Bundle
-from oci.errors import ArgvError, OciError
+from oci.errors import ArgvError, ExitCode, OciError
 from tests.oci import test_argv
 from tests.support.native import build_sanitized_program, require_cc
 
@@ -218,6 +220,245 @@ def test_the_front_end_never_picks_itself(fe: Frontend, tmp_path: Path) -> None:
     assert (who, argv) == ("runtime", ["state", "c1"])
 
 
+# -- escapes: what the byte search cannot read is the shim's -----------------------------------
+
+#: config.json texts with an escape that could spell a trigger character (the front-end
+#: searches bytes, so each is a doubt wherever it stands); ``{}`` in each is filled twice:
+#: with the escape, and with the plain character it spells (which must pass through).
+ESCAPED: dict[str, tuple[str, str, str]] = {
+    # name: (text with {} for the escape, the escape, what it spells)
+    "\\u in a value": ('{{"ociVersion":"1.0.2","process":{{"env":["A={}"]}}}}', "\\u0041", "A"),
+    "\\u in a key": ('{{"{}ciVersion":"1.0.2"}}', "\\u006f", "o"),
+    "\\u uppercase hex": ('{{"ociVersion":"1.0.2","x":"{}"}}', "\\u004E", "N"),
+    "\\u first in a string": ('{{"ociVersion":"{}.0.2"}}', "\\u0031", "1"),
+    "\\u last before the end": ('{{"ociVersion":"1.0.2","x":"a{}"}}', "\\u0062", "b"),
+    "a surrogate pair": ('{{"ociVersion":"1.0.2","x":"{}"}}', "\\ud83d\\ude00", "\U0001f600"),
+    "\\/ in a value": ('{{"ociVersion":"1.0.2","x":"a{}b"}}', "\\/", "/"),
+    "\\/ in a key": ('{{"ociVersion":"1.0.2","{}x":"b"}}', "\\/", "/"),
+    "\\/ last before the end": ('{{"ociVersion":"1.0.2","x":"{}"}}', "\\/", "/"),
+    # an escaped backslash followed by u is no \u escape, but the byte search cannot tell
+    "\\\\ then u": ('{{"ociVersion":"1.0.2","x":"{}"}}', "\\\\u0041", "?"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ESCAPED))
+def test_an_escape_that_could_spell_a_trigger_is_a_doubt(fe: Frontend, case: str) -> None:
+    text, escape, plain = ESCAPED[case]
+    escaped = fe.bundle(text.format(escape).encode("utf-8"), "escaped")
+    spelled = fe.bundle(text.format(plain).encode("utf-8"), "plain")
+    assert json.loads((escaped / "config.json").read_bytes()) is not None  # JSON, for the shim
+    assert fe.call(["create", "-b", str(escaped), "c1"])[0] == "launcher"
+    assert fe.call(["create", "-b", str(spelled), "c1"])[0] == "runtime"
+
+
+@pytest.mark.parametrize("where", ["first bytes", "last bytes"])
+@pytest.mark.parametrize("escape", ["\\u", "\\/"])
+def test_the_escape_search_covers_every_byte(fe: Frontend, where: str, escape: str) -> None:
+    """The search runs over the whole file, its first and last bytes included (such a file is
+    no JSON: the shim says why, not runc)."""
+    body = json.dumps(PLAIN)
+    text = escape + body if where == "first bytes" else body + escape
+    b = fe.bundle(text.encode())
+    assert fe.call(["create", "-b", str(b), "c1"])[0] == "launcher"
+
+
+@pytest.mark.parametrize("escape", ['\\"', "\\\\", "\\n", "\\t", "\\r", "\\b", "\\f"])
+def test_an_escape_that_spells_no_trigger_character_is_no_doubt(fe: Frontend, escape: str) -> None:
+    """The other escapes spell a quote, a backslash or a control character, which no trigger
+    holds (``nvhook.native._SEARCHABLE``): the create passes through."""
+    b = fe.bundle(('{"ociVersion":"1.0.2","x":"a' + escape + 'b"}').encode())
+    assert fe.call(["create", "-b", str(b), "c1"])[0] == "runtime"
+
+
+def test_a_byte_order_mark_only_at_the_start_is_the_shim_s(fe: Frontend) -> None:
+    """U+FEFF inside a string is text (the shim reads it as JSON): no doubt."""
+    b = fe.bundle(('{"ociVersion":"1.0.2","x":"\ufeff"}').encode())
+    assert fe.call(["create", "-b", str(b), "c1"])[0] == "runtime"
+
+
+def test_every_trigger_of_the_data_file_is_searched(fe: Frontend) -> None:
+    """Each trigger line, the first and the last included, hands a create over by itself; a
+    trigger the data file does not have is no doubt: the triggers come from the file."""
+    fe.configure(EXAMPLE_PREFIX + MOUNTS_ON + "privileged_gets_all = true\n")
+    data = fe.data_file()
+    lines = data.read_text().splitlines()
+    found = [line.split(" ", 1)[1] for line in lines if line.startswith("trigger ")]
+    assert len(found) >= 6 and found[-1] == "CAP_SYS_ADMIN"
+    for trigger in found:
+        b = fe.bundle({**PLAIN, "x": trigger}, "t")
+        assert fe.call(["create", "-b", str(b), "c1"])[0] == "launcher", trigger
+    b = fe.bundle({**PLAIN, "x": "XYZZY"}, "t")
+    assert fe.call(["create", "-b", str(b), "c1"])[0] == "runtime"
+    for at in (lines.index(f"trigger {found[0]}"), lines.index(f"trigger {found[-1]}") + 1):
+        data.write_text("\n".join([*lines[:at], "trigger XYZZY", *lines[at:]]) + "\n")
+        assert fe.call(["create", "-b", str(b), "c1"])[0] == "launcher", at
+
+
+# -- the data file, line by line: each one is compared ---------------------------------------
+
+Lines = list[str]
+
+
+def _swap(lines: Lines, key_a: str, key_b: str) -> Lines:
+    a = next(i for i, line in enumerate(lines) if line.split(" ")[0] == key_a)
+    b = next(i for i, line in enumerate(lines) if line.split(" ")[0] == key_b)
+    out = list(lines)
+    out[a], out[b] = out[b], out[a]
+    return out
+
+
+def _edit(lines: Lines, key: str, change: Callable[[str], list[str]]) -> Lines:
+    """Each line of ``key`` (its first one when ``key`` ends with ``!``) replaced by
+    ``change(line)``."""
+    first = key.endswith("!")
+    key = key.rstrip("!")
+    out: Lines = []
+    done = False
+    for line in lines:
+        if line.split(" ")[0] == key and not (first and done):
+            out += change(line)
+            done = True
+        else:
+            out.append(line)
+    assert done, key
+    return out
+
+
+MAGIC = "nvhook-runtime-frontend"
+
+
+def _other_identity(line: str) -> list[str]:
+    return [line[:-1] + ("0" if line[-1] != "0" else "1")]
+
+
+#: A change of the data file's lines -> the lines after it; each must hand every call over.
+DATA_LINES: dict[str, Callable[[Lines], Lines]] = {
+    "magic: another word": lambda ls: _edit(ls, MAGIC, lambda x: [x.replace("runtime", "hook")]),
+    "magic: missing": lambda ls: _edit(ls, MAGIC, lambda x: []),
+    "magic: twice": lambda ls: _edit(ls, MAGIC, lambda x: [x, x]),
+    "magic: after config": lambda ls: _swap(ls, MAGIC, "config"),
+    "magic: no format": lambda ls: _edit(ls, MAGIC, lambda x: [MAGIC]),
+    "format: the next": lambda ls: _edit(ls, MAGIC, lambda x: [f"{MAGIC} {FORMAT + 1}"]),
+    "format: the last": lambda ls: _edit(ls, MAGIC, lambda x: [f"{MAGIC} {FORMAT - 1}"]),
+    "format: a zero before": lambda ls: _edit(ls, MAGIC, lambda x: [f"{MAGIC} 0{FORMAT}"]),
+    "format: trailing garbage": lambda ls: _edit(ls, MAGIC, lambda x: [x + " x"]),
+    "format: two spaces": lambda ls: _edit(ls, MAGIC, lambda x: [f"{MAGIC}  {FORMAT}"]),
+    "config: another file": lambda ls: _edit(ls, "config", lambda x: [x + ".other"]),
+    "config: its folder": lambda ls: _edit(ls, "config", lambda x: [x.rsplit("/", 1)[0]]),
+    "config: trailing garbage": lambda ls: _edit(ls, "config", lambda x: [x + " x"]),
+    "config: missing": lambda ls: _edit(ls, "config", lambda x: []),
+    "config: twice": lambda ls: _edit(ls, "config", lambda x: [x, x]),
+    "config: after settings": lambda ls: _swap(ls, "config", "settings"),
+    "config: no value": lambda ls: _edit(ls, "config", lambda x: ["config "]),
+    "settings: another identity": lambda ls: _edit(ls, "settings", _other_identity),
+    "settings: absent": lambda ls: _edit(ls, "settings", lambda x: ["settings absent"]),
+    "settings: trailing garbage": lambda ls: _edit(ls, "settings", lambda x: [x + " x"]),
+    "settings: missing": lambda ls: _edit(ls, "settings", lambda x: []),
+    "settings: twice": lambda ls: _edit(ls, "settings", lambda x: [x, x]),
+    "settings: after log": lambda ls: _swap(ls, "settings", "log"),
+    "log: relative": lambda ls: _edit(ls, "log", lambda x: ["log shim.log"]),
+    "log: no value": lambda ls: _edit(ls, "log", lambda x: ["log "]),
+    "log: twice": lambda ls: _edit(ls, "log", lambda x: [x, x]),
+    "log: after a runtime": lambda ls: _swap(ls, "log", "runtime"),
+    "log: last": lambda ls: [*_edit(ls, "log", lambda x: [])[:-1], ls[3], "end"],
+    "runtime: none": lambda ls: _edit(ls, "runtime", lambda x: []),
+    "runtime: no value": lambda ls: _edit(ls, "runtime!", lambda x: ["runtime "]),
+    "runtime: after a trigger": lambda ls: _swap(ls, "runtime", "trigger"),
+    "runtime: after the end": lambda ls: [*_edit(ls, "runtime", lambda x: []), "runtime runc"],
+    "trigger: none": lambda ls: _edit(ls, "trigger", lambda x: []),
+    "trigger: no value": lambda ls: _edit(ls, "trigger!", lambda x: ["trigger "]),
+    "trigger: a quote": lambda ls: _edit(ls, "trigger!", lambda x: [x, 'trigger a"b']),
+    "trigger: a backslash": lambda ls: _edit(ls, "trigger!", lambda x: [x, "trigger a\\b"]),
+    "trigger: a tab": lambda ls: _edit(ls, "trigger!", lambda x: [x, "trigger a\tb"]),
+    "trigger: not ASCII": lambda ls: _edit(ls, "trigger!", lambda x: [x, "trigger é"]),
+    "trigger: a DEL": lambda ls: _edit(ls, "trigger!", lambda x: [x, "trigger a\x7fb"]),
+    "end: missing": lambda ls: ls[:-1],
+    "end: twice": lambda ls: [*ls, "end"],
+    "end: trailing garbage": lambda ls: [*ls[:-1], "end x"],
+    "end: a line after it": lambda ls: [*ls, "trigger X"],
+    "end: not last but one": lambda ls: [*ls[:-2], "end", ls[-2]],
+    "a handover line": lambda ls: [*ls[:3], "handover debug logging", *ls[3:]],
+    "an unknown key": lambda ls: [*ls[:-1], "runtimes runc", "end"],
+    "a key with a space before": lambda ls: _edit(ls, "config", lambda x: [" " + x]),
+    "a key in capitals": lambda ls: _edit(ls, "config", lambda x: [x.replace("config", "CONFIG")]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DATA_LINES))
+def test_each_line_of_the_data_file_is_compared(fe: Frontend, case: str) -> None:
+    data = fe.data_file()
+    lines = data.read_text().splitlines()
+    assert [line.split(" ")[0] for line in lines[:4]] == [MAGIC, "config", "settings", "log"]
+    b = fe.bundle(PLAIN)
+    for argv in (["state", "c1"], ["create", "-b", str(b), "c1"]):
+        assert fe.call(argv)[0] == "runtime"  # as written: the front-end acts
+    changed = DATA_LINES[case](lines)
+    assert changed != lines
+    data.write_bytes(("\n".join(changed) + "\n").encode())
+    assert stat.S_IMODE(data.stat().st_mode) == 0o600
+    for argv in (["state", "c1"], ["create", "-b", str(b), "c1"]):
+        assert fe.call(argv) == ("launcher", argv)
+
+
+@pytest.mark.parametrize("change", ["no newline at the end", "a CR before each newline"])
+def test_the_data_file_s_line_ends_are_compared(fe: Frontend, change: str) -> None:
+    data = fe.data_file()
+    text = data.read_bytes()
+    data.write_bytes(text[:-1] if change.startswith("no") else text.replace(b"\n", b"\r\n"))
+    assert fe.call(["state", "c1"])[0] == "launcher"
+
+
+@pytest.mark.parametrize("key", ["runtime", "trigger"])
+def test_the_data_file_s_lists_are_bounded(fe: Frontend, key: str) -> None:
+    """At most 64 runtime lines and 64 trigger lines (the front-end's arrays): 64 are read,
+    one more is a doubt."""
+    data = fe.data_file()
+    lines = data.read_text().splitlines()
+    mine = [line for line in lines if line.startswith(f"{key} ")]
+    at = lines.index(mine[0])
+    filler = f"{key} /nonexistent/r" if key == "runtime" else f"{key} XYZZY"
+    rest = [line for line in lines if line not in mine]
+    b = fe.bundle(PLAIN)
+    for count, who in ((64, "runtime"), (65, "launcher")):
+        # the written lines last (the real runtime, the triggers that matter), filler before
+        padded = [f"{filler}{n}" for n in range(count - len(mine))] + mine
+        data.write_text("\n".join([*rest[:at], *padded, *rest[at:]]) + "\n")
+        assert fe.call(["create", "-b", str(b), "c1"])[0] == who, count
+    trigger = fe.bundle(_with_env("NVIDIA_VISIBLE_DEVICES=0"), "asks")
+    data.write_text("\n".join([*rest[:at], *padded[1:], *rest[at:]]) + "\n")
+    assert fe.call(["create", "-b", str(trigger), "c1"])[0] == "launcher"
+
+
+def test_the_runtime_lines_are_tried_in_their_order(fe: Frontend, tmp_path: Path) -> None:
+    """The runtime comes from the data file: the first candidate that is there, in order."""
+    other = tmp_path / "other-runc"
+    other.write_text(RECORDER.format(who="other"))
+    other.chmod(0o755)
+    data = fe.data_file()
+    lines = data.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("runtime "))
+    for before, who in ((["/nonexistent/runc", str(other)], "other"),
+                        (["/nonexistent/runc"], "runtime")):  # fmt: skip
+        data.write_text("\n".join([*lines[:first], *(f"runtime {r}" for r in before),
+                                   *lines[first:]]) + "\n")  # fmt: skip
+        assert fe.call(["state", "c1"]) == (who, ["state", "c1"])
+
+
+def test_a_launcher_that_cannot_be_exec_d_fails_with_the_runtime_s_code(tmp_path: Path) -> None:
+    """A broken install (the launcher gone): one line naming it, ExitCode.RUNTIME."""
+    launcher = tmp_path / "gone" / "nvhook-runtime.py"
+    binary = build_sanitized_program(SOURCE, tmp_path / "nvhook-runtime", str(launcher))
+    proc = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False,
+        env={"PATH": "/usr/bin:/bin", "NVHOOK_CACHE_DIR": str(tmp_path / "cache"),
+             "ASAN_OPTIONS": "detect_leaks=0"},
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (
+        ExitCode.RUNTIME,
+        f"nvhook-runtime: cannot exec {launcher}: No such file or directory\n",
+    )
+
+
 # -- runc's argv conformance table: the same bundle as oci.argv reads --------------------------
 
 
@@ -270,22 +511,34 @@ def _under(root: Path, arg: str) -> str:
 
 @pytest.mark.parametrize("line", _lines())
 def test_conformance_table(fe: Frontend, line: str) -> None:
-    cwd = fe.tmp / "cwd"
-    cwd.mkdir()
-    argv = [_under(fe.tmp, arg) for arg in line.split()]
+    _check_line(fe, fe.tmp, line)
+
+
+def _check_line(fe: Frontend, top: Path, line: str, *, both: bool = True) -> None:
+    """``line`` (its absolute paths moved under ``top``, run in ``top/cwd``) goes where
+    oci.argv says. A create is judged by the bundle oci.argv reads: the front-end hands it
+    over when that bundle asks for a GPU and (``both``) passes it through when only that
+    bundle does not. A line runc refuses finds a config.json asking for nothing wherever an
+    argument could name a bundle: a front-end that took it for a create would pass it on."""
+    cwd = top / "cwd"
+    cwd.mkdir(parents=True)
+    argv = [_under(top, arg) for arg in line.split()]
     who, bundle = _expected(argv, cwd)
-    if who != "create":
-        assert fe.call(argv, cwd) == (who, argv)
-        return
-    assert bundle is not None
-    # a config.json in every directory an argument could name, and in the working directory
-    candidates = {cwd, Path(bundle)}
+    # every directory an argument could name, and the working directory
+    candidates = {cwd, *([Path(bundle)] if bundle else [])}
     for arg in argv:
         for text in (arg, arg.partition("=")[2]):
             if text and ".." not in text:
                 candidates.add(cwd / text)
-    assert all(str(d).startswith(str(fe.tmp)) for d in candidates)
-    for plain_elsewhere in (True, False):
+    assert all(str(d).startswith(str(top)) for d in candidates)
+    if who != "create":
+        for d in candidates if who == "launcher" else ():
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "config.json").write_text(json.dumps(PLAIN))
+        assert fe.call(argv, cwd) == (who, argv), line
+        return
+    assert bundle is not None
+    for plain_elsewhere in (True, False) if both else (True,):
         for d in candidates:
             d.mkdir(parents=True, exist_ok=True)
             is_bundle = os.path.realpath(d) == os.path.realpath(bundle)
@@ -293,7 +546,67 @@ def test_conformance_table(fe: Frontend, line: str) -> None:
             spec = _with_env("NVIDIA_VISIBLE_DEVICES=0") if request else PLAIN
             (d / "config.json").write_text(json.dumps(spec))
         # the bundle asks: handed over; the bundle does not (every other one does): runc
-        assert fe.call(argv, cwd) == ("launcher" if plain_elsewhere else "runtime", argv)
+        assert fe.call(argv, cwd) == ("launcher" if plain_elsewhere else "runtime", argv), line
+
+
+def _flag_lines() -> list[tuple[str, bool]]:
+    """Every flag of oci.argv's tables for the global options, create and run (the first and
+    last of each table included), in each form: ``--f``, ``-f``, ``=value``, a separate
+    value, none where one is needed, a bad boolean; before and after the container id, after
+    a ``--``, and global flags after the subcommand; each with whether to judge a create
+    both ways (:func:`_check_line`)."""
+    lines: list[str] = []
+    both: list[str] = []
+    table = oci_argv._GLOBAL
+    for name in sorted(table.names):
+        if name in table.values:
+            forms = [f"--{name} /gv", f"-{name}=/gv", f"--{name}="]
+        else:
+            forms = [f"--{name}", f"-{name}=false", f"--{name}=0", f"--{name}=maybe"]
+        lines += [f"{form} create -b /gb id" for form in forms]
+        lines.append(f"create {forms[0]} -b /gb id")  # after the subcommand: not a global flag
+    lines.append("--root")
+    for command in sorted(CREATE_COMMANDS):
+        table = oci_argv._COMMANDS[command]
+        for name in sorted(table.names):
+            if name in ("b", "bundle"):
+                forms = [f"-{name} /cb", f"--{name}=/cb", f"-{name}"]
+                lines += [f"{command} {forms[0]} id", f"{command} id {forms[1]}",
+                          f"{command} {forms[2]}", f"{command} -- {forms[0]} id",
+                          f"{command} id {forms[0]} --", f"{command} {forms[2]}="]  # fmt: skip
+                continue
+            if name in table.values:
+                forms = [f"--{name} /cv", f"-{name}=/cv", f"--{name}"]
+            else:
+                forms = [f"--{name}", f"-{name}=false", f"--{name}=T", f"--{name}=maybe"]
+            lines += [f"{command} {forms[0]} -b /cb id", f"{command} id {forms[1]} -b /cb",
+                      f"{command} -b /cb {forms[-1]}", f"{command} -b /cb -- {forms[0]} id",
+                      f"{command} {forms[0]} id -b /cb"]  # fmt: skip
+            # where urfave's reordering differs: a "=" form before the id, "--" as a value
+            both += [
+                f"{command} {forms[1]} id -b /cb",
+                f"{command} id {forms[0].split()[0]} -- -b /cb",
+            ]
+            if len(forms) > 3:
+                lines.append(f"{command} {forms[2]} -b /cb id")
+    lines += ["create -b /cb - ", "create - -b /cb", "create -b /cb -- -", "create --- -b /cb id",
+              "create -b /cb id --", "create -b -- id", "create -- id"]  # fmt: skip
+    # every create both ways (the bundle asks / only the bundle does not) would take twice the
+    # time: alternate, but both ways where the reordering matters
+    return [(line, n % 2 == 0) for n, line in enumerate(dict.fromkeys(lines))] + [
+        (line, True) for line in dict.fromkeys(both)
+    ]
+
+
+def test_every_flag_of_runc_s_tables_in_every_form(fe: Frontend) -> None:
+    """The flag tables at their boundaries, each flag's forms and places, against
+    ``RuntimeArgs.parse``: who gets the call and, for a create, which bundle is read."""
+    lines = _flag_lines()
+    creates = 0
+    for n, (line, both) in enumerate(lines):
+        _check_line(fe, fe.tmp / f"l{n}", line, both=both)
+        creates += _expected(line.split(), fe.tmp)[0] == "create"
+    assert len(lines) > 150 and creates > 60
 
 
 # -- fuzz: whenever the shim would edit, the call is handed over -------------------------------

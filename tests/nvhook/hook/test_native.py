@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 
 from nvhook.discover.hooks import HOOK_ENV
+from nvhook.hook import update_ldcache
 from nvhook.hook.app_profile import PROFILE_PATH
 from nvhook.native.contract import ENV_HOOK_TRACE, trace_enabled
+from oci.errors import ExitCode
 from tests.support.native import build_native_hook
 
 from .conftest import LIBDIR, state_json
@@ -36,6 +38,13 @@ LIB = f"{LIBDIR}/{SONAME}.0"
 RECORDER = '#!/bin/sh\necho handover >> "{record}"\nexec "{python}" "$@"\n'
 #: Where :func:`compare` lays out the tree each program runs on (the same path for both).
 TREE = "tree"
+#: The names of the files the ld cache step writes and their folders (as the contract has them).
+LD_NAMES = sorted({
+    part
+    for path in (update_ldcache.LD_SO_CONF, update_ldcache.CONF_PATH, update_ldcache.LD_SO_CACHE,
+                 update_ldcache.LD_SO_CACHE + "~")
+    for part in path.split("/") if part
+})  # fmt: skip
 
 
 @dataclass
@@ -147,6 +156,39 @@ def compat_magic(root: Path, library: Path) -> None:
     (root / "usr/local/cuda").symlink_to("/proc/self/root/usr/local/cuda")
 
 
+def compat_same_branch(root: Path, library: Path) -> None:
+    compat(root, library, "libcuda.so.550.90.07")
+
+
+def compat_next_branch(root: Path, library: Path) -> None:
+    compat(root, library, "libcuda.so.551.0")
+
+
+def conf_loop(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "etc" / "ld.so.conf").symlink_to("ld.so.conf")
+
+
+def proc_loop(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "proc").symlink_to("proc")
+
+
+def conf_folder(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "etc" / "ld.so.conf").mkdir()
+
+
+def etc_file(root: Path, library: Path) -> None:
+    distroless(root, library)
+    (root / "etc").write_text("not a folder\n")
+
+
+def conf_dir_file(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "etc" / "ld.so.conf.d").write_text("not a folder\n")
+
+
 def magic_etc(root: Path, library: Path) -> None:
     distroless(root, library)
     (root / "etc").symlink_to("/proc/self/root/etc")
@@ -156,6 +198,7 @@ def dri(root: Path, library: Path) -> None:
     base(root, library)
     (root / "dev" / "dri").mkdir(parents=True)
     os.mknod(root / "dev" / "dri" / "card1", 0o660 | stat.S_IFCHR, os.makedev(226, 1))
+    os.mknod(root / "dev" / "sda", 0o660 | stat.S_IFBLK, os.makedev(8, 0))
     (root / "dev" / "dri" / "renderD128").write_text("not a device\n")
 
 
@@ -167,6 +210,7 @@ def gpus(root: Path, library: Path) -> None:
 
 
 LINK = f"{SONAME}::{LIBDIR}/libnvhooktest.so"
+BY_PATH = "/dev/dri/by-path"
 FOLDER = ["--folder", LIBDIR]
 CC = ["create-container"]
 
@@ -228,10 +272,64 @@ CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
     ("no command", base, [], [], False),
     ("a link not ASCII", base, [*CC, "--link", "libé.so::/usr/lib/libé"], [], False),
     ("a folder with a space", base, [*CC, "--folder", "/usr/lib x"], [], False),
+    ("a folder with ..", base, [*CC, "--folder", f"{LIBDIR}/../x86_64-linux-gnu"], [], False),
+    ("a folder with .", base, [*CC, "--folder", f"{LIBDIR}/."], [], False),
+    ("the same link twice, two targets", base,
+     [*CC, "--link", LINK, "--link", f"other.so::{LIBDIR}/libnvhooktest.so", *FOLDER], [],
+     False),
+    ("a link and a device link, one path", base,
+     [*CC, "--link", LINK, "--device-link", f"{SONAME}::{LIBDIR}/libnvhooktest.so", *FOLDER],
+     [], True),
+    # after a good link: a parse error (Python's, before any link) must leave none written
+    ("a link with an empty target", base,
+     [*CC, "--link", LINK, "--link", f"::{LIBDIR}/x.so", *FOLDER], [], False),
+    ("a link path with ..", base, [*CC, "--link", f"{SONAME}::{LIBDIR}/../x.so", *FOLDER], [],
+     False),
+    ("a link path with .", base, [*CC, "--link", f"{SONAME}::{LIBDIR}/./x.so", *FOLDER], [],
+     False),
+    ("a link path relative", base, [*CC, "--link", f"{SONAME}::x.so", *FOLDER], [], False),
+    ("--cuda-compat twice", compat,
+     [*CC, *FOLDER, "--cuda-compat", "550.54.15", "--cuda-compat", "990.1"], [], False),
+    ("--params twice", base,
+     [*CC, *FOLDER, "--params", "/proc/self/status", "--params", "/proc/self/status"], [],
+     False),
+    ("--ldconfig not executable", base, [*CC, *FOLDER, "--ldconfig", "/etc/passwd"], [], False),
+    ("--ldconfig missing", base, [*CC, *FOLDER, "--ldconfig", "/nonexistent/ldconfig"], [],
+     False),
+    ("--ldconfig relative", base, [*CC, *FOLDER, "--ldconfig", "sbin/ldconfig"], [], False),
+    ("--ldconfig a folder", base, [*CC, *FOLDER, "--ldconfig", "/sbin"], [], False),
+    ("a compat library of the host's branch, newer", compat_same_branch,
+     [*CC, *FOLDER, "--cuda-compat", "550.54.15"], [], True),
+    ("a compat library of the host's branch, older", compat_same_branch,
+     [*CC, *FOLDER, "--cuda-compat", "550.127.5"], [], True),
+    ("a compat library one branch newer", compat_next_branch,
+     [*CC, *FOLDER, "--cuda-compat", "550.54.15"], [], True),
+    ("ld.so.conf a symlink loop", conf_loop, [*CC, *FOLDER], [], False),
+    ("/proc a symlink loop, --params", proc_loop, [*CC, *FOLDER, "--params", "/proc/self/status"],
+     [], False),
+    ("ld.so.conf a folder", conf_folder, [*CC, *FOLDER], [], False),
+    ("/etc a file", etc_file, [*CC, *FOLDER], [], False),
+    ("ld.so.conf.d a file", conf_dir_file, [*CC, *FOLDER], [], False),
+]  # fmt: skip
+#: Links named like a file the ld cache step writes (nvhook-contract.h's NVHOOK_LD_NAMES, the
+#: first and last included): each is Python's, in /etc or elsewhere.
+CASES += [
+    (f"a link named {name}{where}", base, [*CC, "--link", f"{SONAME}::{folder}/{name}", *FOLDER],
+     [], False)
+    for name in LD_NAMES
+    for where, folder in (("", "/etc"), (" elsewhere", LIBDIR))
 ]  # fmt: skip
 ROOT_CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
+    ("the same device link twice, two targets", dri,
+     [*CC, "--device-link", "../card1::/dev/dri/by-path/c", "--device-link",
+      "./../card1::/dev/dri/by-path/c", *FOLDER], [], False),
+    ("the same device link twice, one a missing device", dri,
+     [*CC, "--device-link", "../card1::/dev/dri/by-path/c", "--device-link",
+      "../card9::/dev/dri/by-path/c", *FOLDER], [], True),
+    ("a device link to a block device", dri,
+     [*CC, "--device-link", "../../sda::/dev/dri/by-path/block", *FOLDER], [], True),
     ("device links", dri,
-     [*CC, "--device-link", "../card1::/dev/dri/by-path/pci-0000:01:00.0-card",
+     [*CC, "--device-link", f"../card1::{BY_PATH}/pci-0000:01:00.0-card",
       "--device-link", "../renderD128::/dev/dri/by-path/pci-0000:01:00.0-render",
       "--device-link", "../card9::/dev/dri/by-path/pci-0000:09:00.0-card",
       "--device-link", "../../../../../../dev/null::/dev/dri/by-path/x", *FOLDER], [], True),
@@ -299,7 +397,8 @@ def test_same_outcome(
 ) -> None:
     handed_over = compare(pair, tmp_path, build, test_library, argv, env)
     assert handed_over is not native
-    if build is dri:  # only the GPU whose card node is a character device there
+    if f"../card1::{BY_PATH}/pci-0000:01:00.0-card" in argv:  # only the GPU whose card node
+        # is a character device there
         links = tmp_path / TREE / "bundle/rootfs/dev/dri/by-path"
         assert sorted(p.name for p in links.iterdir()) == ["pci-0000:01:00.0-card"]
 
@@ -432,11 +531,12 @@ def test_fuzz_state_and_config(pair: Pair, tmp_path: Path, test_library: Path) -
 @pytest.fixture(scope="module")
 def noted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Mock compat libcudas of driver 575.57.08 with the fwd_compatibility note: one listing
-    the host's branch 550, one not."""
+    the host's branch 550, one not, one listing its own branch 575 (a host of that branch:
+    used only when the library is newer)."""
     from nvhook.mock.compat import lay_out_compat
 
     out = {}
-    for name, drivers in (("lists", (535, 550, 570)), ("not", (570,))):
+    for name, drivers in (("lists", (535, 550, 570)), ("not", (570,)), ("own", (550, 575))):
         root = tmp_path_factory.mktemp(f"noted-{name}")
         out[name] = lay_out_compat(
             root, profile="h100-pcie", version="575.57.08", cuda="12.9", drivers=drivers
@@ -444,8 +544,11 @@ def noted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-@pytest.mark.parametrize(("which", "host"), [("lists", "550.54.15"), ("not", "550.54.15"),
-                                              ("lists", "580.1.2")])  # fmt: skip
+NOTE_CASES = [("lists", "550.54.15"), ("not", "550.54.15"), ("lists", "580.1.2"),
+              ("own", "575.57.08"), ("own", "575.64.1"), ("own", "575.51.2")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("which", "host"), NOTE_CASES)
 def test_the_note_decides_the_same(
     pair: Pair, tmp_path: Path, test_library: Path, noted: dict[str, Path], which: str, host: str
 ) -> None:
@@ -458,8 +561,8 @@ def test_the_note_decides_the_same(
     argv = [*CC, *FOLDER, "--cuda-compat", host]
     assert not compare(pair, tmp_path, build, test_library, argv, [])
     conf = (tmp_path / TREE / "bundle/rootfs/etc/ld.so.conf.d/00-nvhook.conf").read_text()
-    assert conf.splitlines()[1] == ("/usr/local/cuda/compat" if which == "lists" and
-                                    host.startswith("550") else LIBDIR)  # fmt: skip
+    used = (which == "lists" and host.startswith("550")) or (which, host) == ("own", "575.51.2")
+    assert conf.splitlines()[1] == ("/usr/local/cuda/compat" if used else LIBDIR)
 
 
 #: What a failing ldconfig prints -> whether the native hook reads its last line as Python
@@ -538,3 +641,41 @@ def test_trace_is_a_boolean_read_as_python_reads_one(pair: Pair, value: str) -> 
     traced = b"nvhook-hook: handing over (line " in proc.stderr
     assert traced is trace_enabled(value), proc.stderr
     assert traced is (value.strip() in ("1", "true", "TRUE", "t"))
+
+
+def test_a_launcher_that_cannot_be_exec_d_fails_with_the_hook_s_code(tmp_path: Path) -> None:
+    """A broken install (the Python launcher gone): a handover fails with one line naming it
+    and ExitCode.HOOK, as the Python hook fails."""
+    launcher = tmp_path / "gone" / "nvhook-hook.py"
+    native = build_native_hook(tmp_path, str(launcher))
+    proc = _run(str(native), ["netdev", "--device", "a=b"], "")
+    assert (proc.returncode, proc.stderr) == (
+        ExitCode.HOOK,
+        f"nvhook-hook: cannot exec {launcher}: No such file or directory\n".encode(),
+    )
+
+
+@pytest.mark.root
+def test_no_ldconfig_on_the_host_is_pythons(pair: Pair, tmp_path: Path, test_library: Path) -> None:
+    """No ldconfig among update_ldcache.LDCONFIG_CANDIDATES (a broken host: hidden here by an
+    empty tmpfs over their folders in a private mount namespace): Python's message and exit
+    code, nothing written by either."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare(1)")
+    folders = sorted({os.path.realpath(os.path.dirname(c))
+                      for c in update_ldcache.LDCONFIG_CANDIDATES})  # fmt: skip
+    hide = " && ".join(f"mount -t tmpfs none {f}" for f in folders)
+    wrapped = {}
+    for name, program in (("python", pair.python), ("native", pair.native)):
+        wrapper = tmp_path / f"hidden-{name}"
+        wrapper.write_text(f'#!/bin/sh\nexec {unshare} --mount --propagation private /bin/sh -c '
+                           f'\'{hide} && exec "$0" "$@"\' {program} "$@"\n')  # fmt: skip
+        wrapper.chmod(0o755)
+        wrapped[name] = str(wrapper)
+    hidden = Pair(wrapped["python"], wrapped["native"], pair.record)
+    argv = [*CC, "--link", LINK, *FOLDER]
+    assert compare(hidden, tmp_path, base, test_library, argv, [])
+    proc = _run(hidden.native, argv, state_json(tmp_path / TREE / "bundle"))
+    assert proc.returncode == ExitCode.HOOK and b"no ldconfig on the host" in proc.stderr
+    assert not (tmp_path / TREE / "bundle/rootfs/etc/ld.so.conf.d").exists()
