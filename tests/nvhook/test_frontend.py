@@ -511,15 +511,18 @@ def _under(root: Path, arg: str) -> str:
 
 @pytest.mark.parametrize("line", _lines())
 def test_conformance_table(fe: Frontend, line: str) -> None:
-    _check_line(fe, fe.tmp, line)
+    assert _check_line(fe, fe.tmp, line) == []
 
 
-def _check_line(fe: Frontend, top: Path, line: str, *, both: bool = True) -> None:
+def _check_line(
+    fe: Frontend, top: Path, line: str, *, both: bool = True
+) -> list[tuple[str, tuple[str, list[str]], tuple[str, list[str]]]]:
     """``line`` (its absolute paths moved under ``top``, run in ``top/cwd``) goes where
     oci.argv says. A create is judged by the bundle oci.argv reads: the front-end hands it
     over when that bundle asks for a GPU and (``both``) passes it through when only that
     bundle does not. A line runc refuses finds a config.json asking for nothing wherever an
-    argument could name a bundle: a front-end that took it for a create would pass it on."""
+    argument could name a bundle: a front-end that took it for a create would pass it on.
+    Returns each call that went elsewhere: (line, where it went, where it should have)."""
     cwd = top / "cwd"
     cwd.mkdir(parents=True)
     argv = [_under(top, arg) for arg in line.split()]
@@ -531,12 +534,13 @@ def _check_line(fe: Frontend, top: Path, line: str, *, both: bool = True) -> Non
             if text and ".." not in text:
                 candidates.add(cwd / text)
     assert all(str(d).startswith(str(top)) for d in candidates)
+    wrong: list[tuple[str, tuple[str, list[str]], tuple[str, list[str]]]] = []
     if who != "create":
         for d in candidates if who == "launcher" else ():
             d.mkdir(parents=True, exist_ok=True)
             (d / "config.json").write_text(json.dumps(PLAIN))
-        assert fe.call(argv, cwd) == (who, argv), line
-        return
+        got = fe.call(argv, cwd)
+        return [] if got == (who, argv) else [(line, got, (who, argv))]
     assert bundle is not None
     for plain_elsewhere in (True, False) if both else (True,):
         for d in candidates:
@@ -546,7 +550,11 @@ def _check_line(fe: Frontend, top: Path, line: str, *, both: bool = True) -> Non
             spec = _with_env("NVIDIA_VISIBLE_DEVICES=0") if request else PLAIN
             (d / "config.json").write_text(json.dumps(spec))
         # the bundle asks: handed over; the bundle does not (every other one does): runc
-        assert fe.call(argv, cwd) == ("launcher" if plain_elsewhere else "runtime", argv), line
+        want = ("launcher" if plain_elsewhere else "runtime", argv)
+        got = fe.call(argv, cwd)
+        if got != want:
+            wrong.append((line, got, want))
+    return wrong
 
 
 def _flag_lines() -> list[tuple[str, bool]]:
@@ -598,14 +606,17 @@ def _flag_lines() -> list[tuple[str, bool]]:
     ]
 
 
+@pytest.mark.slow  # seconds long: the whole suite runs it, ./dev test quick does not
 def test_every_flag_of_runc_s_tables_in_every_form(fe: Frontend) -> None:
     """The flag tables at their boundaries, each flag's forms and places, against
     ``RuntimeArgs.parse``: who gets the call and, for a create, which bundle is read."""
     lines = _flag_lines()
     creates = 0
+    wrong = []
     for n, (line, both) in enumerate(lines):
-        _check_line(fe, fe.tmp / f"l{n}", line, both=both)
+        wrong += _check_line(fe, fe.tmp / f"l{n}", line, both=both)
         creates += _expected(line.split(), fe.tmp)[0] == "create"
+    assert wrong == []
     assert len(lines) > 150 and creates > 60
 
 
@@ -668,6 +679,7 @@ def _random_spec(rng: random.Random) -> bytes:
     return text.encode()
 
 
+@pytest.mark.slow  # seconds long: the whole suite runs it, ./dev test quick does not
 def test_fuzz_never_passes_through_a_create_the_shim_would_edit(fe: Frontend) -> None:
     rng = random.Random(16)
     outcomes: dict[tuple[bool, str], int] = {}
@@ -694,6 +706,7 @@ def test_fuzz_never_passes_through_a_create_the_shim_would_edit(fe: Frontend) ->
     assert outcomes.get((True, "launcher"), 0) > 20 and outcomes.get((False, "runtime"), 0) > 20
 
 
+@pytest.mark.slow  # seconds long: the whole suite runs it, ./dev test quick does not
 def test_fuzz_argv_never_passes_a_create_through_elsewhere(fe: Frontend) -> None:
     """Random command lines: where oci.argv sees a create of the bundle that asks for GPUs,
     the front-end hands over (whatever bundle it thinks it is)."""

@@ -499,6 +499,7 @@ def _mutate(rng: random.Random, data: bytes) -> bytes:
     return bytes(b)
 
 
+@pytest.mark.slow  # seconds long: the whole suite runs it, ./dev test quick does not
 def test_fuzz_state_and_config(pair: Pair, tmp_path: Path, test_library: Path) -> None:
     """Mutated states and config.json files: the native hook never does what Python would
     refuse, nor refuses what Python does (seeded, so a failure replays)."""

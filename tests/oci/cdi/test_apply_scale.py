@@ -205,6 +205,7 @@ _spec = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow  # seconds long: the whole suite runs it, ./dev test quick does not
 @settings(max_examples=400, deadline=None)
 @given(_edits, _spec)
 def test_apply_is_the_item_by_item_reference(edits: Edits, spec: dict[str, Any]) -> None:

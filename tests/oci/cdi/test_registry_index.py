@@ -106,6 +106,7 @@ def test_same_answers_as_the_registry_for_golden_cases(
     assert index_files(cache)
 
 
+@pytest.mark.slow  # seconds long: the whole suite runs it, ./dev test quick does not
 def test_same_answers_on_random_layouts(tmp_path: Path, settled: None) -> None:
     """Random directories of specs (kinds, overlaps, broken files), changed between calls."""
     rng = random.Random(20240611)
