@@ -7,6 +7,7 @@ import json
 import click
 
 from nvhook.cli.lazy import LazyGroup
+from nvhook.cli.options import config_option, load_config
 from oci.cdi.registry import DEFAULT_SPEC_DIRS, Registry
 from oci.errors import ExitCode
 
@@ -36,20 +37,26 @@ def cdi() -> None:
 
 @cdi.command("list")
 @_spec_dir_option
-def list_(spec_dirs: tuple[str, ...]) -> None:
+@config_option
+def list_(spec_dirs: tuple[str, ...], config_file: str | None) -> None:
     """Print every resolvable device name with the file that defines it, then any problems.
 
     Names go to stdout (NAME<TAB>FILE); each file of the directories that is not read
     (only *.json and *.yaml are) is named once on stderr; problems go to stderr, one
-    line each, and make the exit code 4. With no spec at all, stderr says so (exit code 0).
+    line each, and make the exit code 4. A spec file the runtime would not trust (its
+    owner, its mode, a symbolic link, its directory's) is a problem, or, under
+    cdi.untrusted_specs = "warn" in the settings (--config), a warning on stderr and its
+    devices listed. With no spec at all, stderr says so (exit code 0).
     """
     dirs = spec_dirs or DEFAULT_SPEC_DIRS
-    registry = Registry(dirs)
+    registry = Registry(dirs, untrusted=load_config(config_file).cdi_untrusted_specs)
     for name, definition in registry.devices.items():
         click.echo(f"{name}\t{definition.path}")
     for path, why in registry.ignored.items():
         click.echo(f"{path}: {why}", err=True)
-    problems = [msg for msgs in registry.errors.values() for msg in msgs]
+    for line in registry.warnings:
+        click.echo(line, err=True)
+    problems = list(dict.fromkeys(msg for msgs in registry.errors.values() for msg in msgs))
     for msg in problems:
         click.echo(msg, err=True)
     if problems:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from nvhook.cli.options import config_option, load_config
 from oci.cdi.registry import DEFAULT_SPEC_DIRS
 from oci.errors import ExitCode
 
@@ -27,7 +28,8 @@ __all__ = ["check"]
     "and the specs' host paths are looked up under it (a path already under ROOT, as "
     "`nvhook cdi generate --root ROOT` writes them, as it is).",
 )
-def check(spec_dirs: tuple[str, ...], root: str) -> None:
+@config_option
+def check(spec_dirs: tuple[str, ...], root: str, config_file: str | None) -> None:
     """Check that every CDI spec (nvhook's and other tools') is still true to this host.
 
     For each spec file: every bind mount's host file exists and is the kind of file
@@ -39,23 +41,30 @@ def check(spec_dirs: tuple[str, ...], root: str) -> None:
     mounts (libnvidia-ml.so.550.54.15 records 550.54.15), not from a field: spec
     annotations would need cdiVersion 0.6.0, which podman 4.3 refuses.
 
-    Prints one line per finding (FILE: device 'NAME': ENTRY: PROBLEM), then each fix
-    once (`run: nvhook cdi generate`). Exits 0 when every spec matches the host (or
-    there is none), 12 when anything is stale.
+    A spec file the runtime would not trust (not owned by root, writable by group or
+    others, a symbolic link, or in a directory that is: its hooks run as root) is a
+    finding too, under cdi.untrusted_specs of the settings (--config): refuse, the
+    default, fails the check and the file is not checked further; warn reports it as a
+    warning and checks the spec.
+
+    Prints one line per finding (FILE: device 'NAME': ENTRY: PROBLEM; FILE: warning: …),
+    then each fix once (`run: nvhook cdi generate`). Exits 0 when every spec matches the
+    host (or there is none, or there are only warnings), 12 when anything is stale,
+    invalid or refused as untrusted.
     """
     from nvhook.tools.cdicheck import check_specs, spec_files
 
     dirs = spec_dirs or DEFAULT_SPEC_DIRS
-    findings = check_specs(dirs, root=root)
-    if not findings:
-        count = len(spec_files(dirs))
-        if count:
-            click.echo(f"{count} CDI spec file(s) in {', '.join(dirs)}: all match the host")
-        else:
-            click.echo(f"no CDI spec in {', '.join(dirs)}; run: nvhook cdi generate")
-        return
+    settings = load_config(config_file)
+    findings = check_specs(dirs, root=root, untrusted=settings.cdi_untrusted_specs)
     for finding in findings:
         click.echo(finding.line)
     for fix in dict.fromkeys(f.fix for f in findings):
         click.echo(fix)
-    raise click.exceptions.Exit(int(ExitCode.VALIDATION))
+    if any(f.severity == "error" for f in findings):
+        raise click.exceptions.Exit(int(ExitCode.VALIDATION))
+    count = len(spec_files(dirs))
+    if count:
+        click.echo(f"{count} CDI spec file(s) in {', '.join(dirs)}: all match the host")
+    else:
+        click.echo(f"no CDI spec in {', '.join(dirs)}; run: nvhook cdi generate")

@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-__all__ = ["host_options"]
+if TYPE_CHECKING:
+    from nvhook.settings import Settings
+
+__all__ = ["config_option", "host_options", "load_config"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: ``--config FILE`` (the parameter ``config_file``): which settings file the command reads.
+config_option = click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    help="nvhook configuration file (default: $NVHOOK_CONFIG, else /etc/nvhook/config.toml).",
+)
+
+
+def load_config(config_file: str | None) -> Settings:
+    """The settings a command given ``--config config_file`` (None: not given) runs on, as the
+    runtime loads them; a ``--config`` file that does not exist is a :class:`ConfigError`."""
+    from nvhook.errors import ConfigError
+    from nvhook.settings import load_settings
+
+    if config_file is not None and not os.path.exists(config_file):
+        raise ConfigError(f"{config_file}: configuration file not found (named by --config)")
+    return load_settings(config_file)
 
 
 def host_options(func: F) -> F:

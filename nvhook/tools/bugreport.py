@@ -312,8 +312,8 @@ def bug_report(
         dirs = [under_root(root, d) for d in loaded.cdi_spec_dirs]
         return [
             {"file": f.file, "device": f.device, "field": f.field, "what": f.what,
-             "message": f.message, "fix": f.fix}
-            for f in check_specs(dirs, root=root)
+             "message": f.message, "fix": f.fix, "kind": f.kind, "severity": f.severity}
+            for f in check_specs(dirs, root=root, untrusted=loaded.cdi_untrusted_specs)
         ]  # fmt: skip
 
     part("doctor.json", doctor)

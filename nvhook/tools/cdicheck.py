@@ -8,6 +8,15 @@ executable. A file that does not parse is a finding too. It returns one
 :class:`Finding` per problem, each with the line that fixes it; ``nvhook doctor``
 calls it as ``nvhook cdi check`` does.
 
+**Untrusted spec files.** The files are listed and judged as the registry lists and
+judges them (:func:`oci.cdi.registry.judged_spec_files`, :mod:`oci.cdi.trust`), and a
+file the runtime would not trust (another owner, writable by group or others, a
+symbolic link, or in a directory that is) is a finding of kind ``untrusted``: the
+trust module's line, with the words the registry adds. With ``untrusted="refuse"``
+(``cdi.untrusted_specs``' default) it is an error and the file is not read further, as
+the runtime would not read it; with ``"warn"`` it is a warning and the spec is checked
+like any other.
+
 **The driver version a spec was generated for.** A spec ``nvhook cdi generate``
 wrote is recognised by its hooks (``args[0]`` is ``nvhook-hook``). The version is
 not written into it as a field: spec-level ``annotations`` would raise its
@@ -39,10 +48,11 @@ from nvhook.discover.catalog import FIRMWARE_DIR, VERSION_ANCHORS
 from nvhook.discover.hooks import HOOK_PROGRAM
 from oci._frozen import Frozen
 from oci.cdi.hostcheck import HostProblem, check_edits
-from oci.cdi.parse import load_spec
-from oci.cdi.registry import DEFAULT_SPEC_DIRS, SPEC_SUFFIXES
+from oci.cdi.parse import load_spec, parse_spec
+from oci.cdi.registry import DEFAULT_SPEC_DIRS, judged_spec_files, read_checked, untrusted_line
 from oci.cdi.spec import Spec
-from oci.errors import CdiError
+from oci.cdi.trust import MODES, REFUSE, fix_of
+from oci.errors import CdiError, CdiTrustError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -69,7 +79,10 @@ class Finding(Frozen):
     the spec's own edits (``field`` ``containerEdits``) or for the whole file (``field``
     empty: the driver version, a file that does not parse). ``what`` names the entry
     (``mount /usr/lib/…/libcuda.so.550.54.15``), ``message`` the problem, ``fix`` the
-    line that mends it (``run: nvhook cdi generate``).
+    line that mends it (``run: nvhook cdi generate``). ``kind`` is ``stale`` (the spec and
+    the host disagree), ``invalid`` (the file does not parse) or ``untrusted`` (the
+    runtime would not trust the file); ``severity`` is ``error`` or ``warning`` (an
+    untrusted file under ``cdi.untrusted_specs = "warn"``), which does not fail the check.
     """
 
     file: str
@@ -78,28 +91,24 @@ class Finding(Frozen):
     what: str
     message: str
     fix: str
+    kind: str = "stale"
+    severity: str = "error"
 
     @property
     def line(self) -> str:
-        """``FILE: device 'nvidia.com/gpu=0': mount …: host file is missing …``."""
+        """``FILE: device 'nvidia.com/gpu=0': mount …: host file is missing …`` (a warning:
+        ``FILE: warning: …``)."""
         where = f"device {self.device!r}" if self.device is not None else self.field
-        return ": ".join(part for part in (self.file, where, self.what, self.message) if part)
+        warning = "warning" if self.severity == "warning" else ""
+        parts = (self.file, warning, where, self.what, self.message)
+        return ": ".join(part for part in parts if part)
 
 
 def spec_files(spec_dirs: Iterable[str]) -> list[str]:
-    """The spec files of ``spec_dirs`` in scan order (each file once; a missing or unreadable
-    directory holds none: ``nvhook cdi list`` reports those)."""
-    files: list[str] = []
-    for directory in spec_dirs:
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(directory, name)
-            if name.endswith(SPEC_SUFFIXES) and os.path.isfile(path) and path not in files:
-                files.append(path)
-    return files
+    """The spec files of ``spec_dirs`` in scan order, as the registry lists them (each file
+    once, links followed; a missing or unreadable directory holds none: ``nvhook cdi list``
+    reports those)."""
+    return [path for _, path, _ in judged_spec_files(spec_dirs)]
 
 
 def _is_version(text: str) -> bool:
@@ -152,22 +161,47 @@ def _driver_change(recorded: str, loaded: str | None) -> str:
     return f"driver {way} to {loaded}"
 
 
-def check_specs(spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, root: str = "/") -> list[Finding]:
+def check_specs(
+    spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, root: str = "/", untrusted: str = REFUSE
+) -> list[Finding]:
     """Every way the CDI specs of ``spec_dirs`` disagree with the host at ``root``, file by
-    file in scan order; empty when every spec is true to the host (or there is none)."""
-    files = spec_files(spec_dirs)
+    file in scan order; empty when every spec is true to the host (or there is none).
+
+    ``untrusted`` is ``cdi.untrusted_specs``: what an untrusted file is (see the module
+    docstring), :data:`~oci.cdi.trust.REFUSE` or :data:`~oci.cdi.trust.WARN`.
+    """
+    if untrusted not in MODES:
+        raise ValueError(f"untrusted must be one of {', '.join(MODES)}, not {untrusted!r}")
+    refuse = untrusted == REFUSE
+    files = judged_spec_files(spec_dirs)
     loaded = loaded_driver_version(root) if files else None
     findings: list[Finding] = []
-    for file in files:
-        try:
-            spec = load_spec(file)
+    for directory, file, verdict in files:
+        if verdict is not None:
+            findings.append(_untrusted(directory, file, verdict, untrusted))
+            if refuse:
+                continue
+        try:  # refusing, opened as the registry opens it: judged again by what is read
+            spec = parse_spec(read_checked(file), source=file) if refuse else load_spec(file)
+        except CdiTrustError as e:  # changed since it was listed
+            findings.append(_untrusted(directory, file, str(e), untrusted))
+            continue
         except CdiError as e:
             message = str(e).removeprefix(f"{file}: ")
             fix = f"run: nvhook cdi validate {file}"
-            findings.append(Finding(file, None, "", "", message, fix))
+            findings.append(Finding(file, None, "", "", message, fix, kind="invalid"))
             continue
         findings += _check_spec(file, spec, root, loaded)
     return findings
+
+
+def _untrusted(directory: str, file: str, verdict: str, untrusted: str) -> Finding:
+    """The finding of the untrusted spec file ``file`` of ``directory`` (``verdict``: its
+    line from :mod:`oci.cdi.trust`), in the words the registry reports it with."""
+    message = untrusted_line(verdict, untrusted).removeprefix(f"{file}: ")
+    severity = "error" if untrusted == REFUSE else "warning"
+    fix = fix_of(verdict, file, directory)
+    return Finding(file, None, "", "", message, fix, kind="untrusted", severity=severity)
 
 
 def _check_spec(file: str, spec: Spec, root: str, loaded: str | None) -> list[Finding]:

@@ -53,7 +53,7 @@ from oci.cdi.registry import (
     refused_line,
     refuses,
     unresolved_message,
-    warned_line,
+    untrusted_line,
 )
 from oci.cdi.trust import REFUSE
 from oci.errors import CdiError, CdiResolveError, CdiTrustError
@@ -115,7 +115,7 @@ def resolve(
     scan = _IndexedScan(dirs, old, kinds, chosen, kept, refuse=refuse)
     if warnings is not None:
         for verdict in scan.untrusted.values():
-            line = refused_line(verdict) if refuse else warned_line(verdict)
+            line = untrusted_line(verdict, untrusted)
             if line not in warnings:
                 warnings.append(line)
     while True:

@@ -4,9 +4,10 @@
   a later directory has a higher priority: its definition of a device wins.
 - Two definitions of one qualified name at the same priority (two files of
   one directory) drop the device and record an error against both files.
-- Only regular ``.json`` and ``.yaml`` files (links followed) are read, as the
-  reference library reads them; every other entry (``.yml``, ``.json.bak``,
-  ``README``, a directory, a dangling link) is ignored and listed in
+- Only regular ``.json`` and ``.yaml`` files (links followed) are listed, as the
+  reference library lists them (a link is then untrusted: :mod:`oci.cdi.trust`, and
+  :func:`judged_spec_files` gives the list with each verdict); every other entry
+  (``.yml``, ``.json.bak``, ``README``, a directory, a dangling link) is ignored and listed in
   :attr:`Registry.ignored` with why. A broken file is recorded as an error
   against its path and never hides the others; a missing directory is simply
   empty; an unreadable one is an error against it.
@@ -56,11 +57,13 @@ __all__ = [
     "Registry",
     "checked_loader",
     "checked_names",
+    "judged_spec_files",
     "list_spec_files",
     "read_checked",
     "refused_line",
     "refuses",
     "unresolved_message",
+    "untrusted_line",
     "warned_line",
 ]
 
@@ -110,6 +113,14 @@ class Registry:
         """The spec files that are not trusted (refused or not), by path, with the line that
         says why and how to fix it."""
         return dict(sorted(self._untrusted.items()))
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """With ``untrusted=WARN``, the line of each untrusted spec file that was used anyway
+        (refused files are in :attr:`errors` instead)."""
+        if self._refuse:
+            return ()
+        return tuple(untrusted_line(v, WARN) for v in dict.fromkeys(self.untrusted.values()))
 
     @property
     def devices(self) -> Mapping[str, Definition]:
@@ -232,6 +243,23 @@ def unresolved_message(
     if bad:
         msg += f" (problems in {len(bad)} file(s), see `nvhook cdi list`: {', '.join(bad)})"
     return msg
+
+
+def untrusted_line(verdict: str, untrusted: str) -> str:
+    """The line that reports an untrusted spec file (``verdict``: :mod:`oci.cdi.trust`'s line)
+    under ``untrusted``: not used (:data:`REFUSE`) or used anyway (:data:`WARN`)."""
+    return refused_line(verdict) if refuses(untrusted) else warned_line(verdict)
+
+
+def judged_spec_files(spec_dirs: Iterable[str]) -> list[tuple[str, str, str | None]]:
+    """The spec files of ``spec_dirs`` as :class:`Registry` lists and judges them, in scan
+    order, each once: its directory, its path, and why it is not trusted (None: it is). A
+    missing or unreadable directory holds none (:attr:`Registry.errors` names it)."""
+    found: dict[str, tuple[str, str, str | None]] = {}
+    for directory in spec_dirs:
+        for path, _, _, verdict in list_spec_files(directory)[0]:
+            found.setdefault(path, (directory, path, verdict))
+    return list(found.values())
 
 
 def refuses(untrusted: str) -> bool:

@@ -21,7 +21,18 @@ from __future__ import annotations
 import os
 from stat import S_IMODE, S_ISREG
 
-__all__ = ["MODES", "REFUSE", "WARN", "directory_problem", "file_problem", "link_problem"]
+__all__ = [
+    "MODES",
+    "REFUSE",
+    "WARN",
+    "directory_fix",
+    "directory_problem",
+    "file_fix",
+    "file_problem",
+    "fix_of",
+    "link_fix",
+    "link_problem",
+]
 
 #: An untrusted spec file is not read (its devices are not defined); one line says why.
 REFUSE = "refuse"
@@ -48,8 +59,7 @@ def directory_problem(directory: str, st: os.stat_result) -> str | None:
     mode = S_IMODE(st.st_mode)
     return (
         f"{directory}: CDI spec directory is {problem} (uid {st.st_uid}, mode {mode:04o}), "
-        "so anyone who can write it decides what runs as root: "
-        f"chown root {directory} and chmod go-w {directory}"
+        f"so anyone who can write it decides what runs as root: {directory_fix(directory)}"
     )
 
 
@@ -64,8 +74,7 @@ def file_problem(path: str, st: os.stat_result) -> str | None:
     mode = S_IMODE(st.st_mode)
     return (
         f"{path}: CDI spec file is {problem} (uid {st.st_uid}, mode {mode:04o}), "
-        "and its hooks would run as root: chown root "
-        f"{path} and chmod go-w {path}, or remove it"
+        f"and its hooks would run as root: {file_fix(path)}"
     )
 
 
@@ -73,5 +82,30 @@ def link_problem(path: str) -> str:
     """The line for a spec file that is a symbolic link (its target is not judged)."""
     return (
         f"{path}: CDI spec file is a symbolic link, whose target's directory is not checked: "
-        "replace the link with the file it points to"
+        f"{link_fix(path)}"
     )
+
+
+def directory_fix(directory: str) -> str:
+    """What makes the spec directory ``directory`` trusted (the end of its line)."""
+    return f"chown root {directory} and chmod go-w {directory}"
+
+
+def file_fix(path: str) -> str:
+    """What makes the spec file ``path`` trusted (the end of its line)."""
+    return f"chown root {path} and chmod go-w {path}, or remove it"
+
+
+def link_fix(path: str) -> str:
+    """What makes the linked spec file ``path`` trusted (the end of its line)."""
+    return f"replace {path} with a copy of the file it links to"
+
+
+def fix_of(line: str, path: str, directory: str) -> str:
+    """The fix that ends ``line``, the problem this module gave the spec file ``path`` of the
+    spec directory ``directory`` (its own line, its link's or its directory's)."""
+    if line == link_problem(path):
+        return link_fix(path)
+    if line.startswith(f"{directory}: CDI spec directory "):
+        return directory_fix(directory)
+    return file_fix(path)

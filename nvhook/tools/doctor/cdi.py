@@ -61,7 +61,8 @@ def check_cdi(opts: Options, settings: Settings | None) -> list[Check]:
                 generate,
             )
         )
-    out += cdi_freshness(opts, dirs, invalid=[p for p, m in problems.items() if m])
+    invalid = [p for p, m in problems.items() if m]
+    out += cdi_freshness(opts, dirs, invalid=invalid, untrusted=values.cdi_untrusted_specs)
     if devices and not out:
         files = sorted({registry.devices[n].path for n in devices})
         out.append(
@@ -70,14 +71,17 @@ def check_cdi(opts: Options, settings: Settings | None) -> list[Check]:
     return out
 
 
-def cdi_freshness(opts: Options, spec_dirs: list[str], invalid: Iterable[str] = ()) -> list[Check]:
-    """Specs that no longer match the host (``nvhook cdi check``): one finding per file and
-    fix, the first entry named; ``invalid`` files are reported by :func:`check_cdi` already."""
+def cdi_freshness(
+    opts: Options, spec_dirs: list[str], invalid: Iterable[str] = (), untrusted: str = "refuse"
+) -> list[Check]:
+    """Specs that no longer match the host (``nvhook cdi check``, under ``untrusted``, the
+    setting ``cdi.untrusted_specs``): one finding per file and fix, the first entry named;
+    ``invalid`` and untrusted files are reported by :func:`check_cdi` already."""
     from nvhook.tools.cdicheck import check_specs
 
     by_fix: dict[tuple[str, str], list[str]] = {}
-    for finding in check_specs(spec_dirs, root=opts.root):
-        if finding.file not in invalid:
+    for finding in check_specs(spec_dirs, root=opts.root, untrusted=untrusted):
+        if finding.file not in invalid and finding.kind != "untrusted":
             by_fix.setdefault((finding.file, finding.fix), []).append(finding.line)
     out = []
     for (_file, fix), lines in by_fix.items():

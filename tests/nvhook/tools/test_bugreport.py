@@ -157,3 +157,22 @@ def test_written_without_the_driver(make_mock_machine: Callable[..., Path], tmp_
     assert json.loads(members["explain.json"])["verdict"]["text"].startswith("will NOT start: ")
     checks = json.loads(members["doctor.json"])["checks"]
     assert checks[0]["message"].startswith("the NVIDIA kernel module is not loaded")
+
+
+@pytest.mark.parametrize(("setting", "severity"), [("refuse", "error"), ("warn", "warning")])
+def test_cdi_check_reports_an_untrusted_spec_under_the_setting(
+    make_mock_machine: Callable[..., Path], tmp_path: Path, setting: str, severity: str
+) -> None:
+    root = make_mock_machine("h100-pcie")
+    spec = root / "etc/cdi/other.json"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text('{"cdiVersion": "0.5.0", "kind": "example.com/dev", "devices": [{"name": '
+                    '"d0", "containerEdits": {"env": ["A=1"]}}]}')  # fmt: skip
+    spec.chmod(0o666)
+    settings = tmp_path / "config.toml"
+    settings.write_text(f'[host]\nroot = "{root}"\n[cdi]\nuntrusted_specs = "{setting}"\n')
+    report = bug_report(str(tmp_path / "r.tar.gz"), root=str(root), config=str(settings))
+    found = json.loads(_members(Path(report.path))["cdi-check.json"])
+    mine = [f for f in found if f["file"] == str(spec)]
+    assert [(f["kind"], f["severity"]) for f in mine] == [("untrusted", severity)]
+    assert "writable by group or others" in mine[0]["message"]

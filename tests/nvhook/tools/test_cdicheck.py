@@ -289,3 +289,34 @@ def test_driver_version_checked_only_when_nvhook_wrote_the_spec(
     assert other[0].message == "host file is missing (driver upgraded to 550.54.15?)"
     assert ours[0].what == "driver version"
     assert "generated for driver 535.1.2" in ours[0].message
+
+
+def test_a_file_made_untrusted_after_the_listing_is_judged_as_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refusing, the file is read as the registry reads it (O_NOFOLLOW, judged by fstat)."""
+    from oci.cdi import registry
+
+    file = _write(tmp_path / "cdi", "foo.json", _spec({}))
+    os.chmod(file, 0o644)
+    os.chmod(tmp_path / "cdi", 0o755)
+    real = registry.list_spec_files
+
+    def listed_then_changed(directory: str, ignored: dict[str, str] | None = None) -> object:
+        out = real(directory, ignored)
+        os.chmod(file, 0o666)
+        return out
+
+    monkeypatch.setattr(registry, "list_spec_files", listed_then_changed)
+    (finding,) = check_specs([str(tmp_path / "cdi")])
+    assert (finding.kind, finding.severity) == ("untrusted", "error")
+    assert finding.line == (
+        f"{file}: CDI spec file is writable by group or others (uid {os.geteuid()}, mode 0666), "
+        f"and its hooks would run as root: chown root {file} and chmod go-w {file}, or remove "
+        "it (not used)"
+    )
+    assert finding.fix == f"chown root {file} and chmod go-w {file}, or remove it"
+    os.chmod(file, 0o644)
+    assert check_specs([str(tmp_path / "cdi")], untrusted="warn") == []  # warned of as listed
+    with pytest.raises(ValueError, match="untrusted must be one of refuse, warn, not 'ignore'"):
+        check_specs([str(tmp_path / "cdi")], untrusted="ignore")

@@ -134,6 +134,8 @@ def test_untrusted_spec_is_reported_with_its_fix(node: Path) -> None:
     ]
     assert "writable by group or others" in untrusted[0].message
     assert "mode 0666" in untrusted[0].message
+    others = [c.message for c in _problems(diagnose(_opts(node))) if c not in untrusted]
+    assert not [m for m in others if m.startswith(("stale", "invalid"))]  # reported once
 
 
 def test_stale_spec(node: Path) -> None:
