@@ -46,7 +46,9 @@ __all__ = [
     "DEV_DIR",
     "DIR_MODE",
     "FILE_MODE",
+    "MASK_PREFIX",
     "MAX_MINOR",
+    "NODE_PREFIX",
     "PROFILE_HEAD",
     "PROFILE_PATH",
     "PROFILE_TAIL",
@@ -63,12 +65,14 @@ DIR_MODE = 0o555
 FILE_MODE = 0o444
 #: The mask is 64 bits: a larger minor is dropped.
 MAX_MINOR = 63
-#: Where the GPU nodes are, in the rootfs.
+#: Where the GPU nodes are, in the rootfs, and their names: the prefix, then the minor's digits.
 DEV_DIR = "/dev"
-#: The profile's bytes around the mask (``buildApplicationProfileConfig``).
+NODE_PREFIX = "nvidia"
+#: The profile's bytes around the mask (``buildApplicationProfileConfig``), and the mask's
+#: prefix (the mask follows in lower-case hex).
 PROFILE_HEAD = b'{"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",'
+MASK_PREFIX = b"0x"
 PROFILE_TAIL = b']}],"rules":[{"pattern":[],"profile":"_container_"}]}'
-_PREFIX = "nvidia"
 
 
 def check_profile_path(path: str) -> str:
@@ -85,12 +89,12 @@ def check_profile_path(path: str) -> str:
 
 def profile(mask: int) -> bytes:
     """The profile NVIDIA's hook writes for the minors of ``mask``."""
-    return b"%s0x%x%s" % (PROFILE_HEAD, mask, PROFILE_TAIL)
+    return b"%s%s%x%s" % (PROFILE_HEAD, MASK_PREFIX, mask, PROFILE_TAIL)
 
 
 def _is_gpu_name(name: str) -> bool:
-    digits = name[len(_PREFIX) :]
-    return name.startswith(_PREFIX) and digits.isdigit() and digits.isascii()
+    digits = name[len(NODE_PREFIX) :]
+    return name.startswith(NODE_PREFIX) and digits.isdigit() and digits.isascii()
 
 
 def gpu_minors(root: RootFd) -> list[int]:
@@ -128,7 +132,7 @@ def write_application_profile(rootfs: str, path: str, *, log: Callable[[str], No
         mask = 0
         for minor in gpu_minors(root):
             if minor > MAX_MINOR:
-                log(f"note: {DEV_DIR}/nvidia* minor {minor} does not fit the profile's mask")
+                log(f"note: {DEV_DIR}/{NODE_PREFIX}* minor {minor} does not fit the profile's mask")
             else:
                 mask |= 1 << minor
         if not mask:
