@@ -26,6 +26,10 @@ createContainer hook, run after the links and before the ld cache:
    there is replaced, never followed), so an existing file always ends up with our
    content and mode. A folder at ``FILE``, or a file where a folder is needed, fails the
    hook as NVIDIA's does.
+
+The native hook (``nvhook/native/nvhook-hook.c``) does this step too, with this module's
+values through ``nvhook-contract.h`` (regenerate it after changing one:
+``python -m nvhook.native.contract``), and hands every refusal here over.
 """
 
 from __future__ import annotations

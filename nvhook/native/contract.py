@@ -260,7 +260,6 @@ def _hook(h: _Header) -> None:
     h.define("NVHOOK_PARAMS_OFF", device_files._OFF, "device_files._OFF")
 
     h.section("--application-profile (nvhook.hook.app_profile)")
-    h.define("NVHOOK_PROFILE_PATH", app_profile.PROFILE_PATH, "app_profile.PROFILE_PATH")
     h.literal("NVHOOK_PROFILE_DIR_MODE", f"0{app_profile.DIR_MODE:o}", "app_profile.DIR_MODE")
     h.literal("NVHOOK_PROFILE_FILE_MODE", f"0{app_profile.FILE_MODE:o}", "app_profile.FILE_MODE")
     h.define("NVHOOK_DEV_DIR", app_profile.DEV_DIR, "app_profile.DEV_DIR")

@@ -140,7 +140,6 @@
 #define NVHOOK_PARAMS_OFF " 0" /* device_files._OFF */
 
 /* --- --application-profile (nvhook.hook.app_profile) */
-#define NVHOOK_PROFILE_PATH "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf" /* app_profile.PROFILE_PATH */
 #define NVHOOK_PROFILE_DIR_MODE 0555 /* app_profile.DIR_MODE */
 #define NVHOOK_PROFILE_FILE_MODE 0444 /* app_profile.FILE_MODE */
 #define NVHOOK_DEV_DIR "/dev" /* app_profile.DEV_DIR */
