@@ -11,9 +11,11 @@ rootfs (a library folder holding one small ``.so``). ``python -I -c pass`` is th
 floor every Python hook pays; ``ldconfig -r`` alone shows what update-ldcache spends
 outside Python. ``create-container`` (what nvhook injects) does the links and the cache
 in one process: compare it with the two older commands run one after the other; its
-next rows add the DRI ``--device-link``s of a generated 4-GPU spec (graphics), and
-``--cuda-compat`` (the config.json read for the container's env, the compat folder looked
-up, and with a newer ``libcuda`` there one more folder for ldconfig). As root,
+next rows add the DRI ``--device-link``s of a generated 4-GPU spec (graphics), the
+application profile of graphics (``--application-profile``, two ``/dev/nvidiaN`` nodes
+there as root), and ``--cuda-compat`` (the config.json read for the container's env, the
+compat folder looked up, and with a newer ``libcuda`` there one more folder for ldconfig).
+As root,
 the last update-ldcache row has a procfs mounted in the rootfs, as at createContainer,
 so ldconfig runs in a private mount namespace with it detached: the difference to the
 first row is that set-up. ``netdev`` (root only) moves a fresh ifb device into a fresh network
@@ -91,6 +93,21 @@ def _dri_links(rootfs: str) -> list[str]:
         for kind, node in (("card", f"card{n + 1}"), ("render", f"renderD{128 + n}")):
             args += ["--device-link", f"../{node}::/dev/dri/by-path/pci-0000:0{n}:00.0-{kind}"]
     return args
+
+
+def _gpu_nodes(rootfs: str) -> list[str]:
+    """``--application-profile``; the rootfs has two GPU nodes (as root; else plain files,
+    which the hook skips: nothing is written)."""
+    from nvhook.hook.app_profile import PROFILE_PATH
+
+    dev = Path(rootfs, "dev")
+    dev.mkdir(parents=True, exist_ok=True)
+    for minor in (0, 1):
+        if os.geteuid() == 0 and not (dev / f"nvidia{minor}").exists():
+            os.mknod(dev / f"nvidia{minor}", 0o666 | 0o020000, os.makedev(195, minor))
+        elif not (dev / f"nvidia{minor}").exists():
+            (dev / f"nvidia{minor}").write_text("")
+    return ["--application-profile", PROFILE_PATH]
 
 
 def _compat(rootfs: str) -> None:
@@ -244,6 +261,9 @@ def main() -> None:
              _time([hook, "create-container", *links, *folders], state, runs)),
             ("  + 8 DRI device links (2 nodes there)",
              _time([hook, "create-container", *links, *_dri_links(rootfs), *folders],
+                   state, runs)),
+            ("  + --application-profile (2 GPU nodes)",
+             _time([hook, "create-container", *links, *folders, *_gpu_nodes(rootfs)],
                    state, runs)),
             ("  + --cuda-compat, no compat folder",
              _time([hook, "create-container", *links, *folders, "--cuda-compat", "550.54.15"],

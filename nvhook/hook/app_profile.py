@@ -26,6 +26,10 @@ createContainer hook, run after the links and before the ld cache:
    there is replaced, never followed), so an existing file always ends up with our
    content and mode. A folder at ``FILE``, or a file where a folder is needed, fails the
    hook as NVIDIA's does.
+
+The native hook (``nvhook/native/nvhook-hook.c``) does this step too, with this module's
+values through ``nvhook-contract.h`` (regenerate it after changing one:
+``python -m nvhook.native.contract``), and hands every refusal here over.
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ __all__ = [
     "DEV_DIR",
     "DIR_MODE",
     "FILE_MODE",
+    "MASK_PREFIX",
     "MAX_MINOR",
+    "NODE_PREFIX",
     "PROFILE_HEAD",
     "PROFILE_PATH",
     "PROFILE_TAIL",
@@ -63,12 +69,14 @@ DIR_MODE = 0o555
 FILE_MODE = 0o444
 #: The mask is 64 bits: a larger minor is dropped.
 MAX_MINOR = 63
-#: Where the GPU nodes are, in the rootfs.
+#: Where the GPU nodes are, in the rootfs, and their names: the prefix, then the minor's digits.
 DEV_DIR = "/dev"
-#: The profile's bytes around the mask (``buildApplicationProfileConfig``).
+NODE_PREFIX = "nvidia"
+#: The profile's bytes around the mask (``buildApplicationProfileConfig``), and the mask's
+#: prefix (the mask follows in lower-case hex).
 PROFILE_HEAD = b'{"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",'
+MASK_PREFIX = b"0x"
 PROFILE_TAIL = b']}],"rules":[{"pattern":[],"profile":"_container_"}]}'
-_PREFIX = "nvidia"
 
 
 def check_profile_path(path: str) -> str:
@@ -85,12 +93,12 @@ def check_profile_path(path: str) -> str:
 
 def profile(mask: int) -> bytes:
     """The profile NVIDIA's hook writes for the minors of ``mask``."""
-    return b"%s0x%x%s" % (PROFILE_HEAD, mask, PROFILE_TAIL)
+    return b"%s%s%x%s" % (PROFILE_HEAD, MASK_PREFIX, mask, PROFILE_TAIL)
 
 
 def _is_gpu_name(name: str) -> bool:
-    digits = name[len(_PREFIX) :]
-    return name.startswith(_PREFIX) and digits.isdigit() and digits.isascii()
+    digits = name[len(NODE_PREFIX) :]
+    return name.startswith(NODE_PREFIX) and digits.isdigit() and digits.isascii()
 
 
 def gpu_minors(root: RootFd) -> list[int]:
@@ -128,7 +136,7 @@ def write_application_profile(rootfs: str, path: str, *, log: Callable[[str], No
         mask = 0
         for minor in gpu_minors(root):
             if minor > MAX_MINOR:
-                log(f"note: {DEV_DIR}/nvidia* minor {minor} does not fit the profile's mask")
+                log(f"note: {DEV_DIR}/{NODE_PREFIX}* minor {minor} does not fit the profile's mask")
             else:
                 mask |= 1 << minor
         if not mask:

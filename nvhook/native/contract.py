@@ -178,9 +178,10 @@ def _runc(h: _Header) -> None:
 
 
 def _hook(h: _Header) -> None:
-    """The hook's command line, the ld cache step, the compat folder, ``--params``."""
+    """The hook's command line, the ld cache step, the compat folder, ``--params``, the
+    application profile."""
     from nvhook.constants import ENV_CUDA_COMPAT_DIR, ENV_DISABLE_CUDA_COMPAT
-    from nvhook.hook import cuda_compat, device_files
+    from nvhook.hook import app_profile, cuda_compat, device_files
     from nvhook.hook import update_ldcache as ld
     from nvhook.hook.args import COMMANDS, PROGRAM
     from nvhook.hook.create_symlinks import SEPARATOR
@@ -257,6 +258,16 @@ def _hook(h: _Header) -> None:
     h.define("NVHOOK_MAX_PARAMS", device_files._MAX_PARAMS, "device_files._MAX_PARAMS")
     h.define("NVHOOK_PARAMS_KEY", device_files._KEY, "device_files._KEY")
     h.define("NVHOOK_PARAMS_OFF", device_files._OFF, "device_files._OFF")
+
+    h.section("--application-profile (nvhook.hook.app_profile)")
+    h.literal("NVHOOK_PROFILE_DIR_MODE", f"0{app_profile.DIR_MODE:o}", "app_profile.DIR_MODE")
+    h.literal("NVHOOK_PROFILE_FILE_MODE", f"0{app_profile.FILE_MODE:o}", "app_profile.FILE_MODE")
+    h.define("NVHOOK_DEV_DIR", app_profile.DEV_DIR, "app_profile.DEV_DIR")
+    h.define("NVHOOK_GPU_NODE_PREFIX", app_profile.NODE_PREFIX, "app_profile.NODE_PREFIX")
+    h.define("NVHOOK_PROFILE_MAX_MINOR", app_profile.MAX_MINOR, "app_profile.MAX_MINOR")
+    h.define("NVHOOK_PROFILE_HEAD", app_profile.PROFILE_HEAD, "app_profile.PROFILE_HEAD")
+    h.define("NVHOOK_PROFILE_MASK_PREFIX", app_profile.MASK_PREFIX, "app_profile.MASK_PREFIX")
+    h.define("NVHOOK_PROFILE_TAIL", app_profile.PROFILE_TAIL, "app_profile.PROFILE_TAIL")
 
 
 def render() -> str:

@@ -139,4 +139,14 @@
 #define NVHOOK_PARAMS_KEY "ModifyDeviceFiles:" /* device_files._KEY */
 #define NVHOOK_PARAMS_OFF " 0" /* device_files._OFF */
 
+/* --- --application-profile (nvhook.hook.app_profile) */
+#define NVHOOK_PROFILE_DIR_MODE 0555 /* app_profile.DIR_MODE */
+#define NVHOOK_PROFILE_FILE_MODE 0444 /* app_profile.FILE_MODE */
+#define NVHOOK_DEV_DIR "/dev" /* app_profile.DEV_DIR */
+#define NVHOOK_GPU_NODE_PREFIX "nvidia" /* app_profile.NODE_PREFIX */
+#define NVHOOK_PROFILE_MAX_MINOR 63 /* app_profile.MAX_MINOR */
+#define NVHOOK_PROFILE_HEAD "{\"profiles\":[{\"name\":\"_container_\",\"settings\":[\"EGLVisibleDGPUDevices\"," /* app_profile.PROFILE_HEAD */
+#define NVHOOK_PROFILE_MASK_PREFIX "0x" /* app_profile.MASK_PREFIX */
+#define NVHOOK_PROFILE_TAIL "]}],\"rules\":[{\"pattern\":[],\"profile\":\"_container_\"}]}" /* app_profile.PROFILE_TAIL */
+
 #endif

@@ -8,6 +8,7 @@
  *
  *   create-container [--params FILE] [--link TARGET::LINK]... [--device-link TARGET::LINK]...
  *                    [--folder DIR]... [--ldconfig PATH] [--cuda-compat VERSION]
+ *                    [--application-profile FILE]
  *
  * (and update-ldcache and create-symlinks, the same with fewer options), where it is
  * certain of the outcome: the OCI state on stdin and the bundle's config.json parse and
@@ -53,6 +54,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -642,15 +644,17 @@ static int clean_path(const char *p) {
     return 1;
 }
 
-/* Write data to `name` in the directory dirfd: a temp file renamed over it (write_file). */
-static int replace_file(int dirfd, const char *name, const char *data, size_t len, int sync) {
+/* Write data to `name` in the directory dirfd: a temp file of that mode renamed over it
+ * (write_file). */
+static int replace_file(int dirfd, const char *name, const char *data, size_t len, int mode,
+                        int sync) {
     char hex[13], tmp[300];
     if (random_hex(hex, 6)) return -1;
     snprintf(tmp, sizeof tmp, ".%.200s.%s.nvhook", name, hex); /* safepath.RootFd.write_file's */
     int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return -1;
     int ok = !write_all(fd, data, len);
-    if (ok && fchmod(fd, NVHOOK_FILE_MODE)) ok = 0;
+    if (ok && fchmod(fd, (mode_t)mode)) ok = 0;
     if (ok && sync && fsync(fd)) ok = 0;
     if (close(fd)) ok = 0;
     if (ok && renameat(dirfd, tmp, dirfd, name)) ok = 0;
@@ -1016,8 +1020,8 @@ static int lstat_in(const char *path, struct stat *st) {
 }
 
 /* The folder dir in the root (an O_PATH fd), created with its missing parents as
- * RootFd.mkdirs does (mode 0755, umask applied); -1 on a doubt. */
-static int mkdirs_in(const char *dir) {
+ * RootFd.mkdirs does (that mode, umask applied); -1 on a doubt. */
+static int mkdirs_in(const char *dir, int mode) {
     char prefix[PATH_MAX];
     size_t len = strlen(dir);
     if (len >= sizeof prefix) return -1;
@@ -1036,7 +1040,7 @@ static int mkdirs_in(const char *dir) {
         *slash = '\0';
         int parent = in_root(prefix[0] ? prefix : "/", O_PATH | O_DIRECTORY, 0);
         if (parent < 0) return -1;
-        int r = mkdirat(parent, slash + 1, NVHOOK_DIR_MODE);
+        int r = mkdirat(parent, slash + 1, (mode_t)mode);
         close(parent);
         if (r) return -1; /* EEXIST: a dangling symlink (refused by Python), or a race */
     }
@@ -1424,6 +1428,12 @@ struct call {
     size_t body; /* the conf file's size */
     char real[PATH_MAX]; /* the rootfs, symlinks resolved */
     char procfs[MAX_PROCFS][PATH_MAX];
+    const char *profile;           /* --application-profile */
+    char profile_dir[PATH_MAX];    /* its folder */
+    const char *profile_name;      /* its last component */
+    unsigned long long mask;       /* the minors of the container's GPU nodes, as bits */
+    unsigned beyond[MAX_ITEMS];    /* the minors beyond the mask, sorted: each one a note */
+    int nbeyond, noted, dev_absent;
 };
 
 /* The command: the two older ones are create-container with fewer options
@@ -1489,13 +1499,21 @@ static int parse_options(struct call *c) {
             } else if (IS(NVHOOK_OPT_PARAMS)) {
                 CHECK(!c->params);
                 c->params = value;
+            } else if (IS(NVHOOK_OPT_APPLICATION_PROFILE)) {
+                /* app_profile.check_profile_path: a path not clean is Python's usage error */
+                CHECK(!c->profile && clean_path(value) && strlen(value) < PATH_MAX);
+                c->profile = value;
+                const char *slash = strrchr(value, '/');
+                size_t dlen = slash == value ? 1 : (size_t)(slash - value);
+                memcpy(c->profile_dir, value, dlen), c->profile_dir[dlen] = '\0';
+                c->profile_name = slash + 1;
             } else {
                 DOUBT(); /* a typo, an option of a later nvhook: Python's */
             }
 #undef IS
         }
     }
-    CHECK(c->full ? c->nlinks || c->nfolders || c->compat || c->params
+    CHECK(c->full ? c->nlinks || c->nfolders || c->compat || c->params || c->profile
                   : c->ldcache_only ? c->nfolders : c->nlinks);
     return OK;
 }
@@ -1662,6 +1680,99 @@ static int check_links(struct call *c) {
     return OK;
 }
 
+/* --- --application-profile (nvhook/hook/app_profile.py) ------------------------------- */
+
+static int by_value(const void *a, const void *b) {
+    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+    return (x > y) - (x < y);
+}
+
+/* The minors of the GPU nodes (character devices named NODE_PREFIX<digits>) in the folder
+ * dev (app_profile.gpu_minors): those the mask holds into c->mask, the others, sorted, into
+ * c->beyond; 0, or -1 on a doubt. */
+static int gpu_minors(struct call *c, DIR *dev) {
+    const size_t prefix = sizeof NVHOOK_GPU_NODE_PREFIX - 1;
+    struct dirent *e;
+    for (errno = 0; (e = readdir(dev)); errno = 0) {
+        const char *digits = e->d_name + prefix;
+        if (strncmp(e->d_name, NVHOOK_GPU_NODE_PREFIX, prefix) || !*digits ||
+            digits[strspn(digits, "0123456789")])
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(dev), e->d_name, &st, AT_SYMLINK_NOFOLLOW)) {
+            if (errno != ENOENT) return -1; /* ENOENT: gone since the listing */
+            continue;
+        }
+        if (!S_ISCHR(st.st_mode)) continue; /* a symlink, a file, a block device */
+        unsigned m = minor(st.st_rdev);
+        if (m <= NVHOOK_PROFILE_MAX_MINOR) c->mask |= 1ULL << m;
+        else if (c->nbeyond == MAX_ITEMS) return -1;
+        else c->beyond[c->nbeyond++] = m;
+    }
+    if (errno) return -1;
+    qsort(c->beyond, (size_t)c->nbeyond, sizeof *c->beyond, by_value);
+    return 0;
+}
+
+/* The profile (app_profile.write_application_profile), checked: the minors of the
+ * container's GPU nodes, and with a mask to write, its path: each folder there (resolved
+ * inside) or, from the first missing one on (nothing there, not a dangling link: Python
+ * refuses that), to be made; the file absent, a regular file or a symlink (replaced). A
+ * folder at the file, or anything else in the way, is Python's refusal. The other steps'
+ * checks stay true once it is written: no link is named like it (the profile would replace
+ * the link), it and its folders but the first are not named like what the ld cache step
+ * reads or writes, and with folders to cache, neither a symlink at the file (a folder to
+ * cache, the rootfs's /dev or a link's folder may go through it: a handover after this
+ * write, Python running again, would see another tree) nor an ld.so.conf that is a symlink
+ * (it may name the profile). */
+static int check_profile(struct call *c) {
+    static const char *const ld_names[] = NVHOOK_LD_NAMES;
+    if (!c->profile) return OK;
+    for (int i = 0; i < c->nlinks; i++) CHECK(strcmp(c->links[i].name, c->profile_name));
+    for (const char *p = c->profile + 1; *p;) { /* a clean path: components between '/' */
+        size_t len = strcspn(p, "/");
+        if (p != c->profile + 1 || !p[len]) CHECK(!option_in(ld_names, p, len));
+        p += len + (p[len] == '/');
+    }
+    int fd = in_root(NVHOOK_DEV_DIR, O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0) {
+        CHECK(errno == ENOENT); /* no /dev: no GPU (ENOTDIR, ELOOP: Python's refusal) */
+        c->dev_absent = 1;
+        return OK;
+    }
+    DIR *dev = fdopendir(fd);
+    if (!dev) close(fd);
+    int listed = dev ? gpu_minors(c, dev) : -1;
+    if (dev) closedir(dev);
+    CHECK(!listed);
+    if (!c->mask) return OK; /* nothing to write: only the notes */
+    struct stat st;
+    const char *dir = c->profile_dir;
+    size_t len = strlen(dir);
+    int missing = 0;
+    char prefix[PATH_MAX];
+    for (size_t at = 1; len > 1 && at <= len && !missing; at++) { /* RootFd.mkdirs' turns */
+        if (at < len && dir[at] != '/') continue;
+        memcpy(prefix, dir, at), prefix[at] = '\0';
+        autoclose int folder = in_root(prefix, O_PATH | O_DIRECTORY, 0);
+        if (folder >= 0) continue;
+        CHECK(errno == ENOENT);
+        CHECK(lstat_in(prefix, &st) && errno == ENOENT);
+        missing = 1;
+    }
+    if (!missing) {
+        autoclose int folder = in_root(dir, O_PATH | O_DIRECTORY, 0);
+        CHECK(folder >= 0);
+        if (fstatat(folder, c->profile_name, &st, AT_SYMLINK_NOFOLLOW))
+            CHECK(errno == ENOENT);
+        else
+            CHECK(S_ISREG(st.st_mode) || (S_ISLNK(st.st_mode) && !c->nfolders));
+    }
+    if (c->nfolders)
+        CHECK(lstat_in(LD_SO_CONF, &st) ? errno == ENOENT : !S_ISLNK(st.st_mode));
+    return OK;
+}
+
 /* ld.so.conf in the root: absent (*absent set), or a regular file that includes our
  * folder. */
 static int check_ld_so_conf(int *absent) {
@@ -1724,7 +1835,7 @@ static int write_links(struct call *c) {
         const struct link *l = &c->links[i];
         if (l->skip) continue;
         /* the folder as it was checked (the same fd), or made now with its parents */
-        autoclose int made = l->missing ? mkdirs_in(l->dir) : -1;
+        autoclose int made = l->missing ? mkdirs_in(l->dir, NVHOOK_DIR_MODE) : -1;
         int fd = l->missing ? made : dir_in_root(l->dir);
         CHECK(fd >= 0);
         if (symlinkat(l->target, fd, l->name))
@@ -1733,23 +1844,57 @@ static int write_links(struct call *c) {
     return OK;
 }
 
+/* The profile, after the links (app_profile.write_application_profile): its missing folders
+ * made, the file replaced (a temp file renamed over it, no fsync). A /dev that was not there
+ * must still not be (a link might have made one). A doubt here is a handover before
+ * ldconfig: the Python hook, run again, finds the links in place and writes the same. */
+static int write_profile(struct call *c) {
+    if (!c->profile) return OK;
+    int linked = 0;
+    for (int i = 0; i < c->nlinks; i++) linked |= !c->links[i].skip;
+    if (c->dev_absent && linked) {
+        autoclose int fd = in_root(NVHOOK_DEV_DIR, O_RDONLY | O_DIRECTORY, 0);
+        CHECK(fd < 0 && errno == ENOENT);
+    }
+    if (!c->mask) return OK;
+    autoclose int dir = mkdirs_in(c->profile_dir, NVHOOK_PROFILE_DIR_MODE);
+    CHECK(dir >= 0);
+    /* app_profile.profile: the mask in lower-case hex, no newline */
+    char text[sizeof NVHOOK_PROFILE_HEAD + sizeof NVHOOK_PROFILE_MASK_PREFIX + 16 +
+              sizeof NVHOOK_PROFILE_TAIL];
+    int n = snprintf(text, sizeof text, "%s%s%llx%s", NVHOOK_PROFILE_HEAD,
+                     NVHOOK_PROFILE_MASK_PREFIX, c->mask, NVHOOK_PROFILE_TAIL);
+    CHECK(n > 0 && (size_t)n < sizeof text);
+    CHECK(!replace_file(dir, c->profile_name, text, (size_t)n, NVHOOK_PROFILE_FILE_MODE, 0));
+    return OK;
+}
+
+/* The profile's notes (a minor beyond its mask: app_profile's log), each once, as Python
+ * prints them: before ldconfig's report, and never before a handover (Python, run again,
+ * prints them). */
+static void profile_notes(struct call *c) {
+    for (; c->noted < c->nbeyond; c->noted++)
+        dprintf(2, PROGRAM " %s: note: %s/%s* minor %u does not fit the profile's mask\n",
+                c->command, NVHOOK_DEV_DIR, NVHOOK_GPU_NODE_PREFIX, c->beyond[c->noted]);
+}
+
 /* Our conf file, ld.so.conf when the image has none, then ldconfig. */
 static int update_ld_cache(struct call *c) {
     if (!c->nfolders) return OK;
     {
-        autoclose int confdir = mkdirs_in(CONF_DIR);
+        autoclose int confdir = mkdirs_in(CONF_DIR, NVHOOK_DIR_MODE);
         CHECK(confdir >= 0);
         autofree char *conf = malloc(c->body);
         CHECK(conf);
         size_t at = (size_t)sprintf(conf, "%s", NVHOOK_CONF_HEADER);
         for (int i = 0; i < c->nwanted; i++)
             at += (size_t)sprintf(conf + at, "%s\n", c->wanted[i]);
-        CHECK(!replace_file(confdir, CONF_NAME, conf, at, 0));
+        CHECK(!replace_file(confdir, CONF_NAME, conf, at, NVHOOK_FILE_MODE, 0));
     }
     if (c->ld_so_conf_absent) {
         autoclose int etc = in_root(NVHOOK_ETC, O_PATH | O_DIRECTORY, 0);
         CHECK(etc >= 0 && !replace_file(etc, NVHOOK_LD_SO_CONF_NAME, NVHOOK_INCLUDE_LINE,
-                                        sizeof NVHOOK_INCLUDE_LINE - 1, 1));
+                                        sizeof NVHOOK_INCLUDE_LINE - 1, NVHOOK_FILE_MODE, 1));
     }
     /* update_ldcache.update_ldcache's command line */
     char *ld_argv[] = {(char *)c->ldconfig, "-r", c->rootfs, "-C", NVHOOK_LD_SO_CACHE,
@@ -1764,6 +1909,7 @@ static int update_ld_cache(struct call *c) {
          * after ldconfig ran: the one known case where the outcome may differ, when this
          * ldconfig replaced one of the links and its output is not plain) */
         CHECK(detail[0]);
+        profile_notes(c);
         dprintf(2, PROGRAM " %s: skipped: %s exited with status %d for %s: %s\n", c->command,
                 c->ldconfig, status, c->rootfs, detail);
     }
@@ -1786,6 +1932,12 @@ static int attach_params(struct call *c) {
     return OK;
 }
 
+/* Last, when nothing failed: the profile's notes not printed yet. */
+static int print_notes(struct call *c) {
+    profile_notes(c);
+    return OK;
+}
+
 static void release(struct call *c) {
     for (int i = 0; i < c->nlinks; i++) free((char *)c->links[i].target), free(c->links[i].dir);
     free(c->sd.t), free(c->sd.pool), free(c->cd.t), free(c->cd.pool);
@@ -1794,8 +1946,9 @@ static void release(struct call *c) {
 
 int main(int argc, char **argv) {
     static int (*const steps[])(struct call *) = {
-        parse_command, parse_options, read_inputs,  open_rootfs, with_compat,     find_ldconfig,
-        check_params,  check_links,   check_ld_cache, write_links, update_ld_cache, attach_params,
+        parse_command,  parse_options, read_inputs,   open_rootfs,     with_compat,
+        find_ldconfig,  check_params,  check_links,   check_profile,   check_ld_cache,
+        write_links,    write_profile, update_ld_cache, attach_params, print_notes,
     };
     static struct call c;
     original = argv, original_argc = argc;

@@ -17,16 +17,22 @@ or link target, mode and mtime) is the same before and after. The runs are bound
 (``RUNS`` per hook program), the swaps by the time those take (at least ``MIN_SWAPS``
 rounds of the four paths); a control run with nothing swapping must start, so refusals
 are the race's, not a broken bundle's.
+
+The application profile is raced the same way on its own: its folder swapped between a
+directory and a link to a host folder holding a file of the same name, while runc runs
+``create-container --application-profile`` for a container with one GPU node.
 """
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nvhook.discover.hooks import create_container_hook
+from nvhook.hook.app_profile import PROFILE_PATH, profile
 from tests.e2e.attack_support import LIBDIR, escape_forms, host_tree, hostile_bundle, snapshot
 from tests.nvhook.hook.conftest import Flipper
 from tests.support.containers import Runc, require, unique_id
@@ -104,3 +110,56 @@ def test_swapped_folders_never_reach_the_host(
             for aside in path.parent.glob(f"{path.name}.*"):
                 if aside.is_dir() and not aside.is_symlink():
                     shutil.rmtree(aside)
+
+
+def test_swapped_profile_folder_never_reaches_the_host(
+    hook_bin: str, busybox_copy: Path, tmp_path: Path
+) -> None:
+    host = tmp_path / "host"
+    (host / "profiles").mkdir(parents=True)
+    name = PROFILE_PATH.rsplit("/", 1)[1]
+    (host / "profiles" / name).write_text("the host's\n")
+    hook = create_container_hook(application_profile=PROFILE_PATH, hook_path=hook_bin)
+
+    def a_gpu(spec: dict[str, Any]) -> None:  # runc makes the node: its minor is in the mask
+        node = {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}
+        spec["linux"].setdefault("devices", []).append(node)
+
+    bundle = hostile_bundle(
+        tmp_path / "b",
+        busybox_copy,
+        ["true"],
+        [],
+        hooks={"createContainer": [hook.to_oci()]},
+        edit=a_gpu,
+    )
+    rootfs = (bundle / "rootfs").resolve()
+    folder = rootfs / PROFILE_PATH.rsplit("/", 1)[0].lstrip("/")
+    folder.mkdir(parents=True, exist_ok=True)
+    runc = Runc(tmp_path / "state", binary=require("runc"))
+    try:
+        control = runc.run(bundle, unique_id("control"), timeout=60)
+        assert control.returncode == 0, control.stderr
+        assert (folder / name).read_bytes() == profile(1)  # the hook did its work
+        before = snapshot(host)
+        outcomes = {"started": 0, "refused": 0}
+        others: list[str] = []
+        targets = {folder: escape_forms(rootfs, host / "profiles")}
+        with Flipper(targets, min_swaps=100, independent=True) as flipper:  # a link half the time
+            for _ in range(RUNS):
+                result = runc.run(bundle, unique_id("race"), timeout=60)
+                if result.returncode == 0:
+                    outcomes["started"] += 1
+                elif _refused_by_the_hook(result.stderr):
+                    outcomes["refused"] += 1
+                else:
+                    others.append(result.stderr[-400:])
+            during = flipper.progress()
+        assert snapshot(host) == before, outcomes
+        assert others == [], (outcomes, others)
+        assert during > 0 and flipper.swaps >= 100, (during, flipper.swaps)
+    finally:
+        runc.cleanup()
+        for aside in folder.parent.glob(f"{folder.name}.*"):  # what the flipper moved aside
+            if aside.is_dir() and not aside.is_symlink():
+                shutil.rmtree(aside)

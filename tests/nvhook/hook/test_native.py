@@ -25,7 +25,7 @@ import pytest
 
 from nvhook.discover.hooks import HOOK_ENV
 from nvhook.hook import update_ldcache
-from nvhook.hook.app_profile import PROFILE_PATH
+from nvhook.hook.app_profile import PROFILE_PATH, profile
 from nvhook.native.contract import ENV_HOOK_TRACE, trace_enabled
 from oci.errors import ExitCode
 from tests.support.native import build_native_hook
@@ -202,17 +202,101 @@ def dri(root: Path, library: Path) -> None:
     (root / "dev" / "dri" / "renderD128").write_text("not a device\n")
 
 
-def gpus(root: Path, library: Path) -> None:
+def gpus(root: Path, library: Path, *minors: int) -> None:
     base(root, library)
     (root / "dev").mkdir()
-    for name, minor in (("nvidia0", 0), ("nvidia1", 3), ("nvidiactl", 255)):
+    nodes = [(f"nvidia{m}", m) for m in minors] or [("nvidia0", 0), ("nvidia1", 3)]
+    for name, minor in [*nodes, ("nvidiactl", 255)]:
         os.mknod(root / "dev" / name, 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+
+
+def no_gpu(root: Path, library: Path) -> None:
+    """Only nvidiactl, and nvidia64: a minor the mask cannot hold (a note, no file)."""
+    gpus(root, library, 64)
+
+
+def beyond(root: Path, library: Path) -> None:
+    """A GPU the mask holds and 16 it cannot (each noted, in order)."""
+    gpus(root, library, *range(79, 63, -1), 0)  # listed in no sorted order
+
+
+PROFILE = Path(PROFILE_PATH.lstrip("/"))
+
+
+def profile_there(root: Path, library: Path) -> None:
+    """An image's own profile (or a previous start's), read-only to others."""
+    gpus(root, library)
+    (root / PROFILE).parent.mkdir(parents=True)
+    (root / PROFILE).write_text("stale")
+    (root / PROFILE).chmod(0o600)
+
+
+def profile_linked(root: Path, library: Path) -> None:
+    """A symlink at the profile, to a host file: replaced, never followed."""
+    gpus(root, library)
+    (root / PROFILE).parent.mkdir(parents=True)
+    (root / PROFILE).symlink_to(root.parents[2] / "host-file")
+    (root.parents[2] / "host-file").write_text("host\n")
+
+
+def profile_folder(root: Path, library: Path) -> None:
+    gpus(root, library)
+    (root / PROFILE).mkdir(parents=True)
+
+
+def profile_file_above(root: Path, library: Path) -> None:
+    gpus(root, library)
+    (root / "etc/nvidia").write_text("a file\n")
+
+
+def profile_etc_linked(root: Path, library: Path) -> None:
+    """etc/nvidia a link to a host folder: resolved inside, where it names nothing."""
+    gpus(root, library)
+    host = root.parents[2] / "host-etc"
+    (host / PROFILE.parent.name).mkdir(parents=True, exist_ok=True)
+    (root / "etc/nvidia").symlink_to(host)
+
+
+def dev_linked(root: Path, library: Path) -> None:
+    """/dev a link to a host folder with a GPU node: resolved inside, where it is not."""
+    base(root, library)
+    host = root.parents[2] / "host-dev"
+    host.mkdir(exist_ok=True)
+    if not (host / "nvidia0").exists():
+        os.mknod(host / "nvidia0", 0o666 | stat.S_IFCHR, os.makedev(195, 0))
+    (root / "dev").symlink_to(host)
+
+
+def dev_file(root: Path, library: Path) -> None:
+    base(root, library)
+    (root / "dev").write_text("not a folder\n")
+
+
+def gpus_distroless(root: Path, library: Path) -> None:
+    """No /etc: the profile's folders (0555) come first, then the ld cache's."""
+    distroless(root, library)
+    (root / "dev").mkdir()
+    os.mknod(root / "dev/nvidia2", 0o666 | stat.S_IFCHR, os.makedev(195, 2))
+
+
+def dev_by_a_link(root: Path, library: Path) -> None:
+    """No /dev, a folder with a GPU node that a --link makes /dev: Python lists it."""
+    base(root, library)
+    (root / "gpu-nodes").mkdir()
+    os.mknod(root / "gpu-nodes/nvidia1", 0o666 | stat.S_IFCHR, os.makedev(195, 1))
+
+
+def ld_so_conf_linked(root: Path, library: Path) -> None:
+    """ld.so.conf a link to where the profile goes: the profile would change what it reads."""
+    gpus(root, library)
+    (root / "etc/ld.so.conf").symlink_to(PROFILE_PATH)
 
 
 LINK = f"{SONAME}::{LIBDIR}/libnvhooktest.so"
 BY_PATH = "/dev/dri/by-path"
 FOLDER = ["--folder", LIBDIR]
 CC = ["create-container"]
+APP = ["--application-profile", PROFILE_PATH]
 
 #: (name, build, argv, env of the container, whether the native hook does it itself)
 CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
@@ -262,9 +346,10 @@ CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
     ("a target escaping", base, [*CC, "--link", f"../../../../../etc/passwd::{LIBDIR}/x"], [],
      False),
     ("an option unknown", base, [*CC, "--bogus", "x"], [], False),
-    # Python's (docs/architecture.md, section 9): the profile is written, then the ld cache
-    ("an application profile", gpus, [*CC, "--link", LINK, *FOLDER, "--application-profile",
-     PROFILE_PATH], [], False),
+    ("a profile, no /dev", base, [*CC, "--link", LINK, *FOLDER, *APP], [], True),
+    ("a profile, a path not clean", base, [*CC, *FOLDER, "--application-profile", "//etc/x"],
+     [], False),
+    ("a profile twice", base, [*CC, *APP, *APP], [], False),
     ("an option twice", base, [*CC, *FOLDER, "--ldconfig", "/a", "--ldconfig", "/b"], [],
      False),
     ("no option", base, CC, [], False),
@@ -328,6 +413,28 @@ ROOT_CASES: list[tuple[str, Build, list[str], list[str], bool]] = [
       "../card9::/dev/dri/by-path/c", *FOLDER], [], True),
     ("a device link to a block device", dri,
      [*CC, "--device-link", "../../sda::/dev/dri/by-path/block", *FOLDER], [], True),
+    # the profile is written after the links, then the ld cache
+    ("an application profile", gpus, [*CC, "--link", LINK, *FOLDER, *APP], [], True),
+    ("a profile alone", gpus, [*CC, *APP], [], True),
+    ("a profile, no GPU node", no_gpu, [*CC, "--link", LINK, *FOLDER, *APP], [], True),
+    ("a profile, minors beyond the mask", beyond, [*CC, *FOLDER, *APP], [], True),
+    ("a profile, ldconfig fails", beyond, [*CC, *FOLDER, "--ldconfig", "/bin/false", *APP],
+     [], True),
+    ("a profile there", profile_there, [*CC, "--link", LINK, *FOLDER, *APP], [], True),
+    ("a symlink at the profile", profile_linked, [*CC, "--link", LINK, *APP], [], True),
+    ("a symlink at the profile, folders", profile_linked, [*CC, *FOLDER, *APP], [], False),
+    ("a folder at the profile", profile_folder, [*CC, *FOLDER, *APP], [], False),
+    ("a file above the profile", profile_file_above, [*CC, *FOLDER, *APP], [], False),
+    ("etc/nvidia linked out", profile_etc_linked, [*CC, *FOLDER, *APP], [], False),
+    ("/dev linked out", dev_linked, [*CC, "--link", LINK, *FOLDER, *APP], [], True),
+    ("/dev a file", dev_file, [*CC, *FOLDER, *APP], [], False),
+    ("a profile, /etc made", gpus_distroless, [*CC, *FOLDER, *APP], [], True),
+    ("a profile where ld.so.conf goes", gpus, [*CC, *FOLDER, "--application-profile",
+     "/etc/ld.so.conf"], [], False),
+    ("a link named like the profile", gpus,
+     [*CC, "--link", f"{SONAME}::/usr/lib/{PROFILE.name}", *FOLDER, *APP], [], False),
+    ("ld.so.conf linked to the profile", ld_so_conf_linked, [*CC, *FOLDER, *APP], [], False),
+    ("a link makes /dev", dev_by_a_link, [*CC, "--link", "/gpu-nodes::/dev", *APP], [], False),
     ("device links", dri,
      [*CC, "--device-link", f"../card1::{BY_PATH}/pci-0000:01:00.0-card",
       "--device-link", "../renderD128::/dev/dri/by-path/pci-0000:01:00.0-render",
@@ -397,6 +504,8 @@ def test_same_outcome(
 ) -> None:
     handed_over = compare(pair, tmp_path, build, test_library, argv, env)
     assert handed_over is not native
+    if build is gpus and argv[-2:] == APP:  # not only the same as Python: the GPUs' minors
+        assert (tmp_path / TREE / "bundle/rootfs" / PROFILE).read_bytes() == profile(0b1001)
     if f"../card1::{BY_PATH}/pci-0000:01:00.0-card" in argv:  # only the GPU whose card node
         # is a character device there
         links = tmp_path / TREE / "bundle/rootfs/dev/dri/by-path"
@@ -592,6 +701,50 @@ def test_a_failing_ldconfig_is_reported_as_python_does(
     fake.chmod(0o755)
     argv = [*CC, "--link", LINK, *FOLDER, "--ldconfig", str(fake)]
     assert compare(pair, tmp_path, base, test_library, argv, []) is not native
+
+
+def _profile_over_dev(root: Path) -> None:
+    (root / "gpu-nodes").mkdir()
+    os.mknod(root / "gpu-nodes/nvidia0", 0o666 | stat.S_IFCHR, os.makedev(195, 0))
+    (root / PROFILE).parent.mkdir(parents=True)
+    (root / PROFILE).symlink_to("/gpu-nodes")
+    (root / "dev").symlink_to(PROFILE_PATH)
+
+
+def _gpu(root: Path) -> None:
+    (root / "dev").mkdir()
+    os.mknod(root / "dev/nvidia0", 0o666 | stat.S_IFCHR, os.makedev(195, 0))
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    ("lay_out", "link"),
+    [
+        pytest.param(_profile_over_dev, [], id="a symlink at the profile that /dev goes through"),
+        pytest.param(_gpu, ["--link", f"{SONAME}::{PROFILE_PATH}"], id="a link at the profile"),
+    ],
+)
+def test_what_the_profile_replaces_is_pythons(
+    pair: Pair,
+    tmp_path: Path,
+    test_library: Path,
+    lay_out: Callable[[Path], None],
+    link: list[str],
+) -> None:
+    """The profile replaces what is at its path, then ldconfig cannot be run: a handover
+    after the write, and Python, run again, would see another tree (no /dev; a file where
+    its link goes). So a symlink at the profile with folders to cache, or a link named
+    like it, is Python's from the start."""
+    fake = tmp_path / "ldconfig"
+    fake.write_text("not a program\n")  # executable, but no format execve knows
+    fake.chmod(0o755)
+
+    def build(root: Path, library: Path) -> None:
+        base(root, library)
+        lay_out(root)
+
+    argv = [*CC, *link, *FOLDER, "--ldconfig", str(fake), *APP]
+    assert compare(pair, tmp_path, build, test_library, argv, []) is True
 
 
 def test_stdin_it_cannot_read_is_pythons(pair: Pair, tmp_path: Path) -> None:
