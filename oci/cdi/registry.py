@@ -342,6 +342,7 @@ def list_spec_files(
     prefix = os.path.join(directory, "")  # what os.path.join(directory, name) puts first
     try:
         dir_verdict = directory_problem(directory, os.fstat(fd))
+        trusted = (0, os.geteuid())  # the owners oci.cdi.trust believes
         with os.scandir(fd) as listing:
             entries = sorted(listing, key=lambda entry: entry.name)
         for entry in entries:
@@ -359,7 +360,12 @@ def list_spec_files(
                 continue
             if S_ISREG(st.st_mode):
                 path = prefix + name
-                verdict = dir_verdict or (link_problem(path) if link else file_problem(path, st))
+                if dir_verdict or link or st.st_uid not in trusted or st.st_mode & 0o022:
+                    verdict = dir_verdict or (
+                        link_problem(path) if link else file_problem(path, st)
+                    )
+                else:  # the common case, without a call per file (1,000 claim specs)
+                    verdict = None
                 files.append((path, name, st, verdict))
             elif ignored is not None:
                 ignored[prefix + name] = "ignored: not a regular file"
