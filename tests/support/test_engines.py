@@ -33,23 +33,23 @@ def test_private_root_writes_its_overlay_and_leaves_nothing(tmp_path: Path) -> N
     lower = engine_root("trixie")
     bound = tmp_path / "bound"
     bound.mkdir()
-    with pytest.raises(RuntimeError, match="a failing test"):
-        with PrivateRoot(lower, tmp_path / "root", [bound]) as root:
-            root.version("containerd", "--version")
-            mnt_ns = os.readlink(f"/proc/{root.pid1}/ns/mnt")
-            assert mnt_ns != os.readlink("/proc/self/ns/mnt")
-            _, sleeper = root.spawn("sleep", "600", log=tmp_path / "sleep.log")
-            assert sleeper in _namespace_members(mnt_ns)
-            # the namespace's pid 1 is the reaper; its /proc is that pid namespace's
-            assert root.run("cat", "/proc/1/cmdline").stdout.startswith(sys.executable)
-            root.run("sh", "-c", f"touch /etc/written-inside {bound}/seen-inside /run/x")
-            assert (bound / "seen-inside").is_file()  # a bound path is the host's
-            assert (tmp_path / "root/upper/etc/written-inside").is_file()
-            assert not (lower / "etc/written-inside").exists()  # the cache is never written
-            with open("/proc/self/mountinfo") as f:
-                assert str(root.merged) not in f.read()  # no mount of it reached the host
-            sockdir = root.sockdir
-            raise RuntimeError("a failing test")
+    failing = pytest.raises(RuntimeError, match="a failing test")
+    with failing, PrivateRoot(lower, tmp_path / "root", [bound]) as root:
+        root.version("containerd", "--version")
+        mnt_ns = os.readlink(f"/proc/{root.pid1}/ns/mnt")
+        assert mnt_ns != os.readlink("/proc/self/ns/mnt")
+        _, sleeper = root.spawn("sleep", "600", log=tmp_path / "sleep.log")
+        assert sleeper in _namespace_members(mnt_ns)
+        # the namespace's pid 1 is the reaper; its /proc is that pid namespace's
+        assert root.run("cat", "/proc/1/cmdline").stdout.startswith(sys.executable)
+        root.run("sh", "-c", f"touch /etc/written-inside {bound}/seen-inside /run/x")
+        assert (bound / "seen-inside").is_file()  # a bound path is the host's
+        assert (tmp_path / "root/upper/etc/written-inside").is_file()
+        assert not (lower / "etc/written-inside").exists()  # the cache is never written
+        with open("/proc/self/mountinfo") as f:
+            assert str(root.merged) not in f.read()  # no mount of it reached the host
+        sockdir = root.sockdir
+        raise RuntimeError("a failing test")
     assert _namespace_members(mnt_ns) == []
     assert not sockdir.exists()
     assert not os.path.exists("/run/x")
