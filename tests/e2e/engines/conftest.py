@@ -52,12 +52,15 @@ def private_root(
     suite: str,
     version_argv: tuple[str, ...],
     major: int,
+    *,
+    cgroup2: bool = False,
 ) -> Iterator[Engine]:
     """An :class:`Engine` for a module fixture: pytest's temp dir (the mock machine, the shim's
-    config, images, work dirs) is bound inside at the same path. Fails unless the engine's
-    version line has `` MAJOR.``."""
+    config, images, work dirs) is bound inside at the same path; ``cgroup2``: a cgroup2-only
+    ``/sys/fs/cgroup``. Fails unless the engine's version line has `` MAJOR.``."""
     work = tmp_path_factory.mktemp(name)
-    with PrivateRoot(suite_root(suite), work / "root", [tmp_path_factory.getbasetemp()]) as root:
+    binds = [tmp_path_factory.getbasetemp()]
+    with PrivateRoot(suite_root(suite), work / "root", binds, cgroup2=cgroup2) as root:
         version = root.version(*version_argv)
         assert f" {major}." in version or f" v{major}." in version, version
         yield Engine(name, suite, root, work, version, major)
