@@ -75,6 +75,12 @@ def runtime() -> None:
 )
 @click.option("--set-as-default", is_flag=True, help="Also make it the default runtime.")
 @click.option(
+    "--enable-cdi",
+    is_flag=True,
+    help="containerd: also switch its own CDI on (enable_cdi = true; off by default in 1.7, "
+    "on in 2.x), which applies the specs in /etc/cdi and /var/run/cdi to CRI CDI devices.",
+)
+@click.option(
     "--runtime-path",
     help="The nvhook-runtime to run (absolute; default: the one beside this Python).",
 )
@@ -85,6 +91,7 @@ def configure(
     config: str | None,
     name: str,
     set_as_default: bool,
+    enable_cdi: bool,
     runtime_path: str | None,
     backup_dir: str,
     dry_run: bool,
@@ -97,7 +104,12 @@ def configure(
     binary = check_runtime_path(runtime_path or default_runtime_path())
     with _needs_root("configure"):
         plan = plan_configure(
-            engine, config=config, name=name, runtime_path=binary, set_as_default=set_as_default
+            engine,
+            config=config,
+            name=name,
+            runtime_path=binary,
+            set_as_default=set_as_default,
+            enable_cdi=enable_cdi,
         )
     for note in plan.notes:
         click.echo(f"nvhook: {note}", err=True)

@@ -101,9 +101,15 @@ def plan_configure(
     name: str = DEFAULT_NAME,
     runtime_path: str,
     set_as_default: bool = False,
+    enable_cdi: bool = False,
 ) -> Plan:
-    """The changes that make ``engine`` (one of :data:`ENGINES`) know runtime ``name``."""
+    """The changes that make ``engine`` (one of :data:`ENGINES`) know runtime ``name``
+    (``enable_cdi``: and switch the engine's own CDI on; containerd only)."""
     check_name(name)
+    if enable_cdi and engine != "containerd":
+        raise EngineConfigError(
+            f"--enable-cdi is for --runtime containerd; {engine} has no such setting to switch"
+        )
     config = config or DEFAULT_CONFIGS[engine]
     if engine == "containerd":
         from nvhook.engines import containerd
@@ -113,6 +119,7 @@ def plan_configure(
             name=name,
             runtime_path=runtime_path,
             set_as_default=set_as_default,
+            enable_cdi=enable_cdi,
             containerd_major=(
                 None if os.path.lexists(config) else containerd.installed_containerd_major()
             ),

@@ -17,6 +17,10 @@ A new runtime copies the ``runc`` runtime's table (else the default runtime's, w
 a runc one), so it keeps ``SystemdCgroup``, ``Root``, annotations…; an existing one of that
 name keeps its settings, gains the ones it lacks from that table, and gets the runtime type
 and BinaryName set. ``--set-as-default`` sets ``containerd.default_runtime_name``.
+``--enable-cdi`` sets ``enable_cdi = true`` in the CRI runtime plugin's table (``<CRI>``
+itself): containerd's own CDI, which applies the specs in its ``cdi_spec_dirs`` to a CRI
+``CDIDevices`` request (kubelet's, from a device plugin's ``cdi_devices``), off by default in
+containerd 1.7 and on in 2.x; 1.6 has none and ignores the key.
 
 The runtime's ``container_annotations`` gains ``"cdi.k8s.io/*"`` (kept with any patterns it
 had): containerd's CRI copies a container's annotations into config.json only when a pattern
@@ -45,8 +49,9 @@ and gets a drop-in, loaded after every other file that configures the CRI plugin
   then gain that one entry (the only edit of the main file);
 - for version 1 and 2 (containerd 1.x) it holds the CRI plugin's whole table as the other
   files make it, plus the runtime; configure rewrites it from them each time it runs (so
-  run it again after editing the CRI settings elsewhere), keeping the runtimes it added;
-- for version 3 it holds only the runtime (and the default runtime name).
+  run it again after editing the CRI settings elsewhere), keeping the runtimes it added
+  (and ``enable_cdi``, the default runtime name);
+- for version 3 it holds only the runtime (and the default runtime name, ``enable_cdi``).
 
 No file: a new one with ``version = 2`` when ``containerd --version`` says 1.x, else 3.
 """
@@ -118,9 +123,11 @@ def plan_configure(
     name: str,
     runtime_path: str,
     set_as_default: bool = False,
+    enable_cdi: bool = False,
     containerd_major: int | None = None,
 ) -> Plan:
-    """The changes that add runtime ``name`` (running ``runtime_path``) to ``config``.
+    """The changes that add runtime ``name`` (running ``runtime_path``) to ``config``, and
+    with ``enable_cdi`` switch containerd's own CDI on.
 
     ``containerd_major`` (what :func:`installed_containerd_major` says) only matters when
     ``config`` does not exist.
@@ -132,6 +139,8 @@ def plan_configure(
         edits: list[_toml.Edit] = [(("version",), version)]
         if set_as_default:
             edits.append(((*_containerd_path(version), "default_runtime_name"), name))
+        if enable_cdi:
+            edits.append((_enable_cdi_path(version), True))
         edits += _runtime_edits(config, version, {}, name, runtime_path)
         header = [
             f"{_MARK[2:]}: runtime {name!r} (nvhook-runtime).",
@@ -145,10 +154,14 @@ def plan_configure(
         edits = []
         if set_as_default:
             edits.append(((*_containerd_path(version), "default_runtime_name"), name))
+        if enable_cdi:
+            edits.append((_enable_cdi_path(version), True))
         edits += _runtime_edits(config, version, main, name, runtime_path)
         text = _toml.edit(config, data.decode(), edits)
         return Plan("containerd", config, (FileChange(config, data, text.encode()),))
-    return _plan_drop_in(config, data, main, version, name, runtime_path, set_as_default)
+    return _plan_drop_in(
+        config, data, main, version, name, runtime_path, set_as_default, enable_cdi
+    )
 
 
 def _version(path: str, data: Mapping[str, Any]) -> int:
@@ -163,6 +176,10 @@ def _version(path: str, data: Mapping[str, Any]) -> int:
 
 def _containerd_path(version: int) -> tuple[str, ...]:
     return ("plugins", CRI_PLUGIN[version], "containerd")
+
+
+def _enable_cdi_path(version: int) -> tuple[str, ...]:
+    return ("plugins", CRI_PLUGIN[version], "enable_cdi")
 
 
 def _runtime_edits(
@@ -235,6 +252,7 @@ def _plan_drop_in(
     name: str,
     runtime_path: str,
     set_as_default: bool,
+    enable_cdi: bool,
 ) -> Plan:
     cri = CRI_PLUGIN[version]
     drop_in, new_entry = _place_drop_in(config, main, version)
@@ -260,9 +278,11 @@ def _plan_drop_in(
         edits.append((("version",), version))
     if replace:
         edits.append((("plugins", cri), _toml.plain_get(effective, ("plugins", cri)) or {}))
-        edits += _carried_over(ours, effective, base)
+        edits += _carried_over(ours, effective, version)
     if set_as_default:
         edits.append(((*base, "default_runtime_name"), name))
+    if enable_cdi:
+        edits.append((_enable_cdi_path(version), True))
     view = _merged_view(effective, edits)
     edits += _runtime_edits(config, version, view, name, runtime_path)
     header = [
@@ -291,11 +311,16 @@ def _plan_drop_in(
     return Plan("containerd", config, tuple(changes), notes=(note,), dirs=tuple(missing))
 
 
-def _carried_over(ours: Json, effective: Json, base: Sequence[str]) -> list[_toml.Edit]:
-    """What an earlier drop-in of ours added (runtimes, default) and the others lack."""
+def _carried_over(ours: Json, effective: Json, version: int) -> list[_toml.Edit]:
+    """What an earlier drop-in of ours added (runtimes, default, ``enable_cdi``) and the
+    others lack."""
+    base = _containerd_path(version)
+    edits: list[_toml.Edit] = []
+    cdi = _enable_cdi_path(version)
+    if _toml.plain_get(ours, cdi) is True and _toml.plain_get(effective, cdi) is not True:
+        edits.append((cdi, True))
     mine = _toml.plain_get(ours, base) or {}
     theirs = _toml.plain_get(effective, base) or {}
-    edits: list[_toml.Edit] = []
     their_runtimes = theirs.get("runtimes") or {}
     for rname, table in (mine.get("runtimes") or {}).items():
         if table != their_runtimes.get(rname):

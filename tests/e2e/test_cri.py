@@ -72,8 +72,9 @@ def run_pod(
     envs: dict[str, str],
     *,
     allocation: Mapping[str, Any] | None = None,
+    command: str = PROBE,
 ) -> tuple[str, str, str]:
-    """Run a host-network pod with ``handler`` and one container running ``PROBE`` (its CRI
+    """Run a host-network pod with ``handler`` and one container running ``command`` (its CRI
     config given ``envs`` and, as kubelet adds them, a device plugin's ``allocation``);
     returns (sandbox id, container id, the container's output)."""
     pod = pod_config(unique_id("pod"), namespace="nvhook-test", log_directory=logs)
@@ -83,7 +84,7 @@ def run_pod(
             config = container_config(
                 "probe",
                 BUSYBOX_IMAGE,
-                ["/bin/sh", "-c", PROBE],
+                ["/bin/sh", "-c", command],
                 envs={**envs, "PATH": PATH},
                 allocation=allocation,
                 log_path="probe.log",

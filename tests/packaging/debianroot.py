@@ -25,6 +25,9 @@ import pytest
 from tests.support.containers import require
 
 MIRROR = "http://deb.debian.org/debian"
+#: The apt option without which apt refuses the mirror's ``sid`` Release file: it is past its
+#: Valid-Until date ("Release file … is expired"; trixie's main suite carries no such date).
+NO_VALID_UNTIL = 'Acquire::Check-Valid-Until "false"'
 
 
 def cache_dir() -> Path:
@@ -32,14 +35,21 @@ def cache_dir() -> Path:
 
 
 def debian_root(
-    suite: str, packages: tuple[str, ...], variant: str = "minbase", arch: str | None = None
+    suite: str,
+    packages: tuple[str, ...],
+    variant: str = "minbase",
+    arch: str | None = None,
+    aptopts: tuple[str, ...] = (),
 ) -> Path:
     """The cached root of ``suite`` with ``packages``, made first if missing; of another
     Debian architecture ``arch`` (``arm64``: its programs run under qemu-user, through the
-    kernel's binfmt_misc, see :func:`require_foreign`)."""
+    kernel's binfmt_misc, see :func:`require_foreign`). ``aptopts`` are apt options for the
+    build (mmdebstrap's ``--aptopt``; ``sid`` needs :data:`NO_VALID_UNTIL`)."""
     recipe = f"{suite} {variant} {' '.join(sorted(packages))} {MIRROR}"
     if arch is not None:
         recipe += f" {arch}"
+    if aptopts:
+        recipe += f" {' '.join(aptopts)}"
     digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -54,6 +64,7 @@ def debian_root(
             [require("mmdebstrap"), f"--variant={variant}",
              *([f"--include={','.join(packages)}"] if packages else []),
              *([f"--architectures={arch}"] if arch else []),
+             *[f"--aptopt={opt}" for opt in aptopts],
              "--mode=root", suite, str(tmp), MIRROR],
             capture_output=True, text=True, timeout=900, check=False,
         )  # fmt: skip

@@ -11,6 +11,7 @@ on it loads its CRI plugin), then unconfigured (the tree is byte for byte ``in/`
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -663,3 +664,61 @@ def test_an_existing_runtime_keeps_its_own_keys(
     else:
         del runtimes["nvidia"], old_runtimes["nvidia"]
         assert written[path] == before[path]
+
+
+# --------------------------------------------------------------------------- --enable-cdi
+
+
+@pytest.mark.parametrize(
+    ("text", "plugin"),
+    [
+        ("", "cri"),  # version 1: containerd 1.x
+        ('version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = false\n', CRI_PLUGIN[2]),
+        ("version = 3\n", CRI_PLUGIN[3]),  # containerd 2.x: on by default, said once more
+    ],
+    ids=["v1", "v2-off", "v3"],
+)
+def test_enable_cdi_switches_containerds_own_cdi_on(tmp_path: Path, text: str, plugin: str) -> None:
+    path = _config(tmp_path, text)
+    backups = str(tmp_path / "backups")
+    apply_plan(_plan(path), backups)
+    assert tomllib.loads(path.read_text())["plugins"][plugin].get("enable_cdi") is not True
+
+    apply_plan(_plan(path, enable_cdi=True), backups)
+
+    data = tomllib.loads(path.read_text())["plugins"][plugin]
+    assert data["enable_cdi"] is True
+    assert data["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"] == SHIM
+    assert apply_plan(_plan(path, enable_cdi=True), backups) == []
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_enable_cdi_goes_to_the_drop_in_and_stays(tmp_path: Path, version: int) -> None:
+    """With ``imports`` it is the drop-in's, loaded last, and a later configure keeps it (1.x:
+    the drop-in is made again from the other files, which have ``enable_cdi = false``)."""
+    (tmp_path / "d").mkdir()
+    off = f"version = {version}\n[plugins.{json.dumps(CRI_PLUGIN[version])}]\nenable_cdi = false\n"
+    (tmp_path / "d" / "10-cri.toml").write_text(off)
+    path = _config(tmp_path, f'version = {version}\nimports = ["{tmp_path}/d/*.toml"]\n')
+    backups = str(tmp_path / "backups")
+    drop_in = tmp_path / "d" / "99-nvhook.toml"
+
+    apply_plan(_plan(path, enable_cdi=True), backups)
+    assert tomllib.loads(drop_in.read_text())["plugins"][CRI_PLUGIN[version]]["enable_cdi"] is True
+    apply_plan(_plan(path, set_as_default=True), backups)
+    section = tomllib.loads(drop_in.read_text())["plugins"][CRI_PLUGIN[version]]
+    assert section["enable_cdi"] is True
+    assert section["containerd"]["default_runtime_name"] == "nvidia"
+
+
+def test_cli_enable_cdi_is_for_containerd_only(
+    tmp_path: Path, shim_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "daemon.json"
+    path.write_text("{}\n")
+    args = ["--runtime", "docker", "--config", str(path), "--backup-dir", str(tmp_path / "b")]
+    assert _cli("configure", *args, "--runtime-path", shim_path, "--enable-cdi") == 8
+    assert capsys.readouterr().err == (
+        "nvhook: --enable-cdi is for --runtime containerd; docker has no such setting to switch\n"
+    )
+    assert path.read_text() == "{}\n"
