@@ -27,7 +27,8 @@
  * runtime to exec (this process execs it) or an exit code. Any failure before that reply
  * (no socket, a foreign one, no ack within NVHOOK_SERVER_DEADLINE_MS, a closed connection,
  * a malformed reply) execs the Python shim with the argv unchanged, which then decides as
- * it always has.
+ * it always has. Where that exec fails with ENOENT because the launcher's interpreter is gone
+ * (a distribution upgrade removed the venv's Python), one line names it and the repair.
  * libc only; no allocation that is not bounded; build with -DNVHOOK_LAUNCHER='"/path"'.
  */
 #define _GNU_SOURCE
