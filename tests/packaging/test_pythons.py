@@ -33,6 +33,8 @@ from tests.support.containers import require
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
+#: The interpreter of CI's machine (Debian 12), which runs the whole suite.
+HOST_PYTHON = "3.11"
 #: The Debian suite whose python3 is each supported version that is not the host's.
 SUITES = {"3.13": "trixie", "3.14": "sid"}
 #: Supported, and run nowhere here: no Debian suite has it (Debian 12 has 3.11, 13 has 3.13,
