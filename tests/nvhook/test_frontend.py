@@ -603,7 +603,6 @@ def _under(root: Path, arg: str) -> str:
 @pytest.mark.parametrize("line", _lines())
 def test_conformance_table(fe: Frontend, line: str) -> None:
     _check_line(fe, fe.tmp, line)
-    assert fe.record.is_file()  # the last call reached the runtime or the launcher
 
 
 def _check_line(fe: Frontend, top: Path, line: str, *, both: bool = True) -> None:

@@ -25,32 +25,31 @@ import pytest
 from tests.support.containers import require
 
 MIRROR = "http://deb.debian.org/debian"
+#: The apt option without which apt refuses the mirror's ``sid`` Release file: it is past its
+#: Valid-Until date ("Release file … is expired"; trixie's main suite carries no such date).
+NO_VALID_UNTIL = 'Acquire::Check-Valid-Until "false"'
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("NVHOOK_TEST_CACHE", "/var/cache/nvhook-tests"))
 
 
-#: apt's options a suite needs: the mirror's ``sid`` Release file is past its Valid-Until
-#: date (apt: "Release file ... is expired"), which unstable's is between its daily updates.
-SUITE_APTOPTS: dict[str, tuple[str, ...]] = {
-    "sid": ('Acquire::Check-Valid-Until "false"',),
-    "unstable": ('Acquire::Check-Valid-Until "false"',),
-}
-
-
 def debian_root(
-    suite: str, packages: tuple[str, ...], variant: str = "minbase", arch: str | None = None
+    suite: str,
+    packages: tuple[str, ...],
+    variant: str = "minbase",
+    arch: str | None = None,
+    aptopts: tuple[str, ...] = (),
 ) -> Path:
     """The cached root of ``suite`` with ``packages``, made first if missing; of another
     Debian architecture ``arch`` (``arm64``: its programs run under qemu-user, through the
-    kernel's binfmt_misc, see :func:`require_foreign`). ``sid`` is made with
-    :data:`SUITE_APTOPTS`; its packages are those of the day it was made (the recipe names
-    no date), so a test prints the versions it ran."""
+    kernel's binfmt_misc, see :func:`require_foreign`). ``aptopts`` are apt options for the
+    build (mmdebstrap's ``--aptopt``; ``sid`` needs :data:`NO_VALID_UNTIL`)."""
     recipe = f"{suite} {variant} {' '.join(sorted(packages))} {MIRROR}"
     if arch is not None:
         recipe += f" {arch}"
-    aptopts = SUITE_APTOPTS.get(suite, ())
+    if aptopts:
+        recipe += f" {' '.join(aptopts)}"
     digest = hashlib.sha256(recipe.encode()).hexdigest()[:12]
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -65,7 +64,7 @@ def debian_root(
             [require("mmdebstrap"), f"--variant={variant}",
              *([f"--include={','.join(packages)}"] if packages else []),
              *([f"--architectures={arch}"] if arch else []),
-             *(f"--aptopt={option}" for option in aptopts),
+             *[f"--aptopt={opt}" for opt in aptopts],
              "--mode=root", suite, str(tmp), MIRROR],
             capture_output=True, text=True, timeout=900, check=False,
         )  # fmt: skip

@@ -28,7 +28,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.debianroot import cache_dir, chroot, debian_root, ok, scratch_copy
+from tests.packaging.debianroot import (
+    NO_VALID_UNTIL,
+    cache_dir,
+    chroot,
+    debian_root,
+    ok,
+    scratch_copy,
+)
 from tests.support.containers import require
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -98,7 +105,8 @@ def version(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def root(version: str, tmp_path: Path) -> Iterator[Path]:
     require("mmdebstrap")
-    lower = debian_root(SUITES[version], PACKAGES)
+    suite = SUITES[version]
+    lower = debian_root(suite, PACKAGES, aptopts=(NO_VALID_UNTIL,) if suite == "sid" else ())
     with scratch_copy(lower, tmp_path / "overlay") as merged:
         yield merged
 
