@@ -387,6 +387,8 @@ def _load_toml(path: str) -> dict[str, Any]:
         _fail(f"{path}: invalid TOML: {e}")
     except NestingError as e:
         _fail(f"{path}: {e}")
+    except RecursionError:  # Python 3.14's tomllib: a key of more than 1000 parts ([a.b.c…])
+        _fail(f"{path}: {NestingError('arrays and tables', TOML_MAX_DEPTH)}")
     if deeper_than(data, TOML_MAX_DEPTH):  # tables: [a.b.c] nests without brackets
         _fail(f"{path}: {NestingError('arrays and tables', TOML_MAX_DEPTH)}")
     return data

@@ -21,9 +21,10 @@ Reading (:func:`loads`), like Go's ``encoding/json`` where runtimes differ from 
 - numbers become ``int`` (any size, up to Python's 4300-digit limit) or ``float``; a
   float beyond the 64-bit range (``1e400``) is refused, as in Go;
 - a value inside more than :data:`MAX_DEPTH` arrays and objects is refused (Go's limit is
-  10,000; the C scanner's own recursion guard, from about 1,000 levels under CPython 3.11's
-  default recursion limit, ends in the same refusal): the native hook reads no deeper, and
-  whatever walks a decoded document may recurse once per level (:mod:`oci.nesting`).
+  10,000; the C scanner's own recursion guard ends in the same refusal: from about 1,000
+  levels under CPython 3.11's default recursion limit, far deeper under 3.12 and 3.13's C
+  recursion limit and 3.14's stack check): the native hook reads no deeper, and whatever
+  walks a decoded document may recurse once per level (:mod:`oci.nesting`).
 
 Writing (:func:`dumps`, :func:`dumpb`): compact like Go's ``json.Marshal`` (``,`` and
 ``:`` without spaces, no newline at the end), keys in the mapping's order, non-ASCII
@@ -34,7 +35,8 @@ UTF-16 surrogate (only reachable from a ``\\ud800``-style escape in the input) m
 :func:`dumpb` escape all non-ASCII characters, so that the output stays valid UTF-8
 and reads back to the same value. Tuples are written as arrays; ``int``, ``float``,
 ``bool`` and ``None`` keys as their JSON text (Python's rule); any other type is a
-``TypeError``.
+``TypeError``. Errors read the same on CPython 3.11 to 3.14, which word some of them
+differently (checked in Debian 13 and unstable roots: tests/packaging/test_pythons.py).
 """
 
 from __future__ import annotations
@@ -165,7 +167,25 @@ else:
             False,  # skipkeys
             False,  # allow_nan
         )
-        return "".join(encoder(value, 0))
+        try:
+            return "".join(encoder(value, 0))
+        except (TypeError, ValueError) as e:
+            raise _as_on_3_11(e) from None
+
+
+#: The C encoder's refusal of NaN and the infinities, as CPython 3.11 words it (3.13 adds the
+#: value: ``...compliant: nan``).
+_OUT_OF_RANGE = "Out of range float values are not JSON compliant"
+
+
+def _as_on_3_11(error: TypeError | ValueError) -> TypeError | ValueError:
+    """The C encoder's error as CPython 3.11 raises it, the same on every version: its text
+    without what 3.13 adds to the float refusal, and without the notes 3.14 adds to every
+    error (``when serializing dict item 'a'``)."""
+    message = str(error)
+    if message.startswith(_OUT_OF_RANGE):
+        message = _OUT_OF_RANGE
+    return type(error)(message)
 
 
 #: The C scanner's messages (json.JSONDecodeError.msg), as this module words them.

@@ -15,11 +15,11 @@
 #     a packaging/python-bundle.sh output; default: made here from BUNDLE_PYTHON, for this
 #     machine's architecture only: a bundle is made on a machine of its architecture)
 #   licenses/: busybox's copyright file (the bundle's are in its licenses/)
-# Its path is printed. Without a bundle the image installs only on nodes with Python 3.11-3.13
+# Its path is printed. Without a bundle the image installs only on nodes with Python 3.11-3.14
 # and refuses the others (preflight).
 #
 # The packages ship a wheelhouse, not a venv: /usr/lib/nvhook/setup makes the venv on the
-# target with the best supported interpreter it finds there (CPython 3.11, 3.12 or 3.13), so
+# target with the best supported interpreter it finds there (CPython 3.11, 3.12, 3.13 or 3.14), so
 # the wheelhouse holds every dependency for each of them, for the package's architecture
 # (packaging/wheels.sh; compiled ones as manylinux2014 wheels). Installing needs no network.
 #
@@ -175,7 +175,7 @@ image_context() {
             "$bundle/BUNDLE") for nodes without one)"
     else
         say "staged $ctx without a Python bundle for $m (make one on a $m machine and set" \
-            "$bundle_var): its image refuses nodes without Python 3.11-3.13"
+            "$bundle_var): its image refuses nodes without Python 3.11-3.14"
     fi
     echo "$ctx"
 }

@@ -44,7 +44,7 @@
 #                         one; installs offline), a project directory or a wheel or sdist file
 #                         (pip fetches the dependencies); default: wheels/ next to this script
 #                         when it exists, else the project this script is part of
-#   PYTHON=…                          absolute path of a Python 3.11, 3.12 or 3.13 to make the
+#   PYTHON=…                          absolute path of a Python 3.11, 3.12, 3.13 or 3.14 to make the
 #                                     venv with; default: as preflight picks (above)
 #   HOST_ROOT=/                       where the driver's /proc and files are (cdi step)
 #   DRIVER_ROOT=…                     where the driver's libraries and binaries are, for the
@@ -127,8 +127,8 @@ VERSION='import sys; print("%d.%d" % sys.version_info[:2])'
 # bundled Python, BUNDLE is its directory and PYTHON where it will run from, PREFIX/python.
 choose_interpreter() {
     if [[ -n "$PYTHON" ]]; then
-        "$PYTHON" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' \
-            2>/dev/null || die "PYTHON=$PYTHON is not a supported Python (3.11, 3.12 or 3.13)"
+        "$PYTHON" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 14))' \
+            2>/dev/null || die "PYTHON=$PYTHON is not a supported Python (3.11, 3.12, 3.13 or 3.14)"
         return
     fi
     [[ -f "$HERE/preflight" && -f "$HERE/setup" ]] ||

@@ -31,7 +31,7 @@
 # from it (`BUNDLE_PREFIX/bin/python3 -m venv --without-pip`) names BUNDLE_PREFIX/bin as its home.
 #
 # Environment:
-#   PYTHON         the CPython 3.11, 3.12 or 3.13 to bundle, with its standard library at
+#   PYTHON         the CPython 3.11, 3.12, 3.13 or 3.14 to bundle, with its standard library at
 #                  <prefix>/lib/python3.X (default: /usr/bin/python3)
 #   BUNDLE_PREFIX  where the bundle will run from (default: /opt/nvhook/python)
 #   PATCHELF       the patchelf program (default: patchelf; Debian package patchelf)
@@ -92,11 +92,11 @@ v = "%d.%d" % sys.version_info[:2]
 print(v, platform.python_version(), platform.machine(), os.path.realpath(sys.executable),
       sysconfig.get_paths()["stdlib"], sys.base_prefix,
       sys.implementation.name, sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)" ||
-        die "PYTHON=$python does not run (set PYTHON to a CPython 3.11, 3.12 or 3.13)"
+        die "PYTHON=$python does not run (set PYTHON to a CPython 3.11, 3.12, 3.13 or 3.14)"
     local version full machine binary stdlib base impl suffix
     read -r version full machine binary stdlib base impl suffix <<<"$info"
-    [[ "$impl" == cpython && " 3.11 3.12 3.13 " == *" $version "* ]] ||
-        die "PYTHON=$python is $impl $full: expected CPython 3.11, 3.12 or 3.13"
+    [[ "$impl" == cpython && " 3.11 3.12 3.13 3.14 " == *" $version "* ]] ||
+        die "PYTHON=$python is $impl $full: expected CPython 3.11, 3.12, 3.13 or 3.14"
     [[ "$stdlib" == "$base/lib/python$version" && -f "$stdlib/os.py" ]] ||
         die "PYTHON=$python: its standard library $stdlib is not at <prefix>/lib/python$version"
     [[ "$machine" == "$(uname -m)" ]] || die "PYTHON=$python is for $machine, this machine is $(uname -m)"

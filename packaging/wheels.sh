@@ -15,14 +15,14 @@
 #
 # Environment:
 #   PYTHON       a Python >= 3.11 with pip (default: python3)
-#   PY_VERSIONS  the target interpreters, major.minor (default: 3.11 3.12 3.13)
+#   PY_VERSIONS  the target interpreters, major.minor (default: 3.11 3.12 3.13 3.14)
 #   ARCHES       the target architectures, uname -m spelling (default: this machine's;
 #                x86_64 and aarch64 are supported)
 #   SOURCE       the project directory (default: this script's parent directory)
 # The source is copied to a temporary directory first, so the build leaves nothing in SOURCE.
 set -euo pipefail
 
-SUPPORTED_PY="3.11 3.12 3.13"
+SUPPORTED_PY="3.11 3.12 3.13 3.14"
 SUPPORTED_ARCHES="x86_64 aarch64"
 
 usage() {

@@ -9,6 +9,8 @@ that the bounds are there at all. And the dependencies are exactly what ``oci`` 
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import tomllib
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
@@ -134,10 +136,68 @@ def test_installed_versions_are_within_the_declared_bounds(group: str | None) ->
 
 
 def test_a_version_outside_the_bounds_is_caught() -> None:
-    """The checks above can fail: the next minor of tomlkit, and Python 3.14, are refused."""
+    """The checks above can fail: the next minor of tomlkit, and Python 3.15, are refused."""
     declared = {canonicalize_name(r.name): r for r in _requirements(None)}
     tomlkit = declared["tomlkit"].specifier
     upper = next(s.version for s in tomlkit if s.operator == "<")
     assert not tomlkit.contains(upper)
-    assert not SpecifierSet(_project()["requires-python"]).contains("3.14.0")
+    assert not SpecifierSet(_project()["requires-python"]).contains("3.15.0")
     assert not _has_upper_bound(SpecifierSet(">=1"))
+
+
+def _minors(text: str) -> list[str]:
+    return re.findall(r"3\.\d+", text)
+
+
+def _one(pattern: str, path: str) -> str:
+    found = re.findall(pattern, (ROOT / path).read_text(), re.MULTILINE)
+    assert len(found) >= 1, f"{path}: no line matching {pattern!r}"
+    assert len(set(found)) == 1, f"{path}: lines that differ: {found}"
+    return str(found[0])
+
+
+def test_every_list_of_supported_pythons_is_requires_python_and_each_is_run() -> None:
+    """The interpreters ``requires-python`` admits are the ones the packages and installers
+    accept and carry wheels for, and the README names; CI runs each: this machine's, or a
+    Debian root's (tests/packaging/test_pythons.py), or it is named as run nowhere."""
+    from tests.packaging.conftest import PY_VERSIONS
+    from tests.packaging.test_pythons import HOST_PYTHON, NOT_RUN, SUITES
+
+    requires = SpecifierSet(_project()["requires-python"])
+    supported = [f"3.{m}" for m in range(30) if requires.contains(f"3.{m}.0")]
+    newest_first = list(reversed(supported))
+    lists = {
+        "tests/packaging/conftest.py PY_VERSIONS": list(PY_VERSIONS),
+        "packaging/wheels.sh SUPPORTED_PY": _minors(
+            _one(r'^SUPPORTED_PY="(.*)"', "packaging/wheels.sh")
+        ),
+        "packaging/python-bundle.sh": _minors(
+            _one(r'" (3\.[0-9. ]+) " ==', "packaging/python-bundle.sh")
+        ),
+        "README.md": _minors(_one(r"^CPython \*\*([0-9., or]+)\*\*", "README.md")),
+    }
+    newest_first_lists = {
+        "packaging/setup SUPPORTED": _minors(_one(r'^SUPPORTED="(.*)"', "packaging/setup")),
+        "packaging/deb/preinst": _minors(_one(r"for v in (.*); do", "packaging/deb/preinst")),
+        "packaging/rpm/pre": _minors(_one(r"for v in (.*); do", "packaging/rpm/pre")),
+        "packaging/nfpm.yaml deb": _minors(_one(r"^ *- (python3\.1\d.*)$", "packaging/nfpm.yaml")),
+        "packaging/nfpm.yaml rpm": _minors(
+            _one(r"^ *- \((/usr/bin/python.*)\)$", "packaging/nfpm.yaml")
+        ),
+    }
+    for where, found in lists.items():
+        assert found == supported, where
+    for where, found in newest_first_lists.items():
+        assert found == newest_first, where
+    check = re.search(
+        r"sys\.exit\(not \(3, (\d+)\) <= sys\.version_info\[:2\] <= \(3, (\d+)\)\)",
+        (ROOT / "packaging/install.sh").read_text(),
+    )
+    assert check is not None, "packaging/install.sh: no interpreter check"
+    assert [f"3.{m}" for m in check.groups()] == [supported[0], supported[-1]]
+    assert len({HOST_PYTHON, *SUITES, *NOT_RUN}) == 1 + len(SUITES) + len(NOT_RUN)
+    unproven = set(supported) - set(SUITES) - set(NOT_RUN) - {HOST_PYTHON}
+    assert unproven == set(), f"no test runs Python {sorted(unproven)}"
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if os.environ.get("CI") and running not in SUITES:  # CI's own run: the host's Python
+        assert running == HOST_PYTHON, f"CI runs Python {running}, not {HOST_PYTHON}"

@@ -12,6 +12,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from tests.support.containers import require
+
 ROOT = Path(__file__).resolve().parents[1]
 #: How outside material used to be cited: the folder, and the names of its documents.
 OUTSIDE = re.compile(
@@ -20,8 +24,10 @@ OUTSIDE = re.compile(
 
 
 def tracked_files() -> list[Path]:
+    if not (ROOT / ".git").exists():  # a copy of the files (tests/packaging/test_pythons.py)
+        pytest.skip(f"{ROOT} is not a git checkout")
     out = subprocess.run(
-        ["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True
+        [require("git"), "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True
     ).stdout
     return [ROOT / name.decode() for name in out.split(b"\0") if name]
 

@@ -56,6 +56,10 @@ def parse(path: str, data: bytes) -> dict[str, Any]:
         raise EngineConfigError(f"{path}: invalid TOML: {e}") from e
     except NestingError as e:
         raise EngineConfigError(f"{path}: {e}") from None
+    except RecursionError:  # Python 3.14's tomllib: a key of more than 1000 parts ([a.b.c…])
+        raise EngineConfigError(
+            f"{path}: {NestingError('arrays and tables', TOML_MAX_DEPTH)}"
+        ) from None
     if deeper_than(plain, TOML_MAX_DEPTH):  # tables: [a.b.c] nests without brackets
         raise EngineConfigError(f"{path}: {NestingError('arrays and tables', TOML_MAX_DEPTH)}")
     return plain

@@ -3,9 +3,10 @@
 ``--set-as-default`` sets ``default-runtime``. Every other key keeps its value and its place;
 the file is written back with the indentation it had (4 spaces for a new file), and not at
 all when the settings are there already. An existing runtime of that name keeps its other
-keys (``runtimeArgs``). An empty file counts as ``{}``. Invalid JSON, a duplicated key
-(one of the two would be lost), a top level that is not an object or nesting deeper than
-:data:`oci.jsoncodec.MAX_DEPTH`: an error, nothing written. dockerd reads the file at
+keys (``runtimeArgs``). An empty file counts as ``{}``. Invalid JSON (as
+:func:`oci.jsoncodec.loads` reads it, Go's rules, the same message on every Python), a
+duplicated key (one of the two would be lost), a top level that is not an object or nesting
+deeper than :data:`oci.jsoncodec.MAX_DEPTH`: an error, nothing written. dockerd reads the file at
 start: restart it afterwards.
 """
 
@@ -17,8 +18,7 @@ from typing import Any
 
 from nvhook.engines.changes import FileChange, Plan, read_file
 from nvhook.errors import EngineConfigError
-from oci.jsoncodec import MAX_DEPTH
-from oci.nesting import NestingError, deeper_than
+from oci import jsoncodec
 
 __all__ = ["DEFAULT_CONFIG", "plan_configure"]
 
@@ -58,19 +58,12 @@ def _load(path: str, data: bytes | None) -> tuple[dict[str, Any], int | str]:
         raise EngineConfigError(f"{path}: not UTF-8 (byte {e.start})") from e
     if not text.strip():
         return {}, 4
-    try:
-        settings = json.loads(text, object_pairs_hook=lambda pairs: _no_duplicates(path, pairs))
-    except json.JSONDecodeError as e:
-        raise EngineConfigError(
-            f"{path}: invalid JSON: {e.msg} (line {e.lineno}, column {e.colno})"
-        ) from e
-    except RecursionError:  # the C scanner's guard, far deeper than MAX_DEPTH
-        settings = None
-        too_deep = True
-    else:
-        too_deep = deeper_than(settings, MAX_DEPTH)
-    if too_deep:  # json.dumps(indent=...) recurses in Python, once per level
-        raise EngineConfigError(f"{path}: {NestingError('arrays and objects', MAX_DEPTH)}")
+    try:  # oci.jsoncodec: the same messages on every Python (3.13 rewords a trailing comma)
+        settings = jsoncodec.loads(
+            text, object_pairs_hook=lambda pairs: _no_duplicates(path, pairs)
+        )
+    except jsoncodec.JSONError as e:  # deeper than MAX_DEPTH too: json.dumps(indent=...)
+        raise EngineConfigError(f"{path}: {e}") from None  # recurses in Python, once a level
     if not isinstance(settings, dict):
         raise EngineConfigError(f"{path}: the top level must be a JSON object")
     return settings, _indent(text)

@@ -9,8 +9,10 @@ and a container's loader look at is small, so it is written here instead:
   the tables a dynamic loader needs to map it (``DT_HASH``, ``DT_SYMTAB`` with the null
   symbol, ``DT_STRTAB``). Two ``PT_LOAD`` segments as a linker lays them out: headers and
   tables read-only, the dynamic section read-write (the loader relocates its pointers in
-  place). It exports nothing: the mock's NVML and CUDA behaviour exist only in the compiled
-  stubs.
+  place), and a ``PT_GNU_STACK`` asking for a stack that is not executable, as every linker
+  writes one (without it a loader assumes an executable stack, which newer glibc (2.43) refuses to
+  give a library loaded by ``dlopen``: "cannot enable executable stack"). It exports
+  nothing: the mock's NVML and CUDA behaviour exist only in the compiled stubs.
 - :func:`executable`: a static ``ET_EXEC`` whose code calls ``exit(0)`` (the driver's
   binaries on such a profile are stand-ins with the right machine, nothing more).
 
@@ -37,6 +39,7 @@ _EHDR = 64
 _PHDR = 56
 _PAGE = 0x10000  # the largest page size of both architectures (aarch64 kernels with 64K pages)
 _PT_LOAD, _PT_DYNAMIC = 1, 2
+_PT_GNU_STACK = 0x6474E551
 _PF_X, _PF_W, _PF_R = 1, 2, 4
 _ET_EXEC, _ET_DYN = 2, 3
 _DT = {"NULL": 0, "NEEDED": 1, "HASH": 4, "STRTAB": 5, "SYMTAB": 6, "STRSZ": 10, "SYMENT": 11}
@@ -77,7 +80,7 @@ def shared_object(
         offsets[text] = len(strings)
         strings += text.encode() + b"\0"
     note = f"nvhook mock machine: {name or soname} ({arch})\0".encode()
-    hash_at = _EHDR + 3 * _PHDR  # after the three program headers
+    hash_at = _EHDR + 4 * _PHDR  # after the four program headers
     hash_table = struct.pack("<4I", 1, 1, 0, 0)  # nbucket 1, nchain 1, bucket[0], chain[0]
     symtab_at = hash_at + len(hash_table)
     symtab = bytes(24)  # the null symbol
@@ -97,10 +100,11 @@ def shared_object(
     ]
     dynamic = b"".join(struct.pack("<qQ", tag, value) for tag, value in entries)
     data_vaddr = _PAGE + dynamic_at  # the next page, congruent with its file offset
-    head = _ehdr(_ET_DYN, machine, 0, 3)
+    head = _ehdr(_ET_DYN, machine, 0, 4)
     head += _phdr(_PT_LOAD, _PF_R, 0, 0, text_end, _PAGE)
     head += _phdr(_PT_LOAD, _PF_R | _PF_W, dynamic_at, data_vaddr, len(dynamic), _PAGE)
     head += _phdr(_PT_DYNAMIC, _PF_R | _PF_W, dynamic_at, data_vaddr, len(dynamic), 8)
+    head += _phdr(_PT_GNU_STACK, _PF_R | _PF_W, 0, 0, 0, 16)
     body = head + hash_table + symtab + bytes(strings) + note
     return body + bytes(dynamic_at - len(body)) + dynamic
 

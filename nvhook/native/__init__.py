@@ -65,7 +65,9 @@ __all__ = [
     "KEY_SETTINGS",
     "KEY_TRIGGER",
     "MAGIC",
+    "PACKAGE_SETUP",
     "PREFIX",
+    "REINSTALL",
     "SOURCE",
     "build",
     "data_name",
@@ -97,6 +99,16 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvhook-runtim
 #: The native ``nvhook-hook`` (``create-container`` without Python; every other call is
 #: handed to the Python hook, ``nvhook-hook.py``): built the same way, from this source.
 HOOK_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nvhook-hook.c")
+#: The packages' step that makes the venv again with the node's Python (packaging/setup, put
+#: there by packaging/nfpm.yaml): what the front-end tells to run when the launcher's
+#: interpreter is gone (a distribution upgrade took the Python the venv was made with).
+PACKAGE_SETUP = "/usr/lib/nvhook/setup"
+#: The same advice where :data:`PACKAGE_SETUP` is not installed: install.sh remakes a venv of
+#: a Python that no longer runs (packaging/install.sh, step venv).
+REINSTALL = (
+    "run install.sh install again (or, for a venv of your own, make it again, "
+    "pip install nvhook into it and run nvhook install-entrypoints)"
+)
 #: The start of every data file's name.
 PREFIX = f"runtime-frontend-{FORMAT}-"
 #: What a trigger may hold: a byte search finds it in JSON unless an escape spells it

@@ -137,6 +137,10 @@ def _process(h: _Header) -> None:
         h.define(f"NVHOOK_DATA_{key}", getattr(native, f"KEY_{key}"), f"nvhook.native.KEY_{key}")
     h.define("NVHOOK_DATA_ABSENT", native.ABSENT, "nvhook.native.ABSENT")
 
+    h.section("repairing a venv whose interpreter is gone (nvhook.native)")
+    h.define("NVHOOK_REPAIR_SETUP", native.PACKAGE_SETUP, "nvhook.native.PACKAGE_SETUP")
+    h.define("NVHOOK_REPAIR_REINSTALL", native.REINSTALL, "nvhook.native.REINSTALL")
+
     h.section("nvhook-shim-server's protocol (nvhook.shim_protocol)")
     h.define("NVHOOK_SERVER_SOCKET", protocol.SOCKET_NAME, "nvhook.shim_protocol.SOCKET_NAME")
     h.define("NVHOOK_SERVER_PROTOCOL", protocol.PROTOCOL, "nvhook.shim_protocol.PROTOCOL")

@@ -37,6 +37,10 @@
 #define NVHOOK_DATA_END "end" /* nvhook.native.KEY_END */
 #define NVHOOK_DATA_ABSENT "absent" /* nvhook.native.ABSENT */
 
+/* --- repairing a venv whose interpreter is gone (nvhook.native) */
+#define NVHOOK_REPAIR_SETUP "/usr/lib/nvhook/setup" /* nvhook.native.PACKAGE_SETUP */
+#define NVHOOK_REPAIR_REINSTALL "run install.sh install again (or, for a venv of your own, make it again, pip install nvhook into it and run nvhook install-entrypoints)" /* nvhook.native.REINSTALL */
+
 /* --- nvhook-shim-server's protocol (nvhook.shim_protocol) */
 #define NVHOOK_SERVER_SOCKET "shim.sock" /* nvhook.shim_protocol.SOCKET_NAME */
 #define NVHOOK_SERVER_PROTOCOL "1" /* nvhook.shim_protocol.PROTOCOL */

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from nvhook import native
 from nvhook.errors import NvhookError
 from nvhook.legacyhook import LEGACY_HOOK
 from nvhook.native import FORMAT, SOURCE, build, data_name, ensure_data
@@ -447,6 +448,96 @@ def test_the_runtime_lines_are_tried_in_their_order(fe: Frontend, tmp_path: Path
 def test_a_launcher_that_cannot_be_exec_d_fails_with_the_runtime_s_code(tmp_path: Path) -> None:
     """A broken install (the launcher gone): one line naming it, ExitCode.RUNTIME."""
     launcher = tmp_path / "gone" / "nvhook-runtime.py"
+    binary = build_sanitized_program(SOURCE, tmp_path / "nvhook-runtime", str(launcher))
+    proc = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False,
+        env={"PATH": "/usr/bin:/bin", "NVHOOK_CACHE_DIR": str(tmp_path / "cache"),
+             "ASAN_OPTIONS": "detect_leaks=0"},
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (
+        ExitCode.RUNTIME,
+        f"nvhook-runtime: cannot exec {launcher}: No such file or directory\n",
+    )
+
+
+def _venv_launcher(tmp: Path) -> tuple[Path, Path, Path]:
+    """A venv's launcher as install-entrypoints writes it, ``#!VENV/bin/python FLAG``, where
+    bin/python -> python3 -> the system's python3.11 (here a copy of ``sh``, which runs the
+    recorder below the ``#!`` line; FLAG is ``-f``, which sh takes, for ``-IS``); the launcher,
+    bin/python, the system's file."""
+    system = tmp / "usr/bin/python3.11"
+    system.parent.mkdir(parents=True)
+    shutil.copy("/bin/sh", system)
+    bin_dir = tmp / "venv/bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python3").symlink_to(system)
+    (bin_dir / "python").symlink_to("python3")
+    launcher = bin_dir / "nvhook-runtime.py"
+    launcher.write_text(f"#!{bin_dir / 'python'} -f\n" + RECORDER.format(who="launcher")[10:])
+    launcher.chmod(0o755)
+    return launcher, bin_dir / "python", system
+
+
+@pytest.mark.parametrize("setup", [False, True], ids=["no-package-setup", "package-setup"])
+def test_a_venv_whose_python_is_gone_fails_gpu_creates_naming_it(
+    tmp_path: Path, setup: bool
+) -> None:
+    """A distribution upgrade removed the Python the venv was made with: a GPU create gets one
+    line naming the missing interpreter (and the link that dangles) and the repair (the
+    packages' setup where it is installed, else install.sh's reinstall), ExitCode.RUNTIME;
+    every call that asks for nothing still goes straight to the runtime."""
+    launcher, python, system = _venv_launcher(tmp_path)
+    setup_path = tmp_path / "lib/nvhook/setup"
+    if setup:
+        setup_path.parent.mkdir(parents=True)
+        setup_path.write_text("#!/bin/sh\n")
+        setup_path.chmod(0o755)
+    binary = build_sanitized_program(SOURCE, tmp_path / "nvhook-runtime", str(launcher),
+                                     f'-DNVHOOK_SETUP_PATH="{setup_path}"')  # fmt: skip
+    fe = Frontend(binary, tmp_path)
+    gpu = fe.bundle(_with_env("NVIDIA_VISIBLE_DEVICES=0"), "gpu")
+    plain = fe.bundle(PLAIN, "plain")
+    assert fe.call(["create", "--bundle", str(gpu), "c1"])[0] == "launcher"  # it runs
+
+    system.unlink()
+    assert fe.call(["state", "c1"]) == ("runtime", ["state", "c1"])
+    assert fe.call(["create", "--bundle", str(plain), "c2"])[0] == "runtime"
+    assert fe.call(["delete", "--force", "c2"]) == ("runtime", ["delete", "--force", "c2"])
+    fe.record.unlink()
+    proc = subprocess.run([str(binary), "create", "--bundle", str(gpu), "c3"], env=fe.env(),
+                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    repair = f"run {setup_path} to make the venv again" if setup else native.REINSTALL
+    assert (proc.returncode, proc.stderr) == (
+        ExitCode.RUNTIME,
+        f"nvhook-runtime: cannot start {launcher}: its interpreter {python} is missing "
+        f"(a link to {system}, which is gone): the Python nvhook's venv was made with was "
+        f"removed or upgraded; {repair}\n",
+    )
+    assert not fe.record.exists()
+    # an interpreter named by the file itself, no link: no "link" clause
+    launcher.write_text(f"#!{system}\n")
+    proc = subprocess.run([str(binary), "--version"], env=fe.env(), capture_output=True,
+                          text=True, timeout=30, check=False)  # fmt: skip
+    assert proc.stderr.startswith(
+        f"nvhook-runtime: cannot start {launcher}: its interpreter {system} is missing: "
+    ), proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.returncode == ExitCode.RUNTIME
+    # the interpreter back: the launcher gets the call again
+    shutil.copy("/bin/sh", system)
+    launcher.write_text(f"#!{python} -f\n" + RECORDER.format(who="launcher")[10:])
+    assert fe.call(["create", "--bundle", str(gpu), "c4"])[0] == "launcher"
+
+
+def test_a_launcher_whose_interpreter_is_there_keeps_exec_s_reason(tmp_path: Path) -> None:
+    """ENOENT from exec with the interpreter there (its own loader is missing): the plain
+    "cannot exec" line, not a claim that the interpreter is gone."""
+    launcher, _python, system = _venv_launcher(tmp_path)
+    elf = bytearray(Path("/bin/sh").read_bytes())
+    interp = elf.find(b"/lib64/ld-linux-x86-64.so.2")
+    if interp < 0:
+        pytest.skip("/bin/sh names no /lib64/ld-linux-x86-64.so.2")
+    elf[interp : interp + 8] = b"/nolib64"
+    system.write_bytes(bytes(elf))
     binary = build_sanitized_program(SOURCE, tmp_path / "nvhook-runtime", str(launcher))
     proc = subprocess.run(
         [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False,

@@ -130,6 +130,34 @@ def test_dumps_refuses_what_is_not_json(value: Any, error: type[Exception], matc
         jsoncodec.dumps(value)
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"a": float("nan")}, "Out of range float values are not JSON compliant"),
+        ([1, float("inf")], "Out of range float values are not JSON compliant"),
+        ({"a": [{1, 2}]}, "a value of type set cannot be written as JSON"),
+        ({"a": {("k",): 1}}, "keys must be str, int, float, bool or None, not tuple"),
+    ],
+)
+def test_dumps_errors_read_as_on_python_3_11(value: Any, message: str) -> None:
+    """CPython 3.13 names the float (``...compliant: nan``) and 3.14 adds notes (``when
+    serializing dict item 'a'``): the errors are 3.11's on each (run on 3.13 and 3.14 by
+    tests/packaging/test_pythons.py)."""
+    for dump in (jsoncodec.dumps, jsoncodec.dumpb):
+        with pytest.raises((TypeError, ValueError)) as info:
+            dump(value)
+        assert str(info.value) == message
+        assert getattr(info.value, "__notes__", None) is None
+    cycle: list[Any] = [1]
+    cycle.append({"a": cycle})
+    with pytest.raises(ValueError) as cycled:
+        jsoncodec.dumps(cycle)
+    assert (str(cycled.value), getattr(cycled.value, "__notes__", None)) == (
+        "Circular reference detected",
+        None,
+    )
+
+
 def test_dumps_refuses_a_cycle_and_recovers() -> None:
     cycle: list[Any] = []
     cycle.append(cycle)

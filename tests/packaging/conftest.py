@@ -17,7 +17,7 @@ PACKAGING = ROOT / "packaging"
 #: packaging/build.sh's architectures: Debian's name -> rpm's (and the wheels') name.
 ARCHES = {"amd64": "x86_64", "arm64": "aarch64"}
 #: The interpreters every package carries the dependencies of.
-PY_VERSIONS = ("3.11", "3.12", "3.13")
+PY_VERSIONS = ("3.11", "3.12", "3.13", "3.14")
 
 
 def run_script(name: str, *args: str, env: dict[str, str]) -> str:

@@ -185,7 +185,7 @@ def test_install_use_remove_purge(
     nothing_of_ours("before installing")
     deb = packages["deb-amd64"]
     version = next(wheelhouse.glob("nvhook-*.whl")).name.split("-")[1]
-    assert field(deb, "Depends") == "python3.13 | python3.12 | python3.11"
+    assert field(deb, "Depends") == "python3.14 | python3.13 | python3.12 | python3.11"
     foreign = PREFIX / "not-the-package's"
     try:
         # an /opt/nvhook the package did not make is refused, and left alone

@@ -252,5 +252,5 @@ def test_refuses_an_unsupported_python_before_changing_anything(tmp_path: Path) 
     python.chmod(0o755)
     out = run("install", settings(tmp_path, PYTHON=str(python)), ok=False)
     assert out.returncode == 1
-    assert f"PYTHON={python} is not a supported Python (3.11, 3.12 or 3.13)" in out.stderr
+    assert f"PYTHON={python} is not a supported Python (3.11, 3.12, 3.13 or 3.14)" in out.stderr
     assert not (tmp_path / "host").exists()

@@ -342,7 +342,9 @@ def test_without_python_or_bundle_the_pod_refuses_and_changes_nothing(
                               check=False)  # fmt: skip
     assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
     (line,) = proc.stderr.splitlines()
-    assert line.startswith("nvhook preflight: no supported Python (3.11, 3.12 or 3.13) in /usr/bin")
+    assert line.startswith(
+        "nvhook preflight: no supported Python (3.11, 3.12, 3.13 or 3.14) in /usr/bin"
+    )
     assert "apt-get install python3 on Debian 12+" in line and "dnf install python3.12" in line
     assert f"the bundled Python for {MACHINE}" in line and line.endswith("nothing was changed")
     assert tree(node) == before

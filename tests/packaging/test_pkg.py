@@ -68,7 +68,7 @@ def test_names_and_versions(packages: dict[str, Path], wheelhouse: Path) -> None
 
 
 def test_any_supported_interpreter_satisfies_the_dependencies(packages: dict[str, Path]) -> None:
-    """No upper pin on one minor version: each of 3.11, 3.12, 3.13 is an alternative."""
+    """No upper pin on one minor version: each of 3.11, 3.12, 3.13, 3.14 is an alternative."""
     for arch in ARCHES:
         depends = out("dpkg-deb", "--field", str(packages[f"deb-{arch}"]), "Depends").strip()
         assert depends == " | ".join(f"python{v}" for v in reversed(PY_VERSIONS))

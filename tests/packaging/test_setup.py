@@ -75,6 +75,8 @@ def chroot(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
         # else the newest supported one
         ({"python3": "3.9", "python3.9": "3.9", "python3.12": "3.12"}, "/usr/bin/python3.12"),
         ({"python3.11": "3.11", "python3.13": "3.13"}, "/usr/bin/python3.13"),
+        ({"python3": "3.15", "python3.13": "3.13", "python3.14": "3.14"}, "/usr/bin/python3.14"),
+        ({"python3": "3.14", "python3.14": "3.14"}, "/usr/bin/python3"),
         # a file named python3.13 that is not 3.13 is passed over
         ({"python3.13": "3.10", "python3.11": "3.11"}, "/usr/bin/python3.11"),
     ],
@@ -91,7 +93,7 @@ def test_setup_picks_the_best_interpreter(
 
 
 @pytest.mark.parametrize(
-    "pythons", [{}, {"python3": "3.10", "python3.10": "3.10"}, {"python3.14": "3.14"}]
+    "pythons", [{}, {"python3": "3.10", "python3.10": "3.10"}, {"python3.15": "3.15"}]
 )
 def test_without_a_supported_interpreter_each_script_refuses_in_one_line(
     tmp_path: Path, pythons: dict[str, str]

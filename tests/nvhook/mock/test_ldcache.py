@@ -157,3 +157,14 @@ def test_encoded_header_and_strings() -> None:
     assert len(data) == 48 + 24 + len(b"libb.so.1\0/lib/libb.so.1\0")
     assert parse_ld_cache(data).entries == tuple(entries)
     assert parse_ld_cache(encode_cache([])).entries == ()
+
+
+def test_a_shared_object_asks_for_no_executable_stack(tmp_path: Path) -> None:
+    """A PT_GNU_STACK without PF_X, as linkers write: glibc 2.43 refuses to dlopen a library
+    without one ("cannot enable executable stack"); readelf shows what any loader reads."""
+    path = tmp_path / "libnvhook-elfgen.so.1"
+    for arch in elfgen.MACHINES:
+        path.write_bytes(elfgen.shared_object(arch, path.name))
+        headers = run(require("readelf"), "-lW", path).stdout
+        (stack,) = [line.split() for line in headers.splitlines() if "GNU_STACK" in line]
+        assert stack[-2:] == ["RW", "0x10"], (arch, stack)
