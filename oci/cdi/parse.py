@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["check_spec", "load_spec", "parse_spec", "read_spec_data"]
+__all__ = ["check_spec", "decode_spec_file", "load_spec", "parse_spec", "read_spec_data"]
 
 # ---------------------------------------------------------------------------
 # field names, in the reference's order (specs-go/config.go at 1.1.0)
@@ -643,6 +643,12 @@ def read_spec_data(path: str) -> object:
             raw = f.read()
     except OSError as e:
         raise CdiSpecError(f"{path}: cannot read: {e.strerror or e}") from e
+    return decode_spec_file(raw, path)
+
+
+def decode_spec_file(raw: bytes, path: str) -> object:
+    """The bytes ``raw`` of the spec file ``path`` decoded by its suffix (JSON or YAML); a
+    :class:`CdiSpecError` naming it when they do not decode."""
     try:
         return decode_spec(raw, suffix=os.path.splitext(path)[1])
     except ValueError as e:

@@ -27,10 +27,9 @@ import os
 from stat import S_ISREG
 
 from oci._frozen import Frozen
-from oci.cdi.decode import decode_spec
 from oci.cdi.edits import Edits
 from oci.cdi.names import parse_qualified_name
-from oci.cdi.parse import parse_spec, read_spec_data
+from oci.cdi.parse import decode_spec_file, parse_spec, read_spec_data
 from oci.cdi.spec import Device, Spec
 from oci.cdi.trust import REFUSE, WARN, directory_problem, file_problem, link_problem
 from oci.errors import CdiError, CdiNameError, CdiResolveError, CdiSpecError, CdiTrustError
@@ -300,10 +299,7 @@ def read_checked(path: str) -> object:
             raw = f.read()
         except OSError as e:
             raise CdiSpecError(f"{path}: cannot read: {e.strerror or e}") from e
-    try:
-        return decode_spec(raw, suffix=os.path.splitext(path)[1])
-    except ValueError as e:
-        raise CdiSpecError(f"{path}: {e}") from None
+    return decode_spec_file(raw, path)
 
 
 def checked_loader(refuse: bool) -> SpecLoader:
