@@ -55,6 +55,27 @@ def _refused_by_the_hook(stderr: str) -> bool:
     )
 
 
+def _race(
+    runc: Runc, bundle: Path, targets: dict[Path, list[str]], min_swaps: int
+) -> tuple[dict[str, int], list[str], int, int]:
+    """:data:`RUNS` containers of ``bundle`` while ``targets`` flip: how many started and how
+    many the hook refused, the end of every other failure's stderr, the swaps made while
+    the containers ran, and all the swaps."""
+    outcomes = {"started": 0, "refused": 0}
+    others: list[str] = []
+    with Flipper(targets, min_swaps=min_swaps, independent=True) as flipper:
+        for _ in range(RUNS):
+            result = runc.run(bundle, unique_id("race"), timeout=60)
+            if result.returncode == 0:
+                outcomes["started"] += 1
+            elif _refused_by_the_hook(result.stderr):
+                outcomes["refused"] += 1
+            else:
+                others.append(result.stderr[-400:])
+        during = flipper.progress()
+    return outcomes, others, during, flipper.swaps
+
+
 def test_swapped_folders_never_reach_the_host(
     hook_bin: str, busybox_copy: Path, tmp_path: Path
 ) -> None:
@@ -88,22 +109,11 @@ def test_swapped_folders_never_reach_the_host(
             paths[COMPAT]: escape_forms(rootfs, host / "compat"),
         }
         before = snapshot(host)
-        outcomes = {"started": 0, "refused": 0}
-        others: list[str] = []
-        with Flipper(targets, min_swaps=MIN_SWAPS, independent=True) as flipper:
-            for _ in range(RUNS):
-                result = runc.run(bundle, unique_id("race"), timeout=60)
-                if result.returncode == 0:
-                    outcomes["started"] += 1
-                elif _refused_by_the_hook(result.stderr):
-                    outcomes["refused"] += 1
-                else:
-                    others.append(result.stderr[-400:])
-            during = flipper.progress()
+        outcomes, others, during, swaps = _race(runc, bundle, targets, MIN_SWAPS)
         assert snapshot(host) == before, outcomes
         assert others == [], (outcomes, others)
         assert sum(outcomes.values()) == RUNS
-        assert during > 0 and flipper.swaps >= MIN_SWAPS, (during, flipper.swaps)
+        assert during > 0 and swaps >= MIN_SWAPS, (during, swaps)
     finally:
         runc.cleanup()
         for path in paths.values():  # what the flipper moved aside
@@ -142,22 +152,11 @@ def test_swapped_profile_folder_never_reaches_the_host(
         assert control.returncode == 0, control.stderr
         assert (folder / name).read_bytes() == profile(1)  # the hook did its work
         before = snapshot(host)
-        outcomes = {"started": 0, "refused": 0}
-        others: list[str] = []
-        targets = {folder: escape_forms(rootfs, host / "profiles")}
-        with Flipper(targets, min_swaps=100, independent=True) as flipper:  # a link half the time
-            for _ in range(RUNS):
-                result = runc.run(bundle, unique_id("race"), timeout=60)
-                if result.returncode == 0:
-                    outcomes["started"] += 1
-                elif _refused_by_the_hook(result.stderr):
-                    outcomes["refused"] += 1
-                else:
-                    others.append(result.stderr[-400:])
-            during = flipper.progress()
+        targets = {folder: escape_forms(rootfs, host / "profiles")}  # a link half the time
+        outcomes, others, during, swaps = _race(runc, bundle, targets, 100)
         assert snapshot(host) == before, outcomes
         assert others == [], (outcomes, others)
-        assert during > 0 and flipper.swaps >= 100, (during, flipper.swaps)
+        assert during > 0 and swaps >= 100, (during, swaps)
     finally:
         runc.cleanup()
         for aside in folder.parent.glob(f"{folder.name}.*"):  # what the flipper moved aside

@@ -445,15 +445,21 @@ def test_the_runtime_lines_are_tried_in_their_order(fe: Frontend, tmp_path: Path
         assert fe.call(["state", "c1"]) == (who, ["state", "c1"])
 
 
-def test_a_launcher_that_cannot_be_exec_d_fails_with_the_runtime_s_code(tmp_path: Path) -> None:
-    """A broken install (the launcher gone): one line naming it, ExitCode.RUNTIME."""
-    launcher = tmp_path / "gone" / "nvhook-runtime.py"
+def _version_through(tmp_path: Path, launcher: Path) -> subprocess.CompletedProcess[str]:
+    """``--version`` through a front-end built to hand over to ``launcher`` (no data file:
+    it hands over)."""
     binary = build_sanitized_program(SOURCE, tmp_path / "nvhook-runtime", str(launcher))
-    proc = subprocess.run(
+    return subprocess.run(
         [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False,
         env={"PATH": "/usr/bin:/bin", "NVHOOK_CACHE_DIR": str(tmp_path / "cache"),
              "ASAN_OPTIONS": "detect_leaks=0"},
     )  # fmt: skip
+
+
+def test_a_launcher_that_cannot_be_exec_d_fails_with_the_runtime_s_code(tmp_path: Path) -> None:
+    """A broken install (the launcher gone): one line naming it, ExitCode.RUNTIME."""
+    launcher = tmp_path / "gone" / "nvhook-runtime.py"
+    proc = _version_through(tmp_path, launcher)
     assert (proc.returncode, proc.stderr) == (
         ExitCode.RUNTIME,
         f"nvhook-runtime: cannot exec {launcher}: No such file or directory\n",
@@ -538,12 +544,7 @@ def test_a_launcher_whose_interpreter_is_there_keeps_exec_s_reason(tmp_path: Pat
         pytest.skip("/bin/sh names no /lib64/ld-linux-x86-64.so.2")
     elf[interp : interp + 8] = b"/nolib64"
     system.write_bytes(bytes(elf))
-    binary = build_sanitized_program(SOURCE, tmp_path / "nvhook-runtime", str(launcher))
-    proc = subprocess.run(
-        [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False,
-        env={"PATH": "/usr/bin:/bin", "NVHOOK_CACHE_DIR": str(tmp_path / "cache"),
-             "ASAN_OPTIONS": "detect_leaks=0"},
-    )  # fmt: skip
+    proc = _version_through(tmp_path, launcher)
     assert (proc.returncode, proc.stderr) == (
         ExitCode.RUNTIME,
         f"nvhook-runtime: cannot exec {launcher}: No such file or directory\n",

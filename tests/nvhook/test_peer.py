@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -33,7 +32,7 @@ import pytest
 import nvhook.peer
 import nvhook.server
 from nvhook.peer import peer_problem
-from tests.support.basics import require_root
+from tests.support.basics import require, require_root
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.root
@@ -290,9 +289,7 @@ print(json.dumps({"peer": first, "checked": pid, "taker": taker[0], "problem": p
 @pytest.mark.parametrize("mode", ["pinned", "unpinned"])
 def test_a_reused_pid_does_not_pass_where_the_peer_is_pinned(mode: str) -> None:
     require_root()
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        pytest.skip("no unshare(1) to make a private pid namespace")
+    unshare = require("unshare")  # a private pid namespace
     out = subprocess.run(
         [unshare, "--pid", "--fork", "--mount-proc", sys.executable, "-I", "-c", REUSE, mode,
          str(REPO)],

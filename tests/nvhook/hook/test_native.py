@@ -28,6 +28,7 @@ from nvhook.hook import update_ldcache
 from nvhook.hook.app_profile import PROFILE_PATH, profile
 from nvhook.native.contract import ENV_HOOK_TRACE, trace_enabled
 from oci.errors import ExitCode
+from tests.support.basics import require
 from tests.support.native import build_native_hook
 
 from .conftest import LIBDIR, state_json
@@ -814,9 +815,7 @@ def test_no_ldconfig_on_the_host_is_pythons(pair: Pair, tmp_path: Path, test_lib
     """No ldconfig among update_ldcache.LDCONFIG_CANDIDATES (a broken host: hidden here by an
     empty tmpfs over their folders in a private mount namespace): Python's message and exit
     code, nothing written by either."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        pytest.skip("no unshare(1)")
+    unshare = require("unshare")
     folders = sorted({os.path.realpath(os.path.dirname(c))
                       for c in update_ldcache.LDCONFIG_CANDIDATES})  # fmt: skip
     hide = " && ".join(f"mount -t tmpfs none {f}" for f in folders)

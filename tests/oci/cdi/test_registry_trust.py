@@ -17,6 +17,7 @@ from oci.cdi.index import resolve
 from oci.cdi.registry import Registry, read_checked
 from oci.errors import CdiResolveError, CdiTrustError
 from tests.oci.cdi.test_registry_index import write_spec
+from tests.support.basics import require_root
 
 NAME = "vendor.io/gpu=x"
 
@@ -39,8 +40,7 @@ def test_a_trusted_spec_is_used(spec_dir: Path) -> None:
 
 @pytest.mark.root
 def test_a_spec_owned_by_another_user_is_refused_with_one_line(spec_dir: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (chown)")
+    require_root()  # chown
     path = spec_dir / "a.json"
     os.chown(path, 1000, 1000)
     reg = Registry([str(spec_dir)])
