@@ -55,8 +55,12 @@ __all__ = [
     "engine_root",
 ]
 
-#: What every engine root holds (the engines of this harness and what they need).
-PACKAGES = ("ca-certificates", "containerd", "crun", "iproute2", "python3", "runc")
+#: What every engine root holds: containerd, Docker, podman (rootless too: uidmap, passt,
+#: slirp4netns, fuse-overlayfs), runc and crun, and the Python that runs nvhook inside.
+PACKAGES = (
+    "ca-certificates", "containerd", "crun", "docker.io", "fuse-overlayfs", "iproute2",
+    "passt", "podman", "python3", "runc", "slirp4netns", "uidmap",
+)  # fmt: skip
 #: nvhook's checkout (with its .venv): bound at the same path inside every private root.
 CHECKOUT = Path(__file__).resolve().parents[2]
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
