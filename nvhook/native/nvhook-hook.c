@@ -67,6 +67,7 @@
 /* Every value shared with Python (exit codes, paths, names, limits, options): generated
  * from the Python values by nvhook/native/contract.py. */
 #include "nvhook-contract.h"
+#include "nvhook-launcher.h"
 
 #define PROGRAM NVHOOK_HOOK_PROGRAM
 #define EXIT_HOOK NVHOOK_EXIT_HOOK
@@ -172,7 +173,9 @@ static void handover(void) {
     char **argv = original_argc >= 1 ? original : fallback;
     argv[0] = (char *)NVHOOK_LAUNCHER;
     execv(NVHOOK_LAUNCHER, argv);
-    dprintf(2, PROGRAM ": cannot exec %s: %s\n", NVHOOK_LAUNCHER, strerror(errno));
+    int error = errno;
+    if (error == ENOENT) interpreter_gone(PROGRAM, EXIT_HOOK);
+    dprintf(2, PROGRAM ": cannot exec %s: %s\n", NVHOOK_LAUNCHER, strerror(error));
     _exit(EXIT_HOOK);
 }
 

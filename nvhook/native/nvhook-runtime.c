@@ -53,6 +53,7 @@
 /* Every value shared with Python (exit codes, paths, runc's flag tables, the data file's
  * and the server's words): generated from the Python values by nvhook/native/contract.py. */
 #include "nvhook-contract.h"
+#include "nvhook-launcher.h"
 
 /* This program's own limits: beyond them, a handover. */
 #define MAX_DATA (64 * 1024)         /* the data file */
@@ -65,66 +66,10 @@
 #define NVHOOK_SERVER_DEADLINE_MS 3000
 #endif
 #define MAGIC_LEN (sizeof NVHOOK_SERVER_MAGIC - 1)
-/* The packages' repair step, named when the launcher's interpreter is gone and it is there
- * (the tests build with another path). */
-#ifndef NVHOOK_SETUP_PATH
-#define NVHOOK_SETUP_PATH NVHOOK_REPAIR_SETUP
-#endif
-
 extern char **environ;
 
 static char **original;  /* argv as given: argv[0] is replaced just before each exec */
 static int original_argc;
-
-/* The launcher's interpreter, when exec said ENOENT of a launcher that is there: the venv's
- * Python is gone (a distribution upgrade removed the python3.X it was made with, and
- * bin/python is a dangling link). Say so in one line, with the repair, and exit; return when
- * the launcher is missing or its interpreter is there (the caller's line says why then). */
-static void interpreter_gone(void) {
-    char line[256]; /* the kernel reads this much of a #! line (BINPRM_BUF_SIZE) */
-    int fd = open(NVHOOK_LAUNCHER, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    ssize_t n;
-    do n = read(fd, line, sizeof line - 1);
-    while (n < 0 && errno == EINTR);
-    close(fd);
-    if (n < 3 || line[0] != '#' || line[1] != '!') return;
-    line[n] = '\0';
-    char *interpreter = line + 2;
-    while (*interpreter == ' ' || *interpreter == '\t') interpreter++; /* as the kernel reads it */
-    interpreter[strcspn(interpreter, " \t\n")] = '\0';
-    struct stat st;
-    if (interpreter[0] != '/' || stat(interpreter, &st) == 0 || (errno != ENOENT && errno != ENOTDIR))
-        return;
-    /* follow its links to the one whose target is missing: the path a user recognises */
-    static char missing[PATH_MAX], next[PATH_MAX];
-    snprintf(missing, sizeof missing, "%s", interpreter);
-    for (int hops = 0; hops < 40 && lstat(missing, &st) == 0 && S_ISLNK(st.st_mode); hops++) {
-        ssize_t len = readlink(missing, next, sizeof next - 1);
-        if (len <= 0) break;
-        next[len] = '\0';
-        char *slash = strrchr(missing, '/');
-        if (next[0] == '/') {
-            memcpy(missing, next, (size_t)len + 1);
-        } else if (slash != NULL && (size_t)(slash + 1 - missing) + (size_t)len < sizeof missing) {
-            memcpy(slash + 1, next, (size_t)len + 1);
-        } else {
-            break;
-        }
-    }
-    char via[PATH_MAX + 32] = "";
-    if (strcmp(missing, interpreter) != 0)
-        snprintf(via, sizeof via, " (a link to %s, which is gone)", missing);
-    if (access(NVHOOK_SETUP_PATH, X_OK) == 0)
-        dprintf(2, NVHOOK_RUNTIME_PROGRAM ": cannot start %s: its interpreter %s is missing%s: "
-                "the Python nvhook's venv was made with was removed or upgraded; run "
-                NVHOOK_SETUP_PATH " to make the venv again\n", NVHOOK_LAUNCHER, interpreter, via);
-    else
-        dprintf(2, NVHOOK_RUNTIME_PROGRAM ": cannot start %s: its interpreter %s is missing%s: "
-                "the Python nvhook's venv was made with was removed or upgraded; "
-                NVHOOK_REPAIR_REINSTALL "\n", NVHOOK_LAUNCHER, interpreter, via);
-    _exit(NVHOOK_EXIT_RUNTIME);
-}
 
 /* Hand the call, unchanged, to the Python shim. */
 static void handover(void) __attribute__((noreturn));
@@ -134,7 +79,7 @@ static void handover(void) {
     argv[0] = (char *)NVHOOK_LAUNCHER;
     execv(NVHOOK_LAUNCHER, argv);
     int error = errno;
-    if (error == ENOENT) interpreter_gone();
+    if (error == ENOENT) interpreter_gone(NVHOOK_RUNTIME_PROGRAM, NVHOOK_EXIT_RUNTIME);
     dprintf(2, NVHOOK_RUNTIME_PROGRAM ": cannot exec %s: %s\n", NVHOOK_LAUNCHER, strerror(error));
     _exit(NVHOOK_EXIT_RUNTIME);
 }

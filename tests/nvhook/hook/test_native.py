@@ -27,6 +27,7 @@ from nvhook.discover.hooks import HOOK_ENV
 from nvhook.hook import update_ldcache
 from nvhook.hook.app_profile import PROFILE_PATH, profile
 from nvhook.native.contract import ENV_HOOK_TRACE, trace_enabled
+from nvhook.native import REINSTALL
 from oci.errors import ExitCode
 from tests.support.basics import require
 from tests.support.native import build_native_hook
@@ -807,6 +808,28 @@ def test_a_launcher_that_cannot_be_exec_d_fails_with_the_hook_s_code(tmp_path: P
     assert (proc.returncode, proc.stderr) == (
         ExitCode.HOOK,
         f"nvhook-hook: cannot exec {launcher}: No such file or directory\n".encode(),
+    )
+
+
+def test_a_launcher_whose_python_is_gone_fails_naming_the_interpreter(tmp_path: Path) -> None:
+    """A distribution upgrade removed the Python the venv was made with: a handover fails with
+    one line naming the missing interpreter (and the link that dangles) and the repair, and
+    ExitCode.HOOK, as the front-end says it (nvhook-launcher.h is one copy for both)."""
+    system = tmp_path / "usr/bin/python3.11"
+    bin_dir = tmp_path / "venv/bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(system)
+    launcher = bin_dir / "nvhook-hook.py"
+    launcher.write_text(f"#!{bin_dir / 'python'} -IS\n")
+    launcher.chmod(0o755)
+    setup = tmp_path / "lib/nvhook/setup"
+    native = build_native_hook(tmp_path, str(launcher), f'-DNVHOOK_SETUP_PATH="{setup}"')
+    proc = _run(str(native), ["netdev", "--device", "a=b"], "")
+    assert (proc.returncode, proc.stderr) == (
+        ExitCode.HOOK,
+        f"nvhook-hook: cannot start {launcher}: its interpreter {bin_dir / 'python'} is missing "
+        f"(a link to {system}, which is gone): the Python nvhook's venv was made with was "
+        f"removed or upgraded; {REINSTALL}\n".encode(),
     )
 
 
