@@ -26,8 +26,8 @@ import pytest
 from nvhook.discover.hooks import HOOK_ENV
 from nvhook.hook import update_ldcache
 from nvhook.hook.app_profile import PROFILE_PATH, profile
-from nvhook.native.contract import ENV_HOOK_TRACE, trace_enabled
 from nvhook.native import REINSTALL
+from nvhook.native.contract import ENV_HOOK_TRACE, trace_enabled
 from oci.errors import ExitCode
 from tests.support.basics import require
 from tests.support.native import build_native_hook
