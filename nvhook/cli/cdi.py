@@ -18,8 +18,8 @@ _spec_dir_option = click.option(
     "spec_dirs",
     multiple=True,
     metavar="DIR",
-    help="CDI spec directory, lowest priority first (repeatable; default: "
-    f"{' '.join(DEFAULT_SPEC_DIRS)}).",
+    help="CDI spec directory, lowest priority first (repeatable; default: the settings' "
+    f"cdi.spec_dirs, {' '.join(DEFAULT_SPEC_DIRS)} unless set).",
 )
 
 
@@ -48,8 +48,9 @@ def list_(spec_dirs: tuple[str, ...], config_file: str | None) -> None:
     cdi.untrusted_specs = "warn" in the settings (--config), a warning on stderr and its
     devices listed. With no spec at all, stderr says so (exit code 0).
     """
-    dirs = spec_dirs or DEFAULT_SPEC_DIRS
-    registry = Registry(dirs, untrusted=load_config(config_file).cdi_untrusted_specs)
+    settings = load_config(config_file)
+    dirs = spec_dirs or settings.cdi_spec_dirs
+    registry = Registry(dirs, untrusted=settings.cdi_untrusted_specs)
     for name, definition in registry.devices.items():
         click.echo(f"{name}\t{definition.path}")
     for path, why in registry.ignored.items():
@@ -78,22 +79,35 @@ def list_(spec_dirs: tuple[str, ...], config_file: str | None) -> None:
 )
 @_spec_dir_option
 @click.option("--dry-run", is_flag=True, help="Print the resulting config.json; write nothing.")
+@config_option
 @click.argument("names", nargs=-1, required=True)
-def inject(bundle: str, spec_dirs: tuple[str, ...], dry_run: bool, names: tuple[str, ...]) -> None:
+def inject(
+    bundle: str,
+    spec_dirs: tuple[str, ...],
+    dry_run: bool,
+    config_file: str | None,
+    names: tuple[str, ...],
+) -> None:
     """Apply the CDI devices NAMES (vendor/class=name) to BUNDLE/config.json, atomically.
 
     A name no spec defines fails with the closest known name, or, when there is no
-    spec at all, with the command that writes one.
+    spec at all, with the command that writes one. Spec files are judged as the runtime
+    judges them: cdi.untrusted_specs of the settings (--config) refuses or warns about a
+    file not owned by root, writable by group or others, or a symbolic link.
     """
     from nvhook.cdihints import with_hint
     from oci.cdi.inject import inject as do_inject
     from oci.errors import CdiResolveError
 
-    dirs = spec_dirs or DEFAULT_SPEC_DIRS
+    settings = load_config(config_file)
+    dirs = spec_dirs or settings.cdi_spec_dirs
+    registry = Registry(dirs, untrusted=settings.cdi_untrusted_specs)
     try:
-        result = do_inject(bundle, names, spec_dirs=dirs, dry_run=dry_run)
+        result = do_inject(bundle, names, registry=registry, dry_run=dry_run)
     except CdiResolveError as e:
-        raise with_hint(e, known=Registry(dirs).devices) from None
+        raise with_hint(e, known=registry.devices) from None
+    for line in registry.warnings:
+        click.echo(line, err=True)
     if dry_run:
         click.echo(json.dumps(result.spec, indent=2, ensure_ascii=False))
     elif not result.written:

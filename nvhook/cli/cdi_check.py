@@ -17,7 +17,8 @@ __all__ = ["check"]
     "spec_dirs",
     multiple=True,
     metavar="DIR",
-    help=f"CDI spec directory (repeatable; default: {' '.join(DEFAULT_SPEC_DIRS)}).",
+    help="CDI spec directory (repeatable; default: the settings' cdi.spec_dirs, "
+    f"{' '.join(DEFAULT_SPEC_DIRS)} unless set).",
 )
 @click.option(
     "--root",
@@ -54,8 +55,8 @@ def check(spec_dirs: tuple[str, ...], root: str, config_file: str | None) -> Non
     """
     from nvhook.tools.cdicheck import check_specs, spec_files
 
-    dirs = spec_dirs or DEFAULT_SPEC_DIRS
     settings = load_config(config_file)
+    dirs = spec_dirs or settings.cdi_spec_dirs
     findings = check_specs(dirs, root=root, untrusted=settings.cdi_untrusted_specs)
     for finding in findings:
         click.echo(finding.line)

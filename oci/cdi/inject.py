@@ -23,17 +23,19 @@ def inject(
     names: Iterable[str],
     *,
     spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS,
+    registry: Registry | None = None,
     dry_run: bool = False,
 ) -> InjectResult:
     """Apply the named CDI devices to ``bundle_dir/config.json``.
 
     Everything that can fail (an invalid config.json, an unresolvable name, a
     host device that cannot be stat-ed) fails before anything is written, so
-    the file is then byte-identical. With ``dry_run`` nothing is written.
+    the file is then byte-identical. With ``dry_run`` nothing is written. ``registry``
+    (over its own directories and trust rule) replaces one over ``spec_dirs``.
     """
     bundle = Bundle(bundle_dir)
     spec = bundle.load()
-    edits = Registry(spec_dirs).resolve(names)
+    edits = (registry if registry is not None else Registry(spec_dirs)).resolve(names)
     new_spec = apply(edits, spec)
     if dry_run:
         return InjectResult(new_spec, written=False)

@@ -191,3 +191,46 @@ def test_a_config_file_that_is_not_there(host: Host, capsys: pytest.CaptureFixtu
         assert main(argv) == ExitCode.CONFIG
         err = capsys.readouterr().err
         assert err == f"nvhook: {gone}: configuration file not found (named by --config)\n"
+
+
+def _bundle(host: Host) -> Path:
+    bundle = host.spec_dir.parent / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"ociVersion": "1.0.2", "process": {}}))
+    return bundle
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_inject_judges_spec_files_as_the_runtime_does(
+    host: Host, fault: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`nvhook cdi inject` refuses an untrusted spec's devices under refuse (the default) and
+    applies them with the warning under warn; the bundle is unchanged when refused."""
+    line, _ = FAULTS[fault](host)
+    bundle = _bundle(host)
+    before = (bundle / "config.json").read_bytes()
+    argv = ["cdi", "inject", "-b", str(bundle), "--spec-dir", str(host.spec_dir)]
+    for config in ((), ("--config", str(host.refuse))):
+        assert main([*argv, *config, f"{KIND}=d0"]) == ExitCode.UNRESOLVED
+        assert f"{KIND}=d0" in capsys.readouterr().err
+        assert (bundle / "config.json").read_bytes() == before
+    assert main([*argv, "--config", str(host.warn), f"{KIND}=d0"]) == 0
+    assert capsys.readouterr().err.splitlines() == [line + WARNED]
+    assert "A=1" in json.loads((bundle / "config.json").read_text())["process"]["env"]
+
+
+def test_commands_default_to_the_settings_spec_dirs(
+    host: Host, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --spec-dir, list, check and inject read cdi.spec_dirs of the settings, as the
+    runtime resolves names, not the built-in default."""
+    config = host.spec_dir.parent / "dirs.toml"
+    config.write_text(f'[cdi]\nspec_dirs = ["{host.spec_dir}"]\n')
+    assert main(["cdi", "list", "--config", str(config)]) == 0
+    assert capsys.readouterr().out == f"{KIND}=d0\t{host.file}\n"
+    assert main(["cdi", "check", "--root", str(host.root), "--config", str(config)]) == 0
+    summary = f"1 CDI spec file(s) in {host.spec_dir}: all match the host\n"
+    assert capsys.readouterr().out == summary
+    bundle = _bundle(host)
+    assert main(["cdi", "inject", "-b", str(bundle), "--config", str(config), f"{KIND}=d0"]) == 0
+    assert "A=1" in json.loads((bundle / "config.json").read_text())["process"]["env"]
