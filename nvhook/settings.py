@@ -378,20 +378,14 @@ def _load_toml(path: str) -> dict[str, Any]:
             f"{path}: not UTF-8: invalid byte 0x{raw[e.start]:02x} at byte offset {e.start}: "
             "save the file as UTF-8"
         )
-    from oci.nesting import TOML_MAX_DEPTH, NestingError, check_toml_brackets, deeper_than
+    from oci.nesting import NestingError, load_toml
 
     try:
-        check_toml_brackets(text)  # before tomllib recurses into them
-        data = tomllib.loads(text)
+        return load_toml(text)
     except tomllib.TOMLDecodeError as e:
         _fail(f"{path}: invalid TOML: {e}")
     except NestingError as e:
         _fail(f"{path}: {e}")
-    except RecursionError:  # Python 3.14's tomllib: a key of more than 1000 parts ([a.b.c…])
-        _fail(f"{path}: {NestingError('arrays and tables', TOML_MAX_DEPTH)}")
-    if deeper_than(data, TOML_MAX_DEPTH):  # tables: [a.b.c] nests without brackets
-        _fail(f"{path}: {NestingError('arrays and tables', TOML_MAX_DEPTH)}")
-    return data
 
 
 def _kind(mode: int) -> str:

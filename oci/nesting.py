@@ -14,13 +14,13 @@ the limit (docs/architecture.md D9):
   its recursion never goes deeper, and through aliases after;
 - TOML: :data:`TOML_MAX_DEPTH`, brackets counted before ``tomllib`` or ``tomlkit`` decodes
   (:func:`check_toml_brackets`), tables (dotted keys, ``[a.b.c]``) after
-  (:func:`deeper_than`).
+  (:func:`deeper_than`); :func:`load_toml` is ``tomllib.loads`` with both.
 
 Depth counts the arrays and objects (tables, mappings, sequences) around a value, the
 document's top-level one included: ``{"a": 1}`` has depth 1, ``[[]]`` too (the inner array
 holds nothing). A document whose values are at most ``limit`` deep is accepted.
 
-Imports nothing; PyYAML only inside :func:`yaml_loader`.
+Imports nothing; PyYAML only inside :func:`yaml_loader`, ``tomllib`` inside :func:`load_toml`.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ __all__ = [
     "NestingError",
     "check_toml_brackets",
     "deeper_than",
+    "load_toml",
     "yaml_loader",
 ]
 
@@ -74,6 +75,23 @@ def deeper_than(value: object, limit: int) -> bool:
             if isinstance(item, dict | list):
                 stack.append((item, depth + 1))
     return False
+
+
+def load_toml(text: str, limit: int = TOML_MAX_DEPTH) -> dict[str, object]:
+    """``tomllib.loads(text)`` bounded to ``limit`` levels: :class:`NestingError` for a
+    document nested deeper (brackets counted before decoding, tables after, and Python
+    3.14's ``RecursionError`` on a key of over 1,000 parts worded the same), and
+    ``tomllib.TOMLDecodeError`` as ``tomllib`` raises it."""
+    import tomllib
+
+    check_toml_brackets(text, limit)  # before tomllib recurses into them
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:  # 3.14's tomllib: a key of more than 1000 parts ([a.b.c…])
+        raise NestingError("arrays and tables", limit) from None
+    if deeper_than(data, limit):  # tables: [a.b.c] nests without brackets
+        raise NestingError("arrays and tables", limit)
+    return data
 
 
 def check_toml_brackets(text: str, limit: int = TOML_MAX_DEPTH) -> None:

@@ -52,11 +52,17 @@ def import_toolkit_config(path: str) -> Imported:
     """
     import tomllib
 
+    from oci.nesting import NestingError, load_toml
+
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            data = load_toml(f.read().decode("utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
+    except NestingError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 at byte offset {e.start}: save it as UTF-8") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
     found: dict[str, tuple[Any, str]] = {}

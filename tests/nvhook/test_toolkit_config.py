@@ -145,3 +145,13 @@ def test_the_command(toolkit: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert out.startswith(f"# nvhook settings equivalent to {toolkit}\n")
     assert "[policy]\naccept_env_unprivileged = false" in out
     assert main(["config", "import", str(toolkit.parent / "missing.toml")]) == 8
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    """A toolkit config in another encoding: a ConfigError naming the file and the offset,
+    not a UnicodeDecodeError traceback."""
+    path = tmp_path / "config.toml"
+    path.write_bytes(b'[nvidia-container-cli]\nldconfig = "\xe9"\n')
+    with pytest.raises(ConfigError) as caught:
+        import_toolkit_config(str(path))
+    assert str(caught.value) == f"{path}: not UTF-8 at byte offset 35: save it as UTF-8"

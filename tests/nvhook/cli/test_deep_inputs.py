@@ -107,6 +107,14 @@ CASES: dict[str, Case] = {
         "config.toml", "version = 2\n" + tables(TOML), "version = 2\n" + tables(DEEP),
         [*CONFIGURE, "containerd"], ExitCode.CONFIG, TOML,
     ),
+    "toolkit config, arrays": (
+        "toolkit.toml", f"[nvidia-container-runtime]\nx = {arrays(TOML - 2, '[]')}\n",
+        f"x = {arrays(DEEP)}\n", ["config", "import", "{f}"], ExitCode.CONFIG, TOML,
+    ),
+    "toolkit config, tables": (
+        "toolkit.toml", tables(TOML), tables(DEEP), ["config", "import", "{f}"],
+        ExitCode.CONFIG, TOML,
+    ),
     "docker daemon.json": (
         "daemon.json", f'{{"x": {arrays(JSON - 1)}}}', f'{{"x": {arrays(DEEP)}}}',
         [*CONFIGURE, "docker"], ExitCode.CONFIG, JSON,
