@@ -1,8 +1,11 @@
 """``netdev``: move host network interfaces into the container and rename them.
 
 A createRuntime hook: it runs in the host's namespaces and ``state.pid`` is the
-container init's pid on the host, so the container's network namespace is
-``/proc/<pid>/ns/net``. For each ``HOST=NAME``, the host interface ``HOST`` is
+container init's pid on the host. That pid is checked to be the container's init (a child
+of the runtime that runs the hook, in a mount namespace of its own:
+:func:`nvhook.hook.container_init.check_init`) and held while its network namespace is
+opened, so a state naming another process (the host's pid 1, a reused pid) moves nothing.
+For each ``HOST=NAME``, the host interface ``HOST`` is
 moved there (``RTM_NEWLINK`` with ``IFLA_NET_NS_FD``) and renamed ``NAME`` (the
 kernel takes it down on the move; it stays down, and its addresses, which the
 kernel flushes on the move, are not restored).
@@ -30,6 +33,7 @@ __all__ = ["check_ifname", "move_devices", "parse_device"]
 
 _IFNAMSIZ = 16  # including the terminating NUL
 _CLONE_NEWNET = 0x40000000
+_USE = "run nvhook-hook netdev as a createRuntime hook"
 
 
 def check_ifname(name: str, *, what: str = "interface name") -> None:
@@ -94,33 +98,32 @@ def move_devices(pid: int, devices: Sequence[tuple[str, str]]) -> None:
         if dupes:
             raise UsageError(f"{label} given more than once: {', '.join(dupes)}")
 
-    path = f"/proc/{pid}/ns/net"
-    try:
-        nsfd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        raise HookError(
-            f"cannot open {path} (is the container's init, pid {pid}, alive?): {e.strerror}"
-        ) from None
-    try:
-        target, own = os.fstat(nsfd), os.stat("/proc/self/ns/net")
+    from nvhook.hook.container_init import check_init
+
+    _pyroute2()  # a missing extra is said before the state is judged
+    with check_init(pid, net=True, use=_USE) as init:
+        target, own = os.fstat(init.net_ns), os.stat("/proc/self/ns/net")
         if (target.st_dev, target.st_ino) == (own.st_dev, own.st_ino):
             raise HookError(
                 f"the container (pid {pid}) shares the host's network namespace; "
                 "it needs its own to receive network devices"
             )
-        _move(nsfd, pid, devices)
-    finally:
-        os.close(nsfd)
+        _move(init.net_ns, pid, devices)
 
 
-def _move(nsfd: int, pid: int, devices: Sequence[tuple[str, str]]) -> None:
+def _pyroute2() -> None:
+    """Raise :class:`MissingExtraError` unless pyroute2 (the ``netdev`` extra) imports."""
     try:
-        from pyroute2 import IPRoute
-        from pyroute2.netlink.exceptions import NetlinkError
+        import pyroute2  # noqa: F401
     except ImportError as e:
         from nvhook.errors import MissingExtraError
 
         raise MissingExtraError("nvhook-hook netdev", e, "netdev") from e
+
+
+def _move(nsfd: int, pid: int, devices: Sequence[tuple[str, str]]) -> None:
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
 
     with IPRoute() as host:
         indices: dict[str, int] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -294,25 +295,41 @@ def cache_entries(cache: Path) -> dict[str, str]:
 
 @pytest.fixture
 def netns_pid() -> Iterator[int]:
-    """The pid of a process in a fresh network namespace (``unshare --net sleep``)."""
+    """The pid of a process in a fresh network and mount namespace, as a container's init
+    is (``unshare --mount --net sleep``), a child of this process (the hooks it runs are
+    too, so it passes their check that the pid is their runtime's child)."""
+    with _unshared("--net") as pid:
+        yield pid
+
+
+@pytest.fixture
+def mountns_pid() -> Iterator[int]:
+    """As :func:`netns_pid`, in the host's network namespace (``unshare --mount sleep``)."""
+    with _unshared("--mount") as pid:
+        yield pid
+
+
+@contextlib.contextmanager
+def _unshared(ns: str) -> Iterator[int]:
     require_root()
     unshare = require("unshare")
-    proc = subprocess.Popen([unshare, "--net", "sleep", "60"])
+    argv = [unshare, "--mount", "--net"] if ns == "--net" else [unshare, "--mount"]
+    proc = subprocess.Popen([*argv, "sleep", "60"])
     try:
-        own = os.stat("/proc/self/ns/net").st_ino
+        own = os.stat("/proc/self/ns/mnt").st_ino
         for _ in range(500):
             try:
-                if os.stat(f"/proc/{proc.pid}/ns/net").st_ino != own:
+                if os.stat(f"/proc/{proc.pid}/ns/mnt").st_ino != own:
                     break
             except FileNotFoundError:
                 pass
             if proc.poll() is not None:
-                pytest.fail("unshare --net exited early")
+                pytest.fail(f"{' '.join(argv)} exited early")
             import time
 
             time.sleep(0.01)
         else:
-            pytest.fail("unshare --net never entered a new network namespace")
+            pytest.fail(f"{' '.join(argv)} never entered new namespaces")
         yield proc.pid
     finally:
         proc.kill()

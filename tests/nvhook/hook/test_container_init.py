@@ -79,8 +79,17 @@ def test_the_init_is_held_with_its_cgroup_and_mount_namespace(
         st = os.fstat(held.mount_ns)
         assert (st.st_dev, st.st_ino) == (ns.st_dev, ns.st_ino)
         fd = held.mount_ns
+        assert held.net_ns == -1  # not asked for
     with pytest.raises(OSError):  # closed on leaving
         os.fstat(fd)
+    net = os.stat(f"/proc/{init.pid}/ns/net")
+    with check_init(init.pid, net=True) as held:
+        st = os.fstat(held.net_ns)
+        assert (st.st_dev, st.st_ino) == (net.st_dev, net.st_ino)
+        fds = (held.mount_ns, held.net_ns)
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
 
 
 @pytest.mark.parametrize("pid", [None, 0, -1])
@@ -124,8 +133,8 @@ def test_a_process_that_exits_during_the_check_is_refused(
     (its pid may already be another process's, which the later steps must never reach)."""
     read = container_init._read
 
-    def read_then_die(proc_fd: int, name: str, pid: int) -> str:
-        text = read(proc_fd, name, pid)
+    def read_then_die(proc_fd: int, name: str, pid: int, use: str) -> str:
+        text = read(proc_fd, name, pid, use)
         if name == "cgroup":
             init.kill()
             init.wait()
@@ -140,7 +149,7 @@ def test_without_pidfd_an_exited_process_is_still_refused(
     runtime: None, init: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where pidfd_open is missing: a zombie (exited, not reaped) has no mount namespace left."""
-    monkeypatch.setattr(container_init, "_pidfd_open", lambda pid: None)
+    monkeypatch.setattr(container_init, "_pidfd_open", lambda pid, use: None)
     os.kill(init.pid, signal.SIGKILL)
     os.waitid(os.P_PID, init.pid, os.WEXITED | os.WNOWAIT)  # a zombie now, not reaped
     with pytest.raises(HookError, match=rf"^pid {init.pid} of the container state is gone"):

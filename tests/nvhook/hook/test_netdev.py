@@ -103,21 +103,43 @@ def test_name_taken_in_the_container_moves_nothing(
 
 @pytest.mark.root
 def test_container_sharing_the_host_namespace_is_refused(
-    run_hook: HookRunner, make_link: Callable[[str], str]
+    run_hook: HookRunner, make_link: Callable[[str], str], mountns_pid: int
 ) -> None:
     ifb = make_link("ifb")
     proc = run_hook(
-        ["netdev", "--device", f"{ifb}=eth9"], state=state_json("/nonexistent", pid=os.getpid())
+        ["netdev", "--device", f"{ifb}=eth9"], state=state_json("/nonexistent", pid=mountns_pid)
     )
     assert proc.returncode == ExitCode.HOOK
     assert "shares the host's network namespace" in proc.stderr
     assert ifb in _links()
 
 
+@pytest.mark.root
+@pytest.mark.parametrize("who", ["host init", "the hook's runtime"])
+def test_a_pid_that_is_not_the_containers_init_moves_nothing(
+    run_hook: HookRunner, make_link: Callable[[str], str], who: str
+) -> None:
+    """A state naming the host's pid 1 (not the runtime's child) or the runtime itself (this
+    process: not its own child, and in the host's mount namespace) moves nothing: the pid
+    is checked before its network namespace is opened (hook mode's check_init)."""
+    ifb = make_link("ifb")
+    pid = 1 if who == "host init" else os.getpid()
+    proc = run_hook(["netdev", "--device", f"{ifb}=eth9"], state=state_json("/x", pid=pid))
+    assert (proc.returncode, proc.stderr.count("\n")) == (ExitCode.HOOK, 1), proc.stderr
+    assert (
+        f"pid {pid} of the container state is not a child of the runtime that started this "
+        "hook: run nvhook-hook netdev as a createRuntime hook"
+    ) in proc.stderr
+    assert ifb in _links()
+
+
 def test_dead_pid_is_an_error(run_hook: HookRunner) -> None:
     proc = run_hook(["netdev", "--device", "a=b"], state=state_json("/x", pid=2**22 + 12345))
     assert proc.returncode == ExitCode.HOOK
-    assert f"/proc/{2**22 + 12345}/ns/net" in proc.stderr
+    assert (
+        f"pid {2**22 + 12345} of the container state is gone (it exited): "
+        "run nvhook-hook netdev as a createRuntime hook"
+    ) in proc.stderr
 
 
 @pytest.mark.runtime
