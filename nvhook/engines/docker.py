@@ -4,10 +4,11 @@
 which switches dockerd's own CDI on (``docker run --device nvidia.com/gpu=0`` with the specs of
 ``cdi-spec-dirs``, default ``/etc/cdi`` and ``/var/run/cdi``): off unless set in Docker 25-28.1
 (moby v26.1.5 cmd/dockerd/daemon.go: the CDI driver is registered only when
-``Features["cdi"]``), on unless set to false from 28.2 (v28.5.2 ``cdiEnabled``). Every other key keeps its value and its place;
-the file is written back with the indentation it had (4 spaces for a new file), and not at
-all when the settings are there already. An existing runtime of that name keeps its other
-keys (``runtimeArgs``). An empty file counts as ``{}``. Invalid JSON (as
+``Features["cdi"]``), on unless set to false from 28.2 (v28.5.2 ``cdiEnabled``). Every other
+key keeps its value and its place; the file is written back with the indentation it had (4
+spaces for a new file), and not at all when the settings are there already. An existing
+runtime of that name keeps its other keys (``runtimeArgs``). An empty file counts as ``{}``.
+Invalid JSON (as
 :func:`oci.jsoncodec.loads` reads it, Go's rules, the same message on every Python), a
 duplicated key (one of the two would be lost), a top level that is not an object or nesting
 deeper than :data:`oci.jsoncodec.MAX_DEPTH`: an error, nothing written. dockerd reads the file at

@@ -13,8 +13,9 @@ paths of nvhook's launchers, configs and CDI specs hold inside. Optionally a cgr
 (``pivot_root``, the host's root unmounted): a process that enters a container's mount
 namespace (``setns``, as nvhook's hook mode does) has its root reset to that namespace's root,
 which under a ``chroot`` would be the host's ``/``, not the engine's. Commands run there with
-``nsenter`` (mount and pid namespaces; entering makes the overlay their root). Nothing of the host's ``/etc``, ``/run/containerd`` or the cached root
-is written: everything the engine writes goes to the overlay's upper dir or its work dirs.
+``nsenter`` (mount and pid namespaces; entering makes the overlay their root). Nothing of the
+host's ``/etc``, ``/run/containerd`` or the cached root is written: everything the engine writes
+goes to the overlay's upper dir or its work dirs.
 
 Leaving a :class:`PrivateRoot` (also on an exception) kills its pid 1: the kernel then kills
 every process of the namespace (the engine, its shims, containers) before pid 1 is reaped, and
@@ -35,7 +36,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import tomllib

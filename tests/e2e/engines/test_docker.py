@@ -122,7 +122,8 @@ def test_configure_is_loaded(daemon: Daemon, shim: Shim) -> None:
     assert "runc" in info["Runtimes"]
     cdi_dirs = ["/etc/cdi", "/var/run/cdi"]
     # Docker 26 has CDI off until daemon.json's features.cdi, which --enable-cdi set
-    assert (daemon.before.get("CDISpecDirs") or []) == ([] if daemon.engine.major < 28 else cdi_dirs)
+    before = daemon.before.get("CDISpecDirs") or []
+    assert before == ([] if daemon.engine.major < 28 else cdi_dirs)
     assert info["CDISpecDirs"] == cdi_dirs
     assert daemon.docker.daemon_config()["features"] == {"cdi": True}
 
@@ -169,6 +170,44 @@ def test_dockers_own_cdi_applies_nvhooks_spec(
     assert probe.lib_magic == ELF_MAGIC
     assert result.stdout.split("--- link\n", 1)[1].strip() == "libcuda.so.1"  # nvhook-hook's
     assert len(_records(shim)) == before  # no nvhook-runtime on this path
+
+
+#: ``--gpus`` value -> the CDI device ids Docker 29.2's ``nvidia.cdi`` driver asks its CDI
+#: driver for (moby docker-v29.2.0 daemon/devices_nvidia_linux.go: getRequestedDevicesIDs,
+#: then normalizeDeviceID prefixes ``nvidia.com/gpu=``), and the GPUs that must appear
+DOCKER29_CDI = {
+    "all": (["all"], range(8)),
+    '"device=0,3"': (["0", "3"], [0, 3]),
+    "2": (["0", "1"], [0, 1]),
+    '"device=GPU-UUID2"': (["GPU-UUID2"], [2]),
+}
+
+
+@pytest.mark.parametrize("gpus", DOCKER29_CDI, ids=["all", "device=0,3", "count=2", "uuid"])
+def test_the_cdi_names_of_docker29s_gpus_driver(
+    daemon: Daemon, shim: Shim, profile: Profile, gpus: str
+) -> None:
+    """What ``--gpus`` becomes on Docker 29.2+ with ``nvidia-cdi-hook`` on dockerd's PATH:
+    the same CDI driver request that ``--device nvidia.com/gpu=ID`` makes here, each served by
+    nvhook's spec. (No Docker 29 is packaged by Debian yet: the mapping is moby's, cited.)"""
+    ids, minors = DOCKER29_CDI[gpus]
+    gpu2 = profile.gpu_by_minor(2)
+    assert gpu2 is not None
+    ids = [gpu2.uuid if i == "GPU-UUID2" else i for i in ids]
+    options = [f"--device=nvidia.com/gpu={i}" for i in ids]
+    result = daemon.run(*options, command=LINK_PROBE)
+    assert result.returncode == 0, result.stderr
+    probe = parse_probe(result.stdout)
+    assert probe.gpu_uuids == expected_smi_uuids(profile, list(minors))
+    assert probe.gpu_nodes == {f"/dev/nvidia{n}" for n in minors}
+
+
+def test_neither_version_has_the_nvidia_cdi_gpus_driver(daemon: Daemon) -> None:
+    """Docker 28.5 and 26.1 look only for nvidia-container-runtime-hook (the string Docker
+    29.2 looks up is not in their dockerd): --gpus takes the hook path on both."""
+    dockerd = (daemon.engine.root.lower / "usr/sbin/dockerd").read_bytes()
+    assert b"nvidia-container-runtime-hook" in dockerd
+    assert b"nvidia-cdi-hook" not in dockerd
 
 
 def _records(shim: Shim) -> list[dict[str, object]]:
@@ -220,4 +259,3 @@ def test_hook_mode_under_cgroup2_extends_the_device_program(
         "cat: can't open '/tmp/gpu1': No such device or address",
         "cat: can't open '/tmp/gpu0': Operation not permitted",  # not given: the eBPF filter's
     ]
-
