@@ -17,8 +17,9 @@ it returns, stage by stage:
    network devices), whether they leave ``NVIDIA_VISIBLE_DEVICES=void`` behind (so a
    second injector adds nothing), and whether config.json would change.
 
-Beside them, **injected by** (:func:`injected_by`): whether config.json already carries GPU
-edits from before the runtime, and whose. Docker's ``--gpus`` takes one of two paths, chosen by
+Beside them, **injected by**: whether config.json already carries GPU edits, and whose: the
+shim's (its log has this container's create, which wrote config.json), or from before the
+runtime (:func:`injected_by`). Docker's ``--gpus`` takes one of two paths, chosen by
 dockerd at start from the programs on its PATH (moby ``daemon/devices_nvidia_linux.go``): the
 ``nvidia-container-runtime-hook`` prestart hook (every Docker through 29.1; the
 ``nvidia.runtime-hook`` driver from 29.2), or, from Docker 29.2 (moby PR #50228) when
@@ -113,7 +114,7 @@ def describe(
     ``warnings``: more to report, from loading the settings)."""
     out = _empty(decision.bundle)
     if decision.spec is not None:
-        out["injected_by"] = injected_by(decision.spec)
+        out["injected_by"] = _by_the_shim(decision) or injected_by(decision.spec)
     s = decision.settings
     out["settings"] = {
         "config_file": config_file,
@@ -263,6 +264,50 @@ def injected_by(spec: dict[str, Any]) -> dict[str, str] | None:
         "--device nvidia.com/gpu=N, or --gpus from Docker 29.2 with nvidia-cdi-hook on "
         "dockerd's PATH, or containerd's or podman's CDI",
     }
+
+
+#: How much of the end of the shim's log is read to find the bundle's create.
+LOG_TAIL = 1 << 20
+
+
+def _by_the_shim(decision: Decision) -> dict[str, str] | None:
+    """The shim's own edits, told by its log (they look like an engine's CDI edits in
+    config.json: nvhook's spec and the shim make the same): the last ``create`` logged for
+    the bundle's container id (the bundle directory's name, as Docker and containerd name
+    it) that wrote config.json; read from the last :data:`LOG_TAIL` bytes of the log."""
+    path = decision.settings.runtime_log_file
+    if not path:
+        return None
+    cid = os.path.basename(decision.bundle.rstrip("/"))
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL))
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    import json
+
+    for line in reversed(lines):
+        if cid.encode() not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            isinstance(record, dict)
+            and record.get("id") == cid
+            and record.get("command") == "create"
+        ):
+            if not record.get("written"):
+                return None
+            return {
+                "path": "shim",
+                "text": f"nvhook-runtime rewrote config.json at create (its log {path}, "
+                f"{record.get('time')}: mode {record.get('mode')}, devices "
+                f"{record.get('devices')})",
+            }
+    return None
 
 
 def _table(spec: dict[str, Any], key: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ rules allow, without read or write) fails with EPERM.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -210,9 +211,40 @@ def test_neither_version_has_the_nvidia_cdi_gpus_driver(daemon: Daemon) -> None:
     assert b"nvidia-cdi-hook" not in dockerd
 
 
-def _records(shim: Shim) -> list[dict[str, object]]:
-    import json
+#: how a container asks -> the path ``nvhook explain`` says its GPUs came by
+PATHS = {
+    "hook": ("--gpus", '"device=1"'),
+    "shim": ("--runtime", "nvidia", "--gpus", '"device=1"'),
+    "engine-cdi": ("--device", "nvidia.com/gpu=1"),
+}
 
+
+@pytest.mark.parametrize("path", PATHS)
+def test_explain_tells_which_path_a_container_took(daemon: Daemon, shim: Shim, path: str) -> None:
+    """``nvhook explain --bundle`` on a running container's bundle (under dockerd's exec
+    root, named by its id), with the shim's settings (its log), says which path it took."""
+    docker = daemon.docker
+    started = docker.cmd(
+        "run", "-d", "--network", "none", *PATHS[path], BUSYBOX_IMAGE, "sleep", "120",
+        check=True,
+    )  # fmt: skip
+    cid = started.stdout.strip()
+    try:
+        bundle = f"{docker.exec_root}/containerd/daemon/io.containerd.runtime.v2.task/moby/{cid}"
+        out = daemon.engine.root.run(
+            str(BIN / "nvhook"), "explain", "--bundle", bundle, "--json", env=shim.extra_env
+        ).stdout
+    finally:
+        docker.cmd("rm", "-f", cid, check=True)
+    found = json.loads(out)["injected_by"]
+    assert found["path"] == path, found
+    if path == "hook":
+        assert f"{BIN}/nvidia-container-runtime-hook" in found["text"]
+    if path == "engine-cdi":
+        assert "/dev/nvidia1" in found["text"] and "/dev/nvidia0" not in found["text"]
+
+
+def _records(shim: Shim) -> list[dict[str, object]]:
     if not shim.log_file.exists():
         return []
     return [json.loads(line) for line in shim.log_file.read_text().splitlines()]

@@ -597,3 +597,32 @@ def test_injected_by_says_which_path_the_gpus_came_by(
         ]
         is None
     )
+
+
+def test_injected_by_the_shim_is_told_by_its_log(
+    dgx: Path, bundle: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The shim's edits look like an engine's CDI edits; its log's create of the container
+    (the bundle directory's name) that wrote config.json says they are its own."""
+    applied = bundle([], name="c0ffee")
+    spec = json.loads((applied / "config.json").read_text())
+    spec["linux"]["devices"] = [{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1}]
+    (applied / "config.json").write_text(json.dumps(spec))
+    log = tmp_path / "shim.log"
+    config = _config(tmp_path, f'[runtime]\nlog_file = "{log}"\n', "logging.toml")
+    records = [
+        {"time": "T1", "id": "c0ffee", "command": "create", "mode": "jit", "devices": "1",
+         "written": True},
+        {"time": "T2", "id": "other", "command": "create", "mode": None, "written": False},
+        {"time": "T3", "id": "c0ffee", "command": "start"},
+    ]  # fmt: skip
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    found = explain(str(applied), root=str(dgx), config_path=str(config))["injected_by"]
+    assert found == {
+        "path": "shim",
+        "text": f"nvhook-runtime rewrote config.json at create (its log {log}, T1: mode jit, "
+        "devices 1)",
+    }
+    log.write_text(json.dumps({**records[0], "written": False}) + "\n")  # it left it alone
+    found = explain(str(applied), root=str(dgx), config_path=str(config))["injected_by"]
+    assert found["path"] == "engine-cdi"
