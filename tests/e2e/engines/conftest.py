@@ -2,7 +2,7 @@
 (made or found once per session), and :class:`Engine`, a root started privately for a module.
 
 Run one engine's tests alone with ``./dev test tests/e2e/engines -k containerd2`` (or
-``containerd17``). Each test prints the version of the engine it ran (``-rA`` or ``-s`` shows
+``containerd17``, ``docker28``, ``docker26``). Each test prints the version of the engine it ran (``-rA`` or ``-s`` shows
 it) and records it as the junit property ``engine``.
 """
 
