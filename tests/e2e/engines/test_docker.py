@@ -16,8 +16,11 @@ container checked from inside (the mock's ``nvidia-smi -L`` lists exactly its GP
   spec with its createContainer hook, and no nvhook-runtime.
 
 Neither version has moby's ``nvidia.cdi`` ``--gpus`` driver (it came in Docker 29.2, moby PR
-#50228; ``strings dockerd`` has no ``nvidia-cdi-hook`` in either), so ``--gpus`` takes the
-``nvidia-container-runtime-hook`` path on both.
+#50228; neither dockerd holds the string ``nvidia-cdi-hook``), so ``--gpus`` takes the
+``nvidia-container-runtime-hook`` path on both. What that driver hands Docker's CDI driver for
+each ``--gpus`` form (``nvidia.com/gpu=<id>``, moby's mapping cited below) is run here as
+``--device`` requests, through the same CDI driver, with nvhook's spec. And ``nvhook explain``
+on a running container's bundle names the path it took: hook, shim or engine CDI.
 
 Then hook mode under a cgroup2-only ``/sys/fs/cgroup`` (dockerd's runc puts an eBPF device
 filter on the container's cgroup): ``--gpus '"device=1"'`` through plain runc, the prestart hook
@@ -118,6 +121,7 @@ def daemon(_daemon: Daemon, print_version: Callable[[Engine], None]) -> Daemon:
 def test_configure_is_loaded(daemon: Daemon, shim: Shim) -> None:
     info = daemon.docker.info()
     assert info["ServerVersion"].startswith(f"{daemon.engine.major}.")
+    assert info["Driver"] == "overlay2"  # its data root is on the host's file system
     assert "nvidia" not in daemon.before["Runtimes"]  # type: ignore[operator]
     assert info["Runtimes"]["nvidia"]["path"] == shim.binary
     assert "runc" in info["Runtimes"]
