@@ -47,7 +47,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from nvhook.constants import HOOK_PROGRAM
 from nvhook.errors import ConfigError
+from nvhook.legacyhook import LEGACY_HOOK
+from nvhook.tools.entrypoints import CDI_HOOK_ENTRYPOINT
 from oci.errors import Error
 
 TYPE_CHECKING = False
@@ -62,10 +65,8 @@ if TYPE_CHECKING:
 
 __all__ = ["describe", "explain", "injected_by", "render_text", "verdict"]
 
-#: The prestart hook Docker's ``--gpus`` adds (hook mode), by its ``args[0]``.
-LEGACY_HOOK = "nvidia-container-runtime-hook"
 #: Hook programs whose createContainer hooks come with a CDI spec's edits (nvhook's, NVIDIA's).
-CDI_HOOKS = ("nvhook-hook", "nvidia-cdi-hook")
+CDI_HOOKS = (HOOK_PROGRAM, CDI_HOOK_ENTRYPOINT.name)
 
 
 def explain(

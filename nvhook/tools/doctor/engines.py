@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     pass
 from nvhook.tools.doctor.base import NOT_CONFIGURED, RESTART, Check, Options, shell_quote, under
 from nvhook.tools.doctor.settings import launcher_problem
+from nvhook.tools.entrypoints import CDI_HOOK_ENTRYPOINT
 
 
 def engine_config_path(opts: Options, engine: str) -> str:
@@ -233,7 +234,8 @@ def _command_line_runtime(opts: Options, engine: str, name: str) -> str | None:
 
 #: What dockerd answers ``docker run --gpus`` with when it registered no GPU device driver.
 NO_GPU_DRIVER = 'could not select device driver "" with capabilities: [[gpu]]'
-NVIDIA_CDI_HOOK = "nvidia-cdi-hook"
+#: The program whose presence on dockerd's PATH routes --gpus through CDI (Docker 29.2+).
+NVIDIA_CDI_HOOK = CDI_HOOK_ENTRYPOINT.name
 #: The first Docker whose --gpus takes the nvidia.cdi driver when NVIDIA_CDI_HOOK is on its PATH.
 CDI_GPUS_FROM = (29, 2)
 
