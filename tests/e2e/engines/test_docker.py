@@ -161,7 +161,7 @@ def test_runtime_nvidia_with_the_env_alone(daemon: Daemon, shim: Shim, profile: 
     assert created and created[-1]["devices"] == "1" and created[-1]["written"]
 
 
-@pytest.mark.parametrize(("device", "minors"), [("0", [0]), ("all", range(8))])
+@pytest.mark.parametrize(("device", "minors"), [("0", [0]), ("all", range(8))], ids=["0", "all"])
 def test_dockers_own_cdi_applies_nvhooks_spec(
     daemon: Daemon, shim: Shim, profile: Profile, device: str, minors: range
 ) -> None:
