@@ -77,8 +77,10 @@ def runtime() -> None:
 @click.option(
     "--enable-cdi",
     is_flag=True,
-    help="containerd: also switch its own CDI on (enable_cdi = true; off by default in 1.7, "
-    "on in 2.x), which applies the specs in /etc/cdi and /var/run/cdi to CRI CDI devices.",
+    help="Also switch the engine's own CDI on, which applies the specs in /etc/cdi and "
+    "/var/run/cdi: containerd enable_cdi = true (off by default in 1.7, on in 2.x) for CRI "
+    "CDI devices; docker features.cdi = true in daemon.json (off by default before 28.2) "
+    "for docker run --device nvidia.com/gpu=N.",
 )
 @click.option(
     "--runtime-path",

@@ -32,7 +32,8 @@ __all__ = ["install_entrypoints_command"]
 def install_entrypoints_command(
     bin_dir: str | None, interpreter: str | None, frontend: str
 ) -> None:
-    """Write nvhook-runtime, nvhook-hook and nvidia-container-runtime-hook (-I launchers)."""
+    """Write nvhook-runtime, nvhook-hook, nvidia-container-runtime-hook and nvidia-cdi-hook
+    (-I launchers)."""
     notes: list[str] = []
     for path in install_entrypoints(bin_dir, interpreter, notes=notes, frontend=frontend):
         click.echo(str(path))

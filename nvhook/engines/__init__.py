@@ -104,11 +104,12 @@ def plan_configure(
     enable_cdi: bool = False,
 ) -> Plan:
     """The changes that make ``engine`` (one of :data:`ENGINES`) know runtime ``name``
-    (``enable_cdi``: and switch the engine's own CDI on; containerd only)."""
+    (``enable_cdi``: and switch the engine's own CDI on; containerd and docker)."""
     check_name(name)
-    if enable_cdi and engine != "containerd":
+    if enable_cdi and engine not in ("containerd", "docker"):
         raise EngineConfigError(
-            f"--enable-cdi is for --runtime containerd; {engine} has no such setting to switch"
+            f"--enable-cdi is for --runtime containerd or docker; {engine} has no such "
+            "setting to switch"
         )
     config = config or DEFAULT_CONFIGS[engine]
     if engine == "containerd":
@@ -128,7 +129,11 @@ def plan_configure(
         from nvhook.engines import docker
 
         return docker.plan_configure(
-            config, name=name, runtime_path=runtime_path, set_as_default=set_as_default
+            config,
+            name=name,
+            runtime_path=runtime_path,
+            set_as_default=set_as_default,
+            enable_cdi=enable_cdi,
         )
     if engine == "crio":
         from nvhook.engines import crio

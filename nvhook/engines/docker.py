@@ -1,9 +1,14 @@
 """Docker: ``runtimes.<NAME>.path`` in ``daemon.json`` (``docker run --runtime NAME``).
 
-``--set-as-default`` sets ``default-runtime``. Every other key keeps its value and its place;
-the file is written back with the indentation it had (4 spaces for a new file), and not at
-all when the settings are there already. An existing runtime of that name keeps its other
-keys (``runtimeArgs``). An empty file counts as ``{}``. Invalid JSON (as
+``--set-as-default`` sets ``default-runtime``. ``--enable-cdi`` sets ``features.cdi`` to true,
+which switches dockerd's own CDI on (``docker run --device nvidia.com/gpu=0`` with the specs of
+``cdi-spec-dirs``, default ``/etc/cdi`` and ``/var/run/cdi``): off unless set in Docker 25-28.1
+(moby v26.1.5 cmd/dockerd/daemon.go: the CDI driver is registered only when
+``Features["cdi"]``), on unless set to false from 28.2 (v28.5.2 ``cdiEnabled``). Every other
+key keeps its value and its place; the file is written back with the indentation it had (4
+spaces for a new file), and not at all when the settings are there already. An existing
+runtime of that name keeps its other keys (``runtimeArgs``). An empty file counts as ``{}``.
+Invalid JSON (as
 :func:`oci.jsoncodec.loads` reads it, Go's rules, the same message on every Python), a
 duplicated key (one of the two would be lost), a top level that is not an object or nesting
 deeper than :data:`oci.jsoncodec.MAX_DEPTH`: an error, nothing written. dockerd reads the file at
@@ -26,9 +31,15 @@ DEFAULT_CONFIG = "/etc/docker/daemon.json"
 
 
 def plan_configure(
-    config: str = DEFAULT_CONFIG, *, name: str, runtime_path: str, set_as_default: bool = False
+    config: str = DEFAULT_CONFIG,
+    *,
+    name: str,
+    runtime_path: str,
+    set_as_default: bool = False,
+    enable_cdi: bool = False,
 ) -> Plan:
-    """The change that adds runtime ``name`` (running ``runtime_path``) to ``config``."""
+    """The change that adds runtime ``name`` (running ``runtime_path``) to ``config`` (and
+    with ``enable_cdi`` sets ``features.cdi``)."""
     config = os.path.abspath(config)
     data = read_file(config)
     settings, indent = _load(config, data)
@@ -42,6 +53,11 @@ def plan_configure(
     entry["path"] = runtime_path
     if set_as_default:
         settings["default-runtime"] = name
+    if enable_cdi:
+        features = settings.setdefault("features", {})
+        if not isinstance(features, dict):
+            raise EngineConfigError(f'{config}: "features" must be a JSON object')
+        features["cdi"] = True
     if data is not None and settings == before:
         return Plan("docker", config, (FileChange(config, data, data),))
     text = json.dumps(settings, indent=indent, ensure_ascii=False) + "\n"

@@ -40,6 +40,7 @@ from pathlib import Path
 from oci._frozen import Frozen
 
 __all__ = [
+    "CDI_HOOK_ENTRYPOINT",
     "CLI_ENTRYPOINT",
     "ENTRYPOINTS",
     "FRONTEND_LAUNCHER",
@@ -79,6 +80,16 @@ CLI_ENTRYPOINT = Entrypoint("nvhook", "nvhook.cli", "main")
 #: it with argv ``[nvidia-container-runtime-hook, prestart]``: hook mode). Installed
 #: beside the others unless a file of another origin (NVIDIA's toolkit) holds the name.
 LEGACY_HOOK_ENTRYPOINT = Entrypoint("nvidia-container-runtime-hook", "nvhook.hook.dispatch", "main")
+#: ``nvhook-hook`` under the name Docker 29.2+ looks for on dockerd's PATH at start to route
+#: ``--gpus`` through CDI (its ``nvidia.cdi`` driver, moby PR #50228): ``--gpus all``,
+#: ``device=0,3``, ``2`` become the CDI names ``nvidia.com/gpu=all``, ``=0``/``=3``,
+#: ``=0``/``=1``, which dockerd applies from the specs in its CDI dirs (nvhook's included),
+#: falling back to the prestart hook when that fails. dockerd only looks the name up; run, it
+#: is nvhook's hook (whose ``create-symlinks`` and ``update-ldcache`` take NVIDIA's options).
+#: Installed under the same rule as :data:`LEGACY_HOOK_ENTRYPOINT`.
+CDI_HOOK_ENTRYPOINT = Entrypoint("nvidia-cdi-hook", "nvhook.hook.dispatch", "main")
+#: The names that are not written over a file of another origin.
+_OTHERS_NAMES = (LEGACY_HOOK_ENTRYPOINT, CDI_HOOK_ENTRYPOINT)
 _MARK = "written by `nvhook install-entrypoints`"
 
 
@@ -146,8 +157,9 @@ def install_entrypoints(
 ) -> list[Path]:
     """Write every launcher into ``bin_dir`` (default: the interpreter's directory), atomically.
 
-    ``nvidia-container-runtime-hook`` is not written over a file that is not one of these
-    launchers (NVIDIA's toolkit's binary); a line saying so is appended to ``notes``.
+    ``nvidia-container-runtime-hook`` and ``nvidia-cdi-hook`` are not written over a file that
+    is not one of these launchers (NVIDIA's toolkit's binaries); a line saying so is appended
+    to ``notes``.
     ``frontend``: ``"auto"``, ``"off"`` or a prebuilt front-end's path (module docstring).
     """
     python = interpreter or sys.executable
@@ -155,11 +167,15 @@ def install_entrypoints(
     target.mkdir(parents=True, exist_ok=True)
     paths = import_paths(python)
     written = []
-    for entry in (*ENTRYPOINTS, LEGACY_HOOK_ENTRYPOINT, CLI_ENTRYPOINT):
+    for entry in (*ENTRYPOINTS, *_OTHERS_NAMES, CLI_ENTRYPOINT):
         path = target / entry.name
-        if entry is LEGACY_HOOK_ENTRYPOINT and foreign_file(path):
+        if entry in _OTHERS_NAMES and foreign_file(path):
             if notes is not None:
-                notes.append(legacy_hook_note(path))
+                notes.append(
+                    legacy_hook_note(path)
+                    if entry is LEGACY_HOOK_ENTRYPOINT
+                    else cdi_hook_note(path)
+                )
             continue
         native = None
         if entry.name in NATIVE and frontend != "off":
@@ -206,6 +222,15 @@ def legacy_hook_note(path: Path) -> str:
         "Docker's --gpus runs that one. Remove the toolkit (or that file) and run "
         "`nvhook install-entrypoints` again to use nvhook's hook mode, or use "
         "`docker run --runtime nvidia` after `nvhook runtime configure --runtime docker`"
+    )
+
+
+def cdi_hook_note(path: Path) -> str:
+    """Why ``path`` (``nvidia-cdi-hook``) was left alone, and what it means (one line)."""
+    return (
+        f"{path} left alone: it is another program (the NVIDIA Container Toolkit's CDI hook?); "
+        "Docker 29.2+ still routes --gpus through CDI while it is on dockerd's PATH, with the "
+        "specs in /etc/cdi and /var/run/cdi (nvhook's among them: `nvhook cdi generate`)"
     )
 
 

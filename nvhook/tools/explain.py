@@ -17,6 +17,17 @@ it returns, stage by stage:
    network devices), whether they leave ``NVIDIA_VISIBLE_DEVICES=void`` behind (so a
    second injector adds nothing), and whether config.json would change.
 
+Beside them, **injected by**: whether config.json already carries GPU edits, and whose: the
+shim's (its log has this container's create, which wrote config.json), or from before the
+runtime (:func:`injected_by`). Docker's ``--gpus`` takes one of two paths, chosen by
+dockerd at start from the programs on its PATH (moby ``daemon/devices_nvidia_linux.go``): the
+``nvidia-container-runtime-hook`` prestart hook (every Docker through 29.1; the
+``nvidia.runtime-hook`` driver from 29.2), or, from Docker 29.2 (moby PR #50228) when
+``nvidia-cdi-hook`` is on its PATH, the ``nvidia.cdi`` driver, which turns ``--gpus`` into CDI
+names ``nvidia.com/gpu=<id>`` and applies the spec itself, as ``--device nvidia.com/gpu=N``,
+containerd's CDI and podman's do. The first leaves its hook in config.json, the second the
+spec's edits (``/dev/nvidiaN`` nodes, nvhook's createContainer hook).
+
 Before all of it, a one-line **verdict** (:func:`verdict`): what the container will see,
 which host GPU appears as which index inside, the CUDA and ``libcuda`` versions, or why it
 will not run CUDA although the shim succeeds: a whole GPU in MIG mode (CUDA enumerates only
@@ -36,7 +47,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from nvhook.constants import HOOK_PROGRAM
 from nvhook.errors import ConfigError
+from nvhook.legacyhook import LEGACY_HOOK
+from nvhook.tools.entrypoints import CDI_HOOK_ENTRYPOINT
 from oci.errors import Error
 
 TYPE_CHECKING = False
@@ -49,7 +63,10 @@ if TYPE_CHECKING:
     from nvhook.settings import Settings
     from oci.cdi.edits import Edits
 
-__all__ = ["describe", "explain", "render_text", "verdict"]
+__all__ = ["describe", "explain", "injected_by", "render_text", "verdict"]
+
+#: Hook programs whose createContainer hooks come with a CDI spec's edits (nvhook's, NVIDIA's).
+CDI_HOOKS = (HOOK_PROGRAM, CDI_HOOK_ENTRYPOINT.name)
 
 
 def explain(
@@ -97,6 +114,8 @@ def describe(
     """``decision`` as plain data (``config_file``: how to name the settings' source;
     ``warnings``: more to report, from loading the settings)."""
     out = _empty(decision.bundle)
+    if decision.spec is not None:
+        out["injected_by"] = _by_the_shim(decision) or injected_by(decision.spec)
     s = decision.settings
     out["settings"] = {
         "config_file": config_file,
@@ -208,11 +227,105 @@ def _empty(bundle: str) -> dict[str, Any]:
         "missing_files": {},
         "edits": None,
         "after_injection": None,
+        "injected_by": None,
         "cuda_compat": None,
         "driver_params": None,
         "outcome": None,
         "verdict": None,
     }
+
+
+def injected_by(spec: dict[str, Any]) -> dict[str, str] | None:
+    """Which path GPU edits already in config.json came by (module docstring): ``{"path":
+    "hook", ...}`` for Docker's prestart hook, ``{"path": "engine-cdi", ...}`` for an
+    engine's CDI injection, each with a ``text`` for people; None when there are none."""
+    hooks, linux = _table(spec, "hooks"), _table(spec, "linux")
+    for stage in ("prestart", "createRuntime"):
+        for hook in _entries(hooks, stage):
+            args = hook.get("args") or [hook.get("path", "")]
+            if isinstance(args, list) and args and os.path.basename(str(args[0])) == LEGACY_HOOK:
+                return {
+                    "path": "hook",
+                    "text": f"Docker's --gpus, hook mode: dockerd added the {stage} hook "
+                    f"{hook.get('path')} ({LEGACY_HOOK}); under nvhook-runtime the shim drops "
+                    "it and injects itself, under plain runc that hook injects",
+                }
+    nodes = [str(d.get("path")) for d in _entries(linux, "devices") if _is_gpu_node(d.get("path"))]
+    cdi_hooks = [
+        str(h.get("path"))
+        for h in _entries(hooks, "createContainer")
+        if os.path.basename(str(h.get("path", ""))) in CDI_HOOKS
+    ]
+    if not nodes and not cdi_hooks:
+        return None
+    what = ", ".join([*nodes, *(f"hook {h}" for h in cdi_hooks)])
+    return {
+        "path": "engine-cdi",
+        "text": f"the engine applied a CDI spec before the runtime ({what}): Docker's "
+        "--device nvidia.com/gpu=N, or --gpus from Docker 29.2 with nvidia-cdi-hook on "
+        "dockerd's PATH, or containerd's or podman's CDI",
+    }
+
+
+#: How much of the end of the shim's log is read to find the bundle's create.
+LOG_TAIL = 1 << 20
+
+
+def _by_the_shim(decision: Decision) -> dict[str, str] | None:
+    """The shim's own edits, told by its log (they look like an engine's CDI edits in
+    config.json: nvhook's spec and the shim make the same): the last ``create`` logged for
+    the bundle's container id (the bundle directory's name, as Docker and containerd name
+    it) that wrote config.json; read from the last :data:`LOG_TAIL` bytes of the log."""
+    path = decision.settings.runtime_log_file
+    if not path:
+        return None
+    cid = os.path.basename(decision.bundle.rstrip("/"))
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL))
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    import json
+
+    for line in reversed(lines):
+        if cid.encode() not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            isinstance(record, dict)
+            and record.get("id") == cid
+            and record.get("command") == "create"
+        ):
+            if not record.get("written"):
+                return None
+            return {
+                "path": "shim",
+                "text": f"nvhook-runtime rewrote config.json at create (its log {path}, "
+                f"{record.get('time')}: mode {record.get('mode')}, devices "
+                f"{record.get('devices')})",
+            }
+    return None
+
+
+def _table(spec: dict[str, Any], key: str) -> dict[str, Any]:
+    found = spec.get(key)
+    return found if isinstance(found, dict) else {}
+
+
+def _entries(table: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    found = table.get(key)
+    return [e for e in found if isinstance(e, dict)] if isinstance(found, list) else []
+
+
+def _is_gpu_node(path: object) -> bool:
+    if not isinstance(path, str) or not path.startswith("/dev/"):
+        return False
+    name = path.removeprefix("/dev/")
+    return name.startswith("nvidia") and (name[6:].isdigit() or name.startswith("nvidia-caps/"))
 
 
 def _hook_option(decision: Decision, option: str) -> str | None:
@@ -346,6 +459,8 @@ def _edits(edits: Edits) -> dict[str, Any]:
 def render_text(data: dict[str, Any]) -> str:
     """``data`` from :func:`explain` for a person."""
     lines: list[str] = [f"Verdict: {data['verdict']['text']}", f"Bundle: {data['bundle']}"]
+    if data["injected_by"] is not None:
+        lines.append(f"Injected by: {data['injected_by']['text']}")
     s = data["settings"]
     if s is not None:
         lines.append(

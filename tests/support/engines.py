@@ -4,14 +4,18 @@ A root (:func:`engine_root`) is made by :func:`tests.packaging.debianroot.debian
 cached under ``$NVHOOK_TEST_CACHE`` on this machine; a cold build is ~40 s) with
 :data:`PACKAGES`. An engine runs from an overlay of it inside a :class:`PrivateRoot`: a mount and
 pid namespace of its own (``unshare --mount --propagation private --pid --fork``), whose pid 1 is
-a small reaper on the host's Python; in it the overlay, a fresh ``/proc`` (of that pid
+a small reaper on the root's Python; in it the overlay, a fresh ``/proc`` (of that pid
 namespace), ``/sys`` and ``/dev`` rbound from the host, tmpfs on ``/run`` and ``/tmp``, and the
 host paths a test needs (nvhook's checkout with its venv, pytest's temp dir with the mock
 machine and the work dirs, a short socket dir) bound at the same paths, so that the absolute
 paths of nvhook's launchers, configs and CDI specs hold inside. Optionally a cgroup2-only view:
-``mount -t cgroup2 none ROOT/sys/fs/cgroup``. Commands run there with ``nsenter`` (mount and pid
-namespaces) and ``chroot``. Nothing of the host's ``/etc``, ``/run/containerd`` or the cached root
-is written: everything the engine writes goes to the overlay's upper dir or its work dirs.
+``mount -t cgroup2 none ROOT/sys/fs/cgroup``. Then the overlay is made the namespace's root
+(``pivot_root``, the host's root unmounted): a process that enters a container's mount
+namespace (``setns``, as nvhook's hook mode does) has its root reset to that namespace's root,
+which under a ``chroot`` would be the host's ``/``, not the engine's. Commands run there with
+``nsenter`` (mount and pid namespaces; entering makes the overlay their root). Nothing of the
+host's ``/etc``, ``/run/containerd`` or the cached root is written: everything the engine writes
+goes to the overlay's upper dir or its work dirs.
 
 Leaving a :class:`PrivateRoot` (also on an exception) kills its pid 1: the kernel then kills
 every process of the namespace (the engine, its shims, containers) before pid 1 is reaped, and
@@ -32,7 +36,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import tomllib
@@ -48,6 +51,7 @@ from tests.support.basics import Result, require
 __all__ = [
     "CHECKOUT",
     "PACKAGES",
+    "PATH",
     "SUITES",
     "EngineContainerd",
     "PrivateRoot",
@@ -55,11 +59,12 @@ __all__ = [
     "engine_root",
 ]
 
-#: What every engine root holds: containerd, Docker, podman (rootless too: uidmap, passt,
+#: What every engine root holds: containerd, Docker (dockerd and its client, a Recommends that
+#: mmdebstrap does not install), podman (rootless too: uidmap, passt,
 #: slirp4netns, fuse-overlayfs), runc and crun, and the Python that runs nvhook inside.
 PACKAGES = (
-    "ca-certificates", "containerd", "crun", "docker.io", "fuse-overlayfs", "iproute2",
-    "passt", "podman", "python3", "runc", "slirp4netns", "uidmap",
+    "ca-certificates", "containerd", "crun", "docker-cli", "docker.io", "fuse-overlayfs",
+    "iproute2", "passt", "podman", "python3", "runc", "slirp4netns", "uidmap",
 )  # fmt: skip
 #: nvhook's checkout (with its .venv): bound at the same path inside every private root.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -150,7 +155,16 @@ class PrivateRoot:
             lines += [f"mkdir -p {inside}", f"mount --bind {shlex.quote(str(path))} {inside}"]
         if self.cgroup2:
             lines.append(f"mount -t cgroup2 none {m}/sys/fs/cgroup")
-        lines.append(f"exec {shlex.quote(sys.executable)} -I -S -c {shlex.quote(_REAPER)}")
+        # the overlay becomes the namespace's root: setns into a container's mount namespace
+        # (nvhook's hook mode) then resolves paths as the engine does, as on a node
+        lines += [
+            f"mkdir -p {m}/.oldroot",
+            f"cd {m}",
+            f"{shlex.quote(require('pivot_root'))} . .oldroot",
+            "umount -l /.oldroot",
+            "rmdir /.oldroot",
+            f"exec /usr/bin/python3 -I -S -c {shlex.quote(_REAPER)}",
+        ]
         return "\n".join(lines)
 
     def _start(self) -> None:
@@ -197,8 +211,8 @@ class PrivateRoot:
         """``argv`` (a path inside the root) as a host command that runs it there."""
         if self._unshare is None:
             raise RuntimeError("the private root is not started")
-        enter = [require("nsenter"), "--target", str(self.pid1), "--mount", "--pid", "--"]
-        return [*enter, "chroot", str(self.merged), *argv]
+        # entering the mount namespace makes its root, the overlay, this program's root
+        return [require("nsenter"), "--target", str(self.pid1), "--mount", "--pid", "--", *argv]
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **(extra or {})}

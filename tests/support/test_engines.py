@@ -6,7 +6,6 @@ namespace."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -40,8 +39,18 @@ def test_private_root_writes_its_overlay_and_leaves_nothing(tmp_path: Path) -> N
         assert mnt_ns != os.readlink("/proc/self/ns/mnt")
         _, sleeper = root.spawn("sleep", "600", log=tmp_path / "sleep.log")
         assert sleeper in _namespace_members(mnt_ns)
-        # the namespace's pid 1 is the reaper; its /proc is that pid namespace's
-        assert root.run("cat", "/proc/1/cmdline").stdout.startswith(sys.executable)
+        # the namespace's pid 1 is the reaper, on the root's Python; its /proc is that pid
+        # namespace's
+        assert root.run("cat", "/proc/1/cmdline").stdout.startswith("/usr/bin/python3\0-I\0-S")
+        # the overlay is the namespace's root (pivot_root), the host's / is gone from it: a
+        # setns into a container's mount namespace lands where the engine's paths point
+        mounts = [
+            line.split(" - ")
+            for line in root.run("cat", "/proc/self/mountinfo").stdout.splitlines()
+        ]
+        [top] = [after for before, after in mounts if before.split()[4] == "/"]
+        assert top.startswith("overlay ")
+        assert root.run("readlink", "/proc/1/root").stdout.strip() == "/"
         root.run("sh", "-c", f"touch /etc/written-inside {bound}/seen-inside /run/x")
         assert (bound / "seen-inside").is_file()  # a bound path is the host's
         assert (tmp_path / "root/upper/etc/written-inside").is_file()

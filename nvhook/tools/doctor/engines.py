@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     pass
 from nvhook.tools.doctor.base import NOT_CONFIGURED, RESTART, Check, Options, shell_quote, under
 from nvhook.tools.doctor.settings import launcher_problem
+from nvhook.tools.entrypoints import CDI_HOOK_ENTRYPOINT
 
 
 def engine_config_path(opts: Options, engine: str) -> str:
@@ -233,7 +234,10 @@ def _command_line_runtime(opts: Options, engine: str, name: str) -> str | None:
 
 #: What dockerd answers ``docker run --gpus`` with when it registered no GPU device driver.
 NO_GPU_DRIVER = 'could not select device driver "" with capabilities: [[gpu]]'
-NVIDIA_CDI_HOOK = "nvidia-cdi-hook"
+#: The program whose presence on dockerd's PATH routes --gpus through CDI (Docker 29.2+).
+NVIDIA_CDI_HOOK = CDI_HOOK_ENTRYPOINT.name
+#: The first Docker whose --gpus takes the nvidia.cdi driver when NVIDIA_CDI_HOOK is on its PATH.
+CDI_GPUS_FROM = (29, 2)
 
 
 def _look_path(root: str, dirs: Iterable[str], name: str) -> str | None:
@@ -278,9 +282,9 @@ def docker_version(root: str, argv0: str, dirs: Iterable[str]) -> tuple[int, int
 def check_docker_gpus(opts: Options) -> list[Check]:
     """Whether ``docker run --gpus`` works with the running dockerd: it registers its
     NVIDIA device driver once, at start, when ``nvidia-container-runtime-hook`` is on its
-    own PATH (moby ``daemon/nvidia_linux.go``, 19.03-28.2); from 28.3 (moby PR #50228,
-    ``daemon/devices_nvidia_linux.go``) also when ``nvidia-cdi-hook`` is (the
-    ``nvidia.cdi`` driver, preferred; merged 2025-06-18, after 28.2.0 was released).
+    own PATH (moby ``daemon/nvidia_linux.go``, then ``daemon/devices_nvidia_linux.go``,
+    19.03-29.1); from 29.2 (moby PR #50228, merged 2026-01-20: first in tag docker-v29.2.0,
+    not in v28.5.2) also when ``nvidia-cdi-hook`` is (the ``nvidia.cdi`` driver, preferred).
     Otherwise every ``--gpus`` fails with
     :data:`NO_GPU_DRIVER`. The PATH is the daemon's (``/proc/<pid>/environ``), not ours."""
     import time
@@ -304,7 +308,7 @@ def check_docker_gpus(opts: Options) -> list[Check]:
         ]
     dirs = path.split(":") if path else []
     version = docker_version(opts.root, daemon.argv[0] if daemon.argv else "", dirs)
-    cdi = version is not None and version >= (28, 3)
+    cdi = version is not None and version >= CDI_GPUS_FROM
     names = (NVIDIA_CDI_HOOK, LEGACY_HOOK) if cdi else (LEGACY_HOOK,)
     shown = ".".join(map(str, version)) if version else "version unknown"
     found = {n: p for n in names if (p := _look_path(opts.root, dirs, n)) is not None}

@@ -2,8 +2,8 @@
 (made or found once per session), and :class:`Engine`, a root started privately for a module.
 
 Run one engine's tests alone with ``./dev test tests/e2e/engines -k containerd2`` (or
-``containerd17``). Each test prints the version of the engine it ran (``-rA`` or ``-s`` shows
-it) and records it as the junit property ``engine``.
+``containerd17``, ``docker28``, ``docker26``). Each test prints the version of the engine it
+ran (``-rA`` or ``-s`` shows it) and records it as the junit property ``engine``.
 """
 
 from __future__ import annotations

@@ -562,3 +562,67 @@ def test_verdict_of_a_failure_and_of_nothing_asked(
     assert text.startswith("will NOT start: GPU 9") and data["outcome"]["result"] == "fail"
     text, _ = _verdict(dgx, bundle([], name="none"), capfd)
     assert text == "will see no GPU: nothing asks for a GPU or an IMEX channel"
+
+
+def test_injected_by_says_which_path_the_gpus_came_by(
+    dgx: Path, bundle: Callable[..., Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Docker's --gpus hook (hook mode), an engine's CDI edits (Docker's --device or 29.2's
+    nvidia.cdi driver), or nothing before the runtime."""
+    hooked = bundle(["NVIDIA_VISIBLE_DEVICES=1"], name="hooked")
+    spec = json.loads((hooked / "config.json").read_text())
+    legacy = "/usr/bin/nvidia-container-runtime-hook"
+    spec["hooks"] = {"prestart": [{"path": legacy, "args": [legacy, "prestart"]}]}
+    (hooked / "config.json").write_text(json.dumps(spec))
+    found = explain(str(hooked), root=str(dgx))["injected_by"]
+    assert found["path"] == "hook" and legacy in found["text"]
+    code, out, _ = _run(["explain", "--bundle", str(hooked), "--root", str(dgx)], capfd)
+    assert code == 0 and "\nInjected by: Docker's --gpus, hook mode: dockerd added" in out
+
+    applied = bundle([], name="applied")
+    spec = json.loads((applied / "config.json").read_text())
+    spec["linux"]["devices"] = [
+        {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
+        {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229},
+    ]
+    spec["hooks"] = {"createContainer": [{"path": HOOK, "args": ["nvhook-hook", "x"]}]}
+    (applied / "config.json").write_text(json.dumps(spec))
+    found = explain(str(applied), root=str(dgx))["injected_by"]
+    assert found["path"] == "engine-cdi"
+    assert f"(/dev/nvidia1, hook {HOOK})" in found["text"] and "/dev/fuse" not in found["text"]
+
+    assert (
+        explain(str(bundle(["NVIDIA_VISIBLE_DEVICES=1"], name="plain")), root=str(dgx))[
+            "injected_by"
+        ]
+        is None
+    )
+
+
+def test_injected_by_the_shim_is_told_by_its_log(
+    dgx: Path, bundle: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The shim's edits look like an engine's CDI edits; its log's create of the container
+    (the bundle directory's name) that wrote config.json says they are its own."""
+    applied = bundle([], name="c0ffee")
+    spec = json.loads((applied / "config.json").read_text())
+    spec["linux"]["devices"] = [{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1}]
+    (applied / "config.json").write_text(json.dumps(spec))
+    log = tmp_path / "shim.log"
+    config = _config(tmp_path, f'[runtime]\nlog_file = "{log}"\n', "logging.toml")
+    records = [
+        {"time": "T1", "id": "c0ffee", "command": "create", "mode": "jit", "devices": "1",
+         "written": True},
+        {"time": "T2", "id": "other", "command": "create", "mode": None, "written": False},
+        {"time": "T3", "id": "c0ffee", "command": "start"},
+    ]  # fmt: skip
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    found = explain(str(applied), root=str(dgx), config_path=str(config))["injected_by"]
+    assert found == {
+        "path": "shim",
+        "text": f"nvhook-runtime rewrote config.json at create (its log {log}, T1: mode jit, "
+        "devices 1)",
+    }
+    log.write_text(json.dumps({**records[0], "written": False}) + "\n")  # it left it alone
+    found = explain(str(applied), root=str(dgx), config_path=str(config))["injected_by"]
+    assert found["path"] == "engine-cdi"

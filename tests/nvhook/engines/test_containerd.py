@@ -711,14 +711,15 @@ def test_enable_cdi_goes_to_the_drop_in_and_stays(tmp_path: Path, version: int) 
     assert section["containerd"]["default_runtime_name"] == "nvidia"
 
 
-def test_cli_enable_cdi_is_for_containerd_only(
+def test_cli_enable_cdi_is_for_containerd_and_docker_only(
     tmp_path: Path, shim_path: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "daemon.json"
-    path.write_text("{}\n")
-    args = ["--runtime", "docker", "--config", str(path), "--backup-dir", str(tmp_path / "b")]
+    path = tmp_path / "containers.conf"
+    path.write_text("")
+    args = ["--runtime", "podman", "--config", str(path), "--backup-dir", str(tmp_path / "b")]
     assert _cli("configure", *args, "--runtime-path", shim_path, "--enable-cdi") == 8
     assert capsys.readouterr().err == (
-        "nvhook: --enable-cdi is for --runtime containerd; docker has no such setting to switch\n"
+        "nvhook: --enable-cdi is for --runtime containerd or docker; podman has no such "
+        "setting to switch\n"
     )
-    assert path.read_text() == "{}\n"
+    assert path.read_text() == ""

@@ -122,6 +122,31 @@ def test_invalid_files_are_refused_untouched(tmp_path: Path, text: str, message:
     assert path.read_text() == text
 
 
+@pytest.mark.parametrize(
+    ("text", "features"),
+    [
+        ("{}", {"cdi": True}),  # Docker 25-28.1: off unless set
+        ('{"features": {"cdi": false, "containerd-snapshotter": true}}',
+         {"cdi": True, "containerd-snapshotter": True}),  # 28.2+: off only when set false
+    ],
+)  # fmt: skip
+def test_enable_cdi_sets_the_feature(tmp_path: Path, text: str, features: object) -> None:
+    path = tmp_path / "daemon.json"
+    path.write_text(text)
+    settings = json.loads(_new(path, enable_cdi=True))
+    assert settings["features"] == features
+    assert settings["runtimes"] == {"nvidia": {"path": SHIM}}
+    assert json.loads(_new(path)).get("features") == json.loads(text).get("features")
+
+
+def test_enable_cdi_refuses_features_that_are_no_object(tmp_path: Path) -> None:
+    path = tmp_path / "daemon.json"
+    path.write_text('{"features": ["cdi"]}')
+    with pytest.raises(EngineConfigError) as err:
+        plan_configure(str(path), name="nvidia", runtime_path=SHIM, enable_cdi=True)
+    assert str(err.value) == f'{path}: "features" must be a JSON object'
+
+
 def test_configure_unconfigure_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "daemon.json"
     path.write_text(DAEMON_JSON)

@@ -656,9 +656,12 @@ def test_docker_gpus_hook_installed_after_dockerd_started(node: Path) -> None:
     )
 
 
-@pytest.mark.parametrize(("version", "status"), [("28.3.0", "ok"), ("27.5.1", "fail")])
+@pytest.mark.parametrize(
+    ("version", "status"), [("29.2.0", "ok"), ("28.5.2", "fail"), ("29.1.5", "fail")]
+)
 def test_docker_gpus_with_only_nvidia_cdi_hook(node: Path, version: str, status: str) -> None:
-    """From 28.3 dockerd's nvidia.cdi driver serves --gpus with nvidia-cdi-hook alone."""
+    """From 29.2 dockerd's nvidia.cdi driver serves --gpus with nvidia-cdi-hook alone (moby
+    PR #50228 is in docker-v29.2.0, not in v28.5.2 or docker-v29.1.5)."""
     _hook(node, "/usr/bin", "nvidia-cdi-hook")
     _dockerd(node, version=version)
     [found] = _gpus(node)

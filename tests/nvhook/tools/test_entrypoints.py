@@ -41,6 +41,7 @@ def test_installed_launchers_run_from_another_directory(tmp_path: Path) -> None:
         "nvhook-hook",
         "nvhook-runtime",
         "nvhook-shim-server",
+        "nvidia-cdi-hook",
         "nvidia-container-runtime-hook",
     ]
     for path in written:
@@ -110,6 +111,7 @@ def test_legacy_hook_name_never_overwrites_a_foreign_file(tmp_path: Path) -> Non
         "nvhook-hook",
         "nvhook-runtime",
         "nvhook-shim-server",
+        "nvidia-cdi-hook",
     ]
     (note,) = notes
     assert str(foreign) in note and "--runtime nvidia" in note
@@ -117,3 +119,23 @@ def test_legacy_hook_name_never_overwrites_a_foreign_file(tmp_path: Path) -> Non
     foreign.unlink()
     install_entrypoints(str(tmp_path))
     assert foreign.name in [p.name for p in install_entrypoints(str(tmp_path))]
+
+
+def test_cdi_hook_name_is_ours_unless_a_foreign_file_holds_it(tmp_path: Path) -> None:
+    """nvidia-cdi-hook (Docker 29.2+ routes --gpus through CDI while it is on dockerd's PATH)
+    is nvhook's hook; NVIDIA's toolkit's, or a link to it, stays as it is."""
+    written = install_entrypoints(str(tmp_path), frontend="off")
+    ours = tmp_path / "nvidia-cdi-hook"
+    assert ours in written and "nvhook.hook.dispatch import main" in ours.read_text()
+    usage = subprocess.run([str(ours), "--help"], capture_output=True, text=True, check=True)
+    assert "create-symlinks --link TARGET::LINK" in usage.stdout
+    ours.unlink()
+    elsewhere = tmp_path / "toolkit-cdi-hook"
+    elsewhere.write_bytes(b"\x7fELF not ours")
+    ours.symlink_to(elsewhere)
+    notes: list[str] = []
+    written = install_entrypoints(str(tmp_path), notes=notes, frontend="off")
+    assert ours.is_symlink() and elsewhere.read_bytes() == b"\x7fELF not ours"
+    assert ours not in written
+    (note,) = notes
+    assert note.startswith(f"{ours} left alone") and "Docker 29.2+" in note
