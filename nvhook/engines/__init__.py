@@ -102,14 +102,16 @@ def plan_configure(
     runtime_path: str,
     set_as_default: bool = False,
     enable_cdi: bool = False,
+    enable_nri: bool = False,
 ) -> Plan:
     """The changes that make ``engine`` (one of :data:`ENGINES`) know runtime ``name``
     (``enable_cdi``: and switch the engine's own CDI on; containerd only)."""
     check_name(name)
-    if enable_cdi and engine != "containerd":
-        raise EngineConfigError(
-            f"--enable-cdi is for --runtime containerd; {engine} has no such setting to switch"
-        )
+    for flag, wanted in (("--enable-cdi", enable_cdi), ("--nri", enable_nri)):
+        if wanted and engine != "containerd":
+            raise EngineConfigError(
+                f"{flag} is for --runtime containerd; {engine} has no such setting to switch"
+            )
     config = config or DEFAULT_CONFIGS[engine]
     if engine == "containerd":
         from nvhook.engines import containerd
@@ -120,6 +122,7 @@ def plan_configure(
             runtime_path=runtime_path,
             set_as_default=set_as_default,
             enable_cdi=enable_cdi,
+            enable_nri=enable_nri,
             containerd_major=(
                 None if os.path.lexists(config) else containerd.installed_containerd_major()
             ),

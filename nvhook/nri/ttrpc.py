@@ -8,8 +8,9 @@ containerd (``tests/e2e/engines/test_nri.py``).
 
 **NRI's multiplexer** (``mux.go``) carries several byte streams over the one unix socket
 to the runtime: each frame is an 8-byte big-endian header, the connection id then the
-payload's length, and the payload (at most :data:`MUX_PAYLOAD_MAX`, a whole ttRPC message;
-a longer write is split into such frames). Connection 1 (:data:`PLUGIN_SERVICE_CONN`)
+payload's length, and the payload (at most :data:`MUX_PAYLOAD_MAX`, a whole ttRPC message; a
+longer write is split). Frames are written here in pieces of at most :data:`MUX_WRITE_CHUNK`
+bytes: what the Go reader's buffer always takes. Connection 1 (:data:`PLUGIN_SERVICE_CONN`)
 carries the plugin's ttRPC *server* (the runtime calls ``Configure``, ``CreateContainer``…);
 connection 2 (:data:`RUNTIME_SERVICE_CONN`) the plugin's ttRPC *client* (it calls
 ``RegisterPlugin``). Frames are not aligned to ttRPC messages (Go's ``bufio.Writer`` may
@@ -60,6 +61,7 @@ __all__ = [
     "MESSAGE_LENGTH_MAX",
     "MUX_HEADER",
     "MUX_PAYLOAD_MAX",
+    "MUX_WRITE_CHUNK",
     "PLUGIN_SERVICE_CONN",
     "RUNTIME_SERVICE_CONN",
     "TYPE_DATA",
@@ -90,6 +92,11 @@ FLAG_REMOTE_CLOSED = 0x1
 MUX_HEADER = struct.Struct(">II")
 #: The largest frame payload: one whole ttRPC message (``maxPayloadSize``).
 MUX_PAYLOAD_MAX = HEADER.size + MESSAGE_LENGTH_MAX
+#: The largest frame written. The Go side reads each connection through a ``bufio.Reader`` of
+#: 4096 bytes, and the mux's ``conn.Read`` fails with ENOMEM (containerd then closes the plugin:
+#: "ttrpc: closed", seen with containerd 2.1) when a frame is longer than the buffer it is given;
+#: frames of at most 4096 bytes always fit.
+MUX_WRITE_CHUNK = 4096
 PLUGIN_SERVICE_CONN = 1
 RUNTIME_SERVICE_CONN = 2
 
@@ -159,12 +166,12 @@ def encode_message(stream_id: int, type_: int, flags: int, payload: bytes) -> by
     return HEADER.pack(len(payload), stream_id, type_, flags) + payload
 
 
-def mux_frames(conn_id: int, data: bytes) -> bytes:
-    """``data`` written on multiplexed connection ``conn_id``: frames of at most
-    :data:`MUX_PAYLOAD_MAX` bytes each, as ``mux.write`` splits it."""
+def mux_frames(conn_id: int, data: bytes, *, size: int = MUX_WRITE_CHUNK) -> bytes:
+    """``data`` written on multiplexed connection ``conn_id``: frames of at most ``size``
+    bytes each (:data:`MUX_WRITE_CHUNK`; ``mux.write`` splits at :data:`MUX_PAYLOAD_MAX`)."""
     out = bytearray()
-    for start in range(0, max(len(data), 1), MUX_PAYLOAD_MAX):
-        chunk = data[start : start + MUX_PAYLOAD_MAX]
+    for start in range(0, max(len(data), 1), size):
+        chunk = data[start : start + size]
         out += MUX_HEADER.pack(conn_id, len(chunk)) + chunk
     return bytes(out)
 

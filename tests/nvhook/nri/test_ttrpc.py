@@ -23,6 +23,7 @@ from nvhook.nri.ttrpc import (
     FLAG_REMOTE_CLOSED,
     MESSAGE_LENGTH_MAX,
     MUX_PAYLOAD_MAX,
+    MUX_WRITE_CHUNK,
     PLUGIN_SERVICE_CONN,
     RUNTIME_SERVICE_CONN,
     TYPE_REQUEST,
@@ -52,11 +53,23 @@ def test_the_mux_header_is_conn_id_then_length_and_splits_at_a_whole_message() -
     assert mux_frames(2, b"xy") == b"\x00\x00\x00\x02\x00\x00\x00\x02xy"
     assert mux_frames(1, b"") == b"\x00\x00\x00\x01\x00\x00\x00\x00"
     big = bytes(MUX_PAYLOAD_MAX + 3)
-    frames = mux_frames(1, big)
+    frames = mux_frames(1, big, size=MUX_PAYLOAD_MAX)
     first = struct.unpack(">II", frames[:8])
     assert first == (1, MUX_PAYLOAD_MAX)
     second = struct.unpack(">II", frames[8 + MUX_PAYLOAD_MAX : 16 + MUX_PAYLOAD_MAX])
     assert second == (1, 3)
+
+
+def test_frames_written_fit_the_go_reader_s_4096_byte_buffer() -> None:
+    """containerd closes a plugin whose frame is longer than its bufio.Reader's 4096 bytes."""
+    frames = mux_frames(1, bytes(10000))
+    sizes = []
+    while frames:
+        _, length = struct.unpack(">II", frames[:8])
+        sizes.append(length)
+        frames = frames[8 + length :]
+    assert sizes == [MUX_WRITE_CHUNK, MUX_WRITE_CHUNK, 10000 - 2 * MUX_WRITE_CHUNK]
+    assert MUX_WRITE_CHUNK == 4096
 
 
 def test_the_reader_reassembles_messages_split_anywhere() -> None:
