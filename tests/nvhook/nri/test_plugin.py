@@ -115,8 +115,8 @@ def test_the_allocation_wins_over_the_image_s_env_without_complaint(settings: Se
 
 def test_nvidia_s_pod_annotation_only_from_an_allowed_namespace(settings: Settings) -> None:
     key = "nvidia.cdi.k8s.io/container.cuda"
-    spec = tuple_spec = {key: "nvidia.com/gpu=1"}
-    verdict = decide_container(pod("team", spec), container(), settings, cdi_capable=True)
+    tuple_spec = {key: "nvidia.com/gpu=1"}
+    verdict = decide_container(pod("team", tuple_spec), container(), settings, cdi_capable=True)
     assert verdict.adjust.CDI_devices == [] and list(verdict.adjust.linux.devices) == []
     assert "namespace team is not in nri.annotation_namespaces" in verdict.stripped[0]
     cdi_dir = Path(settings.host_root) / "cdi"
@@ -242,9 +242,9 @@ def test_every_plugin_method_is_answered(settings: Settings) -> None:
 def test_a_bad_index_or_socket_is_a_config_error(settings: Settings) -> None:
     from nvhook.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="nri.plugin_index must be two digits"):
+    with pytest.raises(ConfigError, match=r"nri\.plugin_index must be two digits"):
         NriPlugin(settings._replace(nri_plugin_index="7"), log=print)
-    with pytest.raises(ConfigError, match="nri.socket is empty"):
+    with pytest.raises(ConfigError, match=r"nri\.socket is empty"):
         NriPlugin(settings._replace(nri_socket=""), log=print)
 
 
