@@ -7,7 +7,8 @@ The device plugin (nvhook's, on the mock machine, registered with the kubelet st
 :mod:`nvhook.deviceplugin.server`) allocates 2 GPUs with the ``volume-mounts`` strategy; its
 ``Allocate`` response becomes the container's CRI config as kubelet's device manager makes it
 (``create_container_config``). With no runtime handler, the container sees exactly those two
-(the mock's ``nvidia-smi -L``); a pod setting ``NVIDIA_VISIBLE_DEVICES=all`` itself gets none;
+(the mock's ``nvidia-smi -L``); a pod setting ``NVIDIA_VISIBLE_DEVICES=all`` itself gets none
+(stripped), or, with ``nri.refused = "refuse"``, its create fails with the plugin's reason;
 with the plugin stopped an allocated pod starts without GPUs (the documented behaviour: nothing
 turns the allocation into devices, never other GPUs), and once it is back it is served again;
 containerd restarting is survived (the plugin reconnects). With the ``nvidia`` RuntimeClass
@@ -37,6 +38,7 @@ from nvhook.cri.client import CriClient, container_config, pod_config
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_config
+from nvhook.errors import ContainerEngineError
 from nvhook.mock import Profile
 from nvhook.planner import Host
 from tests.e2e.conftest import PROBE, Shim, expected_smi_uuids, parse_probe
@@ -259,6 +261,46 @@ def test_plugin_stopped_means_no_gpus_and_restarted_serves_again(
     node.plugin.wait_registered(2)
     _, _, output = run_pod(node.client, "", tmp_path / "back", {}, allocation=allocation)
     assert parse_probe(output).gpu_uuids == first
+
+
+def test_refuse_fails_the_create_with_the_plugin_s_one_line_reason(
+    node: Node, shim: Shim, tmp_path: Path, print_version: Any
+) -> None:
+    """``nri.refused = "refuse"``: containerd fails the CRI create with the plugin's reason
+    (what kubelet shows in the pod's events), and starts nothing."""
+    print_version(node.engine)
+    refusing = shim.with_config(
+        f"nri-refuse-{node.engine.name}",
+        policy={"accept_env_unprivileged": False, "accept_volume_mounts": True},
+        nri={"socket": str(node.plugin.socket), "refused": "refuse"},
+    ).config
+    registered = node.plugin.text().count(" registered as ")
+    assert node.plugin.stop() == 0
+    node.plugin.env["NVHOOK_CONFIG"] = str(refusing)
+    node.plugin.start()
+    node.plugin.wait_registered(registered + 1)
+    try:
+        pod = pod_config(unique_id("pod"), namespace=NAMESPACE, log_directory=tmp_path)
+        sandbox = node.client.run_pod_sandbox(pod, "")
+        try:
+            config = container_config(
+                "probe", BUSYBOX_IMAGE, ["/bin/true"],
+                envs={"PATH": PATH, "NVIDIA_VISIBLE_DEVICES": "all"},
+            )  # fmt: skip
+            with pytest.raises(ContainerEngineError) as refused:
+                node.client.create_container(sandbox, config, pod)
+        finally:
+            node.client.stop_pod_sandbox(sandbox)
+            node.client.remove_pod_sandbox(sandbox)
+    finally:
+        assert node.plugin.stop() == 0
+        node.plugin.env["NVHOOK_CONFIG"] = str(nri_config(shim, node.engine, node.plugin.socket))
+        node.plugin.start()
+        node.plugin.wait_registered(registered + 2)
+    message = str(refused.value)
+    assert f"nvhook: pod {NAMESPACE}/" in message
+    assert "container probe: NVIDIA_VISIBLE_DEVICES=all not honoured" in message
+    assert "refused pod nvhook-test/" in node.plugin.text()
 
 
 def test_the_plugin_reconnects_when_containerd_restarts(
