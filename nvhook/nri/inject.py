@@ -61,6 +61,7 @@ __all__ = [
     "adjustment",
     "container_spec",
     "decide_container",
+    "is_nvidia_cdi_name",
     "nvidia_device_paths",
 ]
 
@@ -255,6 +256,13 @@ def _env_map(spec: dict[str, Any]) -> dict[str, str]:
         name, _, value = entry.partition("=")
         out[name] = value
     return out
+
+
+def is_nvidia_cdi_name(name: str) -> bool:
+    """Whether CDI name ``name`` is of an NVIDIA vendor (``nvidia.com/…``,
+    ``management.nvidia.com/…``)."""
+    vendor = name.partition("/")[0]
+    return vendor == "nvidia.com" or vendor.endswith(".nvidia.com")
 
 
 def nvidia_device_paths(devices: Any) -> set[str]:

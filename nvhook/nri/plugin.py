@@ -206,17 +206,24 @@ class NriPlugin:
         return bytes(api.CreateContainerResponse(adjust=verdict.adjust).SerializeToString())
 
     def _validate(self, payload: bytes) -> bytes:
+        """Refuse pending adjustments (of any plugin) that add NVIDIA device nodes or NVIDIA
+        CDI devices beyond what this plugin's own decision grants the pristine container."""
         request = _parse(api.ValidateContainerAdjustmentRequest, payload)
-        verdict = inject.decide_container(
-            request.pod, request.container, self.settings, cdi_capable=False
+        pod, container = request.pod, request.container
+        edits = inject.decide_container(pod, container, self.settings, cdi_capable=False)
+        names = inject.decide_container(pod, container, self.settings, cdi_capable=True)
+        granted = inject.nvidia_device_paths(edits.adjust.linux.devices)
+        added = sorted(inject.nvidia_device_paths(request.adjust.linux.devices) - granted)
+        granted_names = {d.name for d in names.adjust.CDI_devices}
+        added += sorted(
+            d.name
+            for d in request.adjust.CDI_devices
+            if inject.is_nvidia_cdi_name(d.name) and d.name not in granted_names
         )
-        granted = inject.nvidia_device_paths(verdict.adjust.linux.devices)
-        added = inject.nvidia_device_paths(request.adjust.linux.devices) - granted
         if added:
             reason = (
-                f"pod {request.pod.namespace}/{request.pod.name} container "
-                f"{request.container.name}: an adjustment adds {', '.join(sorted(added))}, "
-                "which the allocation did not grant"
+                f"pod {pod.namespace}/{pod.name} container {container.name}: an adjustment "
+                f"adds {', '.join(added)}, which the allocation did not grant"
             )
             self.log(f"refused {reason}")
             return bytes(

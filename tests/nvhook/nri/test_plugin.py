@@ -230,6 +230,15 @@ def test_validation_refuses_nvidia_nodes_the_allocation_did_not_grant(settings: 
     request.adjust.CopyFrom(granted)
     reply.ParseFromString(call(plugin, "ValidateContainerAdjustment", request))
     assert not reply.reject
+    # another plugin's CDI names: NVIDIA's refused unless granted, others none of its business
+    names = api.ContainerAdjustment()
+    names.CDI_devices.append(api.CDIDevice(name="management.nvidia.com/gpu=all"))
+    names.CDI_devices.append(api.CDIDevice(name="vendor.example/nic=0"))
+    request.adjust.CopyFrom(names)
+    reply.ParseFromString(call(plugin, "ValidateContainerAdjustment", request))
+    assert reply.reject and reply.reason.endswith(
+        "adds management.nvidia.com/gpu=all, which the allocation did not grant"
+    )
 
 
 def test_every_plugin_method_is_answered(settings: Settings) -> None:
