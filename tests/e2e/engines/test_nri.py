@@ -43,7 +43,12 @@ from nvhook.mock import Profile
 from nvhook.planner import Host
 from tests.e2e.conftest import PROBE, Shim, expected_smi_uuids, parse_probe
 from tests.e2e.engines.conftest import Engine, private_root
-from tests.e2e.engines.test_containerd import CONTAINERDS, configure, restrict_oom_score_adj
+from tests.e2e.engines.test_containerd import (
+    CONTAINERDS,
+    LINK_PROBE,
+    configure,
+    restrict_oom_score_adj,
+)
 from tests.e2e.test_cri import BUSYBOX_IMAGE, PATH, fail_on_engine_error, read_log, run_pod
 from tests.support.containers import unique_id
 from tests.support.engines import CHECKOUT, EngineContainerd
@@ -213,12 +218,16 @@ def test_an_allocated_container_sees_exactly_its_two_gpus(
 ) -> None:
     print_version(node.engine)
     first, allocation = allocate_two(gpus, profile)
-    _, _, output = run_pod(node.client, "", tmp_path / "two", {}, allocation=allocation)
+    _, _, output = run_pod(
+        node.client, "", tmp_path / "two", {}, allocation=allocation, command=LINK_PROBE
+    )
     probe = parse_probe(output)
     assert probe.gpu_uuids == first
     by_uuid = {g.uuid: g.minor for g in profile.gpus}
     assert probe.gpu_nodes == {f"/dev/nvidia{by_uuid[u]}" for u in first}
     assert probe.env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    # made by nvhook-hook, the createContainer hook the adjustment carries, as with the shim
+    assert output.split("--- link\n", 1)[1].strip() == "libcuda.so.1"
     assert "container probe: devices " in node.plugin.text()
 
 
