@@ -19,7 +19,9 @@ is gone.
 
 from __future__ import annotations
 
+import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +51,7 @@ __all__ = [
     "RUNTIME_SERVICE",
     "NriPlugin",
     "applies_cdi_names",
+    "peer_problem",
     "runtime_nri",
 ]
 
@@ -299,10 +302,30 @@ def _parse(cls: Any, payload: bytes) -> Any:
 
 
 def _unix_connect(path: str) -> socket.socket:
+    """A connection to the NRI socket ``path``, whose server must be root (or us)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
+        problem = peer_problem(sock, path)
     except OSError:
         sock.close()
         raise
+    if problem:
+        sock.close()
+        raise ProtocolError(problem)
     return sock
+
+
+def peer_problem(sock: socket.socket, path: str) -> str | None:
+    """Why the server at the other end of ``sock`` is not a runtime to serve (None: it is):
+    a runtime's NRI socket is root's, and another user's socket there could feed the plugin
+    pods and read what it injects (``SO_PEERCRED``'s uid, as the kernel recorded it at
+    ``listen``)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    if uid in (0, os.geteuid()):
+        return None
+    return (
+        f"{path} is served by uid {uid}, not root: not an NRI runtime to serve "
+        "(check nri.socket and who listens there)"
+    )

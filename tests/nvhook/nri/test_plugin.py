@@ -346,3 +346,42 @@ def test_the_daemon_registers_and_reconnects_after_the_runtime_goes_away(
     assert any(
         line.startswith("the runtime closed the NRI connection; reconnecting") for line in lines
     )
+
+
+def test_a_socket_another_user_listens_on_is_refused(tmp_path: Path) -> None:
+    """The runtime's NRI socket is root's: the plugin does not serve a socket of uid 65534."""
+    import subprocess
+    import sys
+
+    from nvhook.nri.plugin import _unix_connect
+    from nvhook.nri.ttrpc import ProtocolError
+    from tests.support.basics import require_root
+
+    require_root()
+    import shutil
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="nvh-nri-"))  # pytest's tmp is root's, 0700
+    shared.chmod(0o777)
+    path = shared / "nri.sock"
+    listen = (
+        "import socket, sys; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); "
+        "s.listen(); print('up', flush=True); s.accept(); sys.stdin.read()"
+    )
+    argv = [sys.executable, "-c", listen, str(path)]
+    opts: dict[str, Any] = {"stdout": subprocess.PIPE, "stdin": subprocess.PIPE, "text": True}
+    try:
+        with subprocess.Popen(argv, user=65534, **opts) as server:
+            try:
+                assert server.stdout is not None and server.stdout.readline() == "up\n"
+                with pytest.raises(ProtocolError, match="is served by uid 65534, not root"):
+                    _unix_connect(str(path))
+            finally:
+                server.kill()
+    finally:
+        shutil.rmtree(shared)
+    ours = socket.socket(socket.AF_UNIX)
+    ours.bind(str(tmp_path / "ours.sock"))
+    ours.listen()
+    _unix_connect(str(tmp_path / "ours.sock")).close()  # root's (ours): served
+    ours.close()
