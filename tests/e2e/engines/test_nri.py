@@ -13,7 +13,8 @@ with the plugin stopped an allocated pod starts without GPUs (the documented beh
 turns the allocation into devices, never other GPUs), and once it is back it is served again;
 containerd restarting is survived (the plugin reconnects). With the ``nvidia`` RuntimeClass
 handler as well, the shim sees the adjusted spec (``NVIDIA_VISIBLE_DEVICES=void``) and writes
-nothing: served once. A pod annotation ``nvidia.cdi.k8s.io/container.NAME`` from an allowed
+nothing: served once. The device plugin's ``cdi-annotations`` reach the plugin too; a pod's own
+annotations get nothing. A pod annotation ``nvidia.cdi.k8s.io/container.NAME`` from an allowed
 namespace is passed on 2.1 as a CDI device name, which containerd resolves from ``/etc/cdi``,
 and made into edits by the plugin on 1.7.
 """
@@ -34,7 +35,7 @@ import pytest
 import tomlkit
 
 from nvhook.cli import main
-from nvhook.cri.client import CriClient, container_config, pod_config
+from nvhook.cri.client import CriClient, container_config, pod_config, read_log
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_config
@@ -49,8 +50,9 @@ from tests.e2e.engines.test_containerd import (
     configure,
     restrict_oom_score_adj,
 )
-from tests.e2e.test_cri import BUSYBOX_IMAGE, PATH, fail_on_engine_error, read_log, run_pod
-from tests.support.containers import unique_id
+from tests.e2e.test_cri import PATH, run_pod
+from tests.support.basics import fail_on_engine_error
+from tests.support.containers import BUSYBOX_IMAGE, unique_id
 from tests.support.engines import CHECKOUT, EngineContainerd
 from tests.support.images import PAUSE_IMAGE, pause_image_tar
 
@@ -176,14 +178,14 @@ def node(_containerd: Engine, shim: Shim, busybox_image: Path, dgx: Path) -> Ite
             print(plugin.text())
 
 
-@pytest.fixture(scope="module")
-def gpus(shim: Shim) -> Iterator[PluginClient]:
-    """nvhook's device plugin on the mock (volume-mounts), registered with a kubelet stand-in."""
+def device_plugin(shim: Shim, strategy: str) -> Iterator[PluginClient]:
+    """nvhook's device plugin on the mock (``strategy``), registered with a kubelet stand-in;
+    the client of its ``nvidia.com/gpu``."""
     directory = Path("/tmp") / unique_id("nvh-nri")
     directory.mkdir()
     kubelet = Kubelet(directory)
     kubelet.start()
-    config = PluginConfig(mig_strategy="mixed", device_list_strategies=("volume-mounts",))
+    config = PluginConfig(mig_strategy="mixed", device_list_strategies=(strategy,))
     dp = DevicePlugin(Host(root=str(shim.machine)), config, str(directory))
     stop = threading.Event()
     thread = threading.Thread(target=dp.run, args=(stop,), daemon=True)
@@ -201,15 +203,26 @@ def gpus(shim: Shim) -> Iterator[PluginClient]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def gpus(shim: Shim) -> Iterator[PluginClient]:
+    yield from device_plugin(shim, "volume-mounts")
+
+
+@pytest.fixture(scope="module")
+def gpus_cdi(shim: Shim) -> Iterator[PluginClient]:
+    yield from device_plugin(shim, "cdi-annotations")
+
+
 def allocate_two(gpus: PluginClient, profile: Profile) -> tuple[list[str], dict[str, Any]]:
     """2 GPUs allocated as kubelet does (preferred, then Allocate); their CRI config part."""
     listed = [d.ID for d in gpus.wait_for(lambda d: len(d) == 6)]
     first = gpus.preferred(listed, [], 2)
     response = gpus.allocate(first)
     [allocation] = (create_container_config(r) for r in response.container_responses)
-    assert [m[0] for m in allocation["mounts"]] == [
-        f"/var/run/nvidia-container-devices/{u}" for u in first
-    ]
+    if allocation["mounts"]:
+        assert [m[0] for m in allocation["mounts"]] == [
+            f"/var/run/nvidia-container-devices/{u}" for u in first
+        ]
     return first, allocation
 
 
@@ -354,3 +367,52 @@ def test_an_allowed_pod_annotation_is_a_cdi_name_on_2_1_and_edits_on_1_7(
     assert probe.gpu_nodes == {"/dev/nvidia1"}
     how = "CDI names" if node.engine.major == 2 else "edits"
     assert f"container probe: devices nvidia.com/gpu=1 ({how})" in node.plugin.text()
+
+
+def test_the_device_plugin_s_cdi_annotations_are_served_too(
+    node: Node, gpus_cdi: PluginClient, profile: Profile, tmp_path: Path, print_version: Any
+) -> None:
+    """``cdi-annotations``: kubelet's container annotations reach the plugin (containerd puts
+    them in NRI's container), as CDI names on 2.1, as edits on 1.7."""
+    print_version(node.engine)
+    first, allocation = allocate_two(gpus_cdi, profile)
+    [key] = allocation["annotations"]
+    assert key.startswith("cdi.k8s.io/nvhook-device-plugin_")
+    _, _, output = run_pod(node.client, "", tmp_path / "cdi", {}, allocation=allocation)
+    assert parse_probe(output).gpu_uuids == first
+    how = "CDI names" if node.engine.major == 2 else "edits"
+    wanted = ",".join(f"nvidia.com/gpu={u}" for u in first)
+    assert f"container probe: devices {wanted} ({how})" in node.plugin.text()
+
+
+def test_a_pod_s_own_annotations_get_nothing(
+    node: Node, tmp_path: Path, print_version: Any
+) -> None:
+    """A pod's ``cdi.k8s.io/`` annotation does not reach its containers (containerd keeps pod
+    annotations on the sandbox); NVIDIA's ``nvidia.cdi.k8s.io/container.NAME`` from a namespace
+    not in ``nri.annotation_namespaces`` is stripped with a line saying so."""
+    print_version(node.engine)
+    logs = tmp_path / "own"
+    pod = pod_config(unique_id("pod"), namespace="other", log_directory=logs)
+    pod.annotations["cdi.k8s.io/mine"] = "nvidia.com/gpu=all"
+    pod.annotations["nvidia.cdi.k8s.io/container.probe"] = "management.nvidia.com/gpu=all"
+    with fail_on_engine_error():
+        sandbox = node.client.run_pod_sandbox(pod, "")
+        try:
+            config = container_config(
+                "probe", BUSYBOX_IMAGE, ["/bin/sh", "-c", PROBE], envs={"PATH": PATH},
+                log_path="probe.log",
+            )  # fmt: skip
+            container = node.client.create_container(sandbox, config, pod)
+            node.client.start_container(container)
+            assert node.client.wait_exited(container).exit_code == 0
+            output = read_log(logs / "probe.log")
+        finally:
+            node.client.stop_pod_sandbox(sandbox)
+            node.client.remove_pod_sandbox(sandbox)
+    probe = parse_probe(output)
+    assert probe.gpu_uuids == [] and probe.gpu_nodes == set()
+    assert (
+        "container probe: pod annotation nvidia.cdi.k8s.io/container.probe not honoured: "
+        "namespace other is not in nri.annotation_namespaces"
+    ) in node.plugin.text()
