@@ -246,6 +246,12 @@ def test_every_plugin_method_is_answered(settings: Settings) -> None:
     methods = {m.name for m in api.DESCRIPTOR.services_by_name["Plugin"].methods}
     assert {k.split("/")[1] for k in plugin.handlers()} == methods
     assert call(plugin, "StopContainer", api.StopContainerRequest()) == b""
+    # a split sync (NRI 0.8's "more"): answered with the same flag and no updates, or the
+    # runtime closes the plugin ("plugin does not handle split sync requests")
+    for more in (True, False):
+        reply = api.SynchronizeResponse()
+        reply.ParseFromString(call(plugin, "Synchronize", api.SynchronizeRequest(more=more)))
+        assert (reply.more, list(reply.update)) == (more, [])
 
 
 def test_a_bad_index_or_socket_is_a_config_error(settings: Settings) -> None:
