@@ -69,7 +69,7 @@ DEFAULT_CONFIG_PATH = "/etc/nvhook/config.toml"
 CONFIG_ENV = "NVHOOK_CONFIG"
 CACHE_ENV = "NVHOOK_CACHE_DIR"
 DEFAULT_CACHE_DIR = "/run/nvhook"
-_CACHE_FORMAT = 3
+_CACHE_FORMAT = 4
 #: The largest settings file read: a real one is a few hundred bytes.
 MAX_CONFIG_BYTES = 256 * 1024
 #: The settings a call passed through uses (the runtime to exec, the log), all in [runtime].
@@ -190,6 +190,56 @@ KEYS: dict[str, tuple[Any, str, tuple[str, ...] | None, str]] = {
         None,
         "Driver capabilities when NVIDIA_DRIVER_CAPABILITIES is unset or empty.",
     ),
+    "nri.socket": (
+        "/var/run/nri/nri.sock",
+        _PATH,
+        None,
+        "nvhook nri-plugin: the runtime's NRI socket (containerd's socket_path of "
+        '[plugins."io.containerd.nri.v1.nri"]).',
+    ),
+    "nri.plugin_name": (
+        "nvhook",
+        _STR,
+        None,
+        "nvhook nri-plugin: the name it registers with (the runtime's logs show INDEX-NAME).",
+    ),
+    "nri.plugin_index": (
+        "10",
+        _STR,
+        None,
+        "nvhook nri-plugin: its index, two digits; plugins are called in ascending order.",
+    ),
+    "nri.refused": (
+        "strip",
+        _STR,
+        ("strip", "refuse"),
+        "nvhook nri-plugin: a request the policy does not honour (a pod's own "
+        "NVIDIA_VISIBLE_DEVICES, a pod annotation from a namespace not listed): strip it "
+        "(the container starts without those GPUs, NVIDIA_VISIBLE_DEVICES=void) or refuse "
+        "the container; either way with one line naming it.",
+    ),
+    "nri.annotation_namespaces": (
+        [],
+        _LIST,
+        None,
+        "nvhook nri-plugin: namespaces whose pods' nvidia.cdi.k8s.io/container.NAME "
+        "annotations (NVIDIA's NRI plugin's) are honoured; elsewhere they are refused.",
+    ),
+    "nri.management_namespaces": (
+        [],
+        _LIST,
+        None,
+        "nvhook nri-plugin: namespaces whose pods may ask for every GPU (all, "
+        "management.nvidia.com/gpu=all) themselves, not through the device plugin.",
+    ),
+    "nri.cdi_devices": (
+        "auto",
+        _STR,
+        ("auto", "never"),
+        "nvhook nri-plugin: auto: a request resolved in CDI mode is passed as CDI device "
+        "names to a runtime whose NRI applies them (containerd 2.1 and later); never: as "
+        "devices, mounts, env and hooks always.",
+    ),
     "hook.path": (
         "",
         _PATH,
@@ -244,6 +294,13 @@ class Settings(Frozen):
     policy_accept_volume_mounts: bool
     policy_privileged_gets_all: bool
     policy_default_capabilities: tuple[str, ...]
+    nri_socket: str
+    nri_plugin_name: str
+    nri_plugin_index: str
+    nri_refused: str
+    nri_annotation_namespaces: tuple[str, ...]
+    nri_management_namespaces: tuple[str, ...]
+    nri_cdi_devices: str
     hook_path: str
     hook_ldconfig: str
     hook_cuda_compat: bool

@@ -23,7 +23,8 @@ or pydantic. A failure names the chain of imports that gets there.
 Rule C, heavy libraries have one home each: pynvml only in ``nvhook.devices.nvml``, grpc only
 in ``nvhook.deviceplugin.server`` and ``nvhook.cri.client`` (the two gRPC APIs, the device
 plugin's and CRI's, each with one module that speaks it), protobuf (``google``) only in the
-generated ``nvhook.deviceplugin.v1beta1`` and ``nvhook.cri.v1``, pydantic only in
+generated ``nvhook.deviceplugin.v1beta1``, ``nvhook.cri.v1`` and ``nvhook.nri.pb`` (NRI's
+ttRPC has no grpc: ``nvhook.nri.ttrpc`` speaks it over a plain socket), pydantic only in
 ``nvhook.deviceplugin.config``, pyroute2 only in ``nvhook.hook.netdev``, click only in
 ``nvhook.cli``, tomlkit only in ``nvhook.engines``, jsonschema and referencing only in
 ``oci.cdi.validate`` (type-only imports included), so what each costs is paid in one place.
@@ -75,7 +76,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     # the two gRPC APIs: the device plugin's (and kubelet's side of it), and CRI's client
     "grpc": ("nvhook.deviceplugin.server", "nvhook.cri.client"),
     # protobuf, through the generated api_pb2 of each
-    "google": ("nvhook.deviceplugin.v1beta1", "nvhook.cri.v1"),
+    "google": ("nvhook.deviceplugin.v1beta1", "nvhook.cri.v1", "nvhook.nri.pb"),
     "pydantic": ("nvhook.deviceplugin.config",),
 }
 

@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "install-entrypoints": "nvhook.cli.entrypoints:install_entrypoints_command",
     "labels": "nvhook.cli.labels:labels",
     "mock": "nvhook.cli.mock:mock",
+    "nri-plugin": "nvhook.cli.nri:nri_plugin",
     "runtime": "nvhook.cli.engines:runtime",
 }
 

@@ -83,6 +83,13 @@ def runtime() -> None:
     "for docker run --device nvidia.com/gpu=N.",
 )
 @click.option(
+    "--nri",
+    "enable_nri",
+    is_flag=True,
+    help='containerd: also switch NRI on (plugins."io.containerd.nri.v1.nri".disable = '
+    "false; off by default in 1.7, on in 2.x), for nvhook nri-plugin.",
+)
+@click.option(
     "--runtime-path",
     help="The nvhook-runtime to run (absolute; default: the one beside this Python).",
 )
@@ -94,6 +101,7 @@ def configure(
     name: str,
     set_as_default: bool,
     enable_cdi: bool,
+    enable_nri: bool,
     runtime_path: str | None,
     backup_dir: str,
     dry_run: bool,
@@ -112,6 +120,7 @@ def configure(
             runtime_path=binary,
             set_as_default=set_as_default,
             enable_cdi=enable_cdi,
+            enable_nri=enable_nri,
         )
     for note in plan.notes:
         click.echo(f"nvhook: {note}", err=True)

@@ -102,6 +102,7 @@ def plan_configure(
     runtime_path: str,
     set_as_default: bool = False,
     enable_cdi: bool = False,
+    enable_nri: bool = False,
 ) -> Plan:
     """The changes that make ``engine`` (one of :data:`ENGINES`) know runtime ``name``
     (``enable_cdi``: and switch the engine's own CDI on; containerd and docker)."""
@@ -110,6 +111,10 @@ def plan_configure(
         raise EngineConfigError(
             f"--enable-cdi is for --runtime containerd or docker; {engine} has no such "
             "setting to switch"
+        )
+    if enable_nri and engine != "containerd":
+        raise EngineConfigError(
+            f"--nri is for --runtime containerd; {engine} has no such setting to switch"
         )
     config = config or DEFAULT_CONFIGS[engine]
     if engine == "containerd":
@@ -121,6 +126,7 @@ def plan_configure(
             runtime_path=runtime_path,
             set_as_default=set_as_default,
             enable_cdi=enable_cdi,
+            enable_nri=enable_nri,
             containerd_major=(
                 None if os.path.lexists(config) else containerd.installed_containerd_major()
             ),

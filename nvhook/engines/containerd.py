@@ -20,7 +20,9 @@ and BinaryName set. ``--set-as-default`` sets ``containerd.default_runtime_name`
 ``--enable-cdi`` sets ``enable_cdi = true`` in the CRI runtime plugin's table (``<CRI>``
 itself): containerd's own CDI, which applies the specs in its ``cdi_spec_dirs`` to a CRI
 ``CDIDevices`` request (kubelet's, from a device plugin's ``cdi_devices``), off by default in
-containerd 1.7 and on in 2.x; 1.6 has none and ignores the key.
+containerd 1.7 and on in 2.x; 1.6 has none and ignores the key. ``--nri`` sets
+``plugins."io.containerd.nri.v1.nri".disable = false``: NRI, off by default in 1.7 (its
+``config default`` says ``disable = true``) and on in 2.x, which ``nvhook nri-plugin`` needs.
 
 The runtime's ``container_annotations`` gains ``"cdi.k8s.io/*"`` (kept with any patterns it
 had): containerd's CRI copies a container's annotations into config.json only when a pattern
@@ -124,6 +126,7 @@ def plan_configure(
     runtime_path: str,
     set_as_default: bool = False,
     enable_cdi: bool = False,
+    enable_nri: bool = False,
     containerd_major: int | None = None,
 ) -> Plan:
     """The changes that add runtime ``name`` (running ``runtime_path``) to ``config``, and
@@ -141,6 +144,8 @@ def plan_configure(
             edits.append(((*_containerd_path(version), "default_runtime_name"), name))
         if enable_cdi:
             edits.append((_enable_cdi_path(version), True))
+        if enable_nri:
+            edits.append((NRI_DISABLE, False))
         edits += _runtime_edits(config, version, {}, name, runtime_path)
         header = [
             f"{_MARK[2:]}: runtime {name!r} (nvhook-runtime).",
@@ -156,11 +161,13 @@ def plan_configure(
             edits.append(((*_containerd_path(version), "default_runtime_name"), name))
         if enable_cdi:
             edits.append((_enable_cdi_path(version), True))
+        if enable_nri:
+            edits.append((NRI_DISABLE, False))
         edits += _runtime_edits(config, version, main, name, runtime_path)
         text = _toml.edit(config, data.decode(), edits)
         return Plan("containerd", config, (FileChange(config, data, text.encode()),))
     return _plan_drop_in(
-        config, data, main, version, name, runtime_path, set_as_default, enable_cdi
+        config, data, main, version, name, runtime_path, set_as_default, enable_cdi, enable_nri
     )
 
 
@@ -176,6 +183,11 @@ def _version(path: str, data: Mapping[str, Any]) -> int:
 
 def _containerd_path(version: int) -> tuple[str, ...]:
     return ("plugins", CRI_PLUGIN[version], "containerd")
+
+
+#: NRI's switch (``containerd config default``: ``disable = true`` in 1.7, false in 2.1); the
+#: plugin's id is the same in every config version.
+NRI_DISABLE = ("plugins", "io.containerd.nri.v1.nri", "disable")
 
 
 def _enable_cdi_path(version: int) -> tuple[str, ...]:
@@ -253,6 +265,7 @@ def _plan_drop_in(
     runtime_path: str,
     set_as_default: bool,
     enable_cdi: bool,
+    enable_nri: bool = False,
 ) -> Plan:
     cri = CRI_PLUGIN[version]
     drop_in, new_entry = _place_drop_in(config, main, version)
@@ -283,6 +296,8 @@ def _plan_drop_in(
         edits.append(((*base, "default_runtime_name"), name))
     if enable_cdi:
         edits.append((_enable_cdi_path(version), True))
+    if enable_nri:
+        edits.append((NRI_DISABLE, False))
     view = _merged_view(effective, edits)
     edits += _runtime_edits(config, version, view, name, runtime_path)
     header = [
@@ -319,6 +334,8 @@ def _carried_over(ours: Json, effective: Json, version: int) -> list[_toml.Edit]
     cdi = _enable_cdi_path(version)
     if _toml.plain_get(ours, cdi) is True and _toml.plain_get(effective, cdi) is not True:
         edits.append((cdi, True))
+    if _toml.plain_get(ours, NRI_DISABLE) is False and _toml.plain_get(effective, NRI_DISABLE):
+        edits.append((NRI_DISABLE, False))
     mine = _toml.plain_get(ours, base) or {}
     theirs = _toml.plain_get(effective, base) or {}
     their_runtimes = theirs.get("runtimes") or {}

@@ -57,6 +57,7 @@ MANIFESTS = [
     "device-plugin.yaml",
     "example-pod.yaml",
     "installer-daemonset.yaml",
+    "nri-plugin.yaml",
     "runtimeclass.yaml",
 ]
 
@@ -272,3 +273,39 @@ def test_device_plugin_runs_the_installed_nvhook_on_kubelet_s_directory() -> Non
         [shellcheck, "--shell=sh", "-"], input=script, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout
+
+
+def test_nri_plugin_daemonset_runs_the_plugin_with_least_privilege() -> None:
+    """Not privileged, every capability but SYS_CHROOT dropped, the host read-only; it runs the
+    installer's nvhook on the socket of nvhook's default settings (nri.socket)."""
+    from nvhook.settings import defaults
+
+    ds = load("nri-plugin.yaml")
+    selector = ds["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    pod = ds["spec"]["template"]["spec"]
+    assert "hostPID" not in pod and "hostNetwork" not in pod
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_CHROOT"]}
+    assert all(m.get("readOnly") is True for m in container["volumeMounts"])
+    assert container["command"] == ["/bin/chroot"]
+    assert container["args"][:3] == ["/host", "/opt/nvhook/bin/nvhook", "nri-plugin"]
+    assert container["args"][3:] == ["--socket", defaults().nri_socket]
+    assert (
+        pod["nodeSelector"]
+        == load_all("device-plugin.yaml")[1]["spec"]["template"]["spec"]["nodeSelector"]
+    )
+
+
+def test_the_containerd_1_7_drop_in_switches_nri_on() -> None:
+    import tomllib
+
+    from nvhook.engines.containerd import NRI_DISABLE
+    from nvhook.settings import defaults
+
+    data = tomllib.loads((KUBE / "containerd-nri.toml").read_text())
+    assert data["version"] == 2
+    section = data[NRI_DISABLE[0]][NRI_DISABLE[1]]
+    assert section == {"disable": False, "socket_path": defaults().nri_socket}

@@ -711,6 +711,31 @@ def test_enable_cdi_goes_to_the_drop_in_and_stays(tmp_path: Path, version: int) 
     assert section["containerd"]["default_runtime_name"] == "nvidia"
 
 
+NRI = "io.containerd.nri.v1.nri"
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_nri_switches_nri_on_in_the_file_and_in_a_drop_in(tmp_path: Path, version: int) -> None:
+    """``--nri``: ``disable = false`` where 1.7's ``config default`` says true; with ``imports``
+    in the drop-in, kept by a later configure (1.x makes the drop-in again)."""
+    off = f'version = {version}\n[plugins."{NRI}"]\ndisable = true\nsocket_path = "/x.sock"\n'
+    path = _config(tmp_path, off)
+    backups = str(tmp_path / "backups")
+    apply_plan(_plan(path, enable_nri=True), backups)
+    data = tomllib.loads(path.read_text())["plugins"][NRI]
+    assert data == {"disable": False, "socket_path": "/x.sock"}
+    assert apply_plan(_plan(path, enable_nri=True), backups) == []
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "10-nri.toml").write_text(off)
+    path = _config(tmp_path, f'version = {version}\nimports = ["{tmp_path}/d/*.toml"]\n')
+    drop_in = tmp_path / "d" / "99-nvhook.toml"
+    apply_plan(_plan(path, enable_nri=True), backups)
+    assert tomllib.loads(drop_in.read_text())["plugins"][NRI]["disable"] is False
+    apply_plan(_plan(path, set_as_default=True), backups)
+    assert tomllib.loads(drop_in.read_text())["plugins"][NRI]["disable"] is False
+
+
 def test_cli_enable_cdi_is_for_containerd_and_docker_only(
     tmp_path: Path, shim_path: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,0 +1,1 @@
+"""NRI's API (``api.proto``) and ttRPC's envelope (``ttrpc.proto``), protoc's output: SOURCES.md."""
