@@ -12,7 +12,8 @@ namespace, so the paths are absolute), never looked up by pid again.
   the container's ``devices`` cgroup is its line of that text, the controller's mount from
   ``/proc/self/mountinfo``, and each rule written to its ``devices.allow``
   (``c 195:0 rwm``), one write per rule, as the kernel parses them.
-- **cgroup v2** (unified only, no v1 ``devices`` controller for the pid) controls devices
+- **cgroup v2** (unified only: no v1 ``devices`` controller for the pid, or none mounted,
+  runc's unified mode, which it picks by ``/sys/fs/cgroup``'s type) controls devices
   with eBPF programs that runc attaches to the container's cgroup: each is replaced by one
   that allows exactly the new nodes, then runs the old program's own instructions
   (:mod:`nvhook.hook.cgroup_bpf`, imported only on this path). The cgroup is the pid's
@@ -116,6 +117,18 @@ def _mountinfo(proc: str) -> list[list[str]]:
     return [fields for fields in (line.split(" ") for line in lines) if "-" in fields]
 
 
+def _v1_devices_mounted(proc: str) -> bool:
+    """Whether a cgroup v1 hierarchy with the devices controller is mounted here: where none
+    is (``/sys/fs/cgroup`` a cgroup2 mount), runc runs in unified mode and its device rules
+    are eBPF programs, even when the kernel keeps the pid in a v1 devices cgroup that nobody
+    mounted (the controller bound to v1 elsewhere: a hybrid host's private cgroup2 view)."""
+    for fields in _mountinfo(proc):
+        sep = fields.index("-")
+        if fields[sep + 1] == "cgroup" and "devices" in fields[sep + 3].split(","):
+            return True
+    return False
+
+
 def _devices_mount(proc: str) -> tuple[str, str]:
     """(root, mount point) of the cgroup v1 hierarchy with the devices controller."""
     try:
@@ -146,7 +159,7 @@ def allow_devices(
     attached to the cgroup are extended (:func:`nvhook.hook.cgroup_bpf.extend`). ``proc``
     is where this hook's own ``self/mountinfo`` is read."""
     pid, cgroup = init.pid, init.cgroup
-    if "devices" not in _cgroup_paths(pid, cgroup):
+    if "devices" not in _cgroup_paths(pid, cgroup) or not _v1_devices_mounted(proc):
         directory = unified_cgroup(pid, cgroup, proc=proc)
         from nvhook.hook.cgroup_bpf import extend
 

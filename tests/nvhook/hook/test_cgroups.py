@@ -98,6 +98,23 @@ def test_v2_rules_extend_the_device_programs(
     assert calls == [("/sys/fs/cgroup/unified/c1", rules)]
 
 
+def test_v1_devices_cgroup_nobody_mounted_is_v2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hybrid host's private cgroup2-only view (an engine's mount namespace with only a
+    cgroup2 mount on /sys/fs/cgroup): the kernel still lists the pid's v1 devices cgroup,
+    but runc there runs unified, its device rules eBPF programs; those are extended."""
+    from nvhook.hook import cgroup_bpf
+
+    calls: list[str] = []
+    monkeypatch.setattr(cgroup_bpf, "extend", lambda d, r: calls.append(d) or 1)
+    info = "31 25 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+    proc = _proc(tmp_path, "12:devices:/user.slice\n1:name=systemd:/x\n0::/libpod/c1\n", info)
+    rules: list[dict[str, object]] = [{"allow": True, "type": "c", "major": 195, "minor": 1}]
+    assert allow_devices(_init(proc), rules, proc=str(proc)) == "/sys/fs/cgroup/libpod/c1"
+    assert calls == ["/sys/fs/cgroup/libpod/c1"]
+
+
 def test_allow_writes_one_rule_per_write(tmp_path: Path) -> None:
     cg = tmp_path / "cg/c1"
     cg.mkdir(parents=True)
