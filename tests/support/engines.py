@@ -9,8 +9,10 @@ namespace), ``/sys`` and ``/dev`` rbound from the host, tmpfs on ``/run`` and ``
 host paths a test needs (nvhook's checkout with its venv, pytest's temp dir with the mock
 machine and the work dirs, a short socket dir) bound at the same paths, so that the absolute
 paths of nvhook's launchers, configs and CDI specs hold inside. Optionally a cgroup2-only view:
-``mount -t cgroup2 none ROOT/sys/fs/cgroup``. Commands run there with ``nsenter`` (mount and pid
-namespaces) and ``chroot``. Nothing of the host's ``/etc``, ``/run/containerd`` or the cached root
+the rbound ``ROOT/sys/fs/cgroup`` (the host's v1 hierarchies) unmounted, then ``mount -t
+cgroup2 none ROOT/sys/fs/cgroup``, so that no v1 hierarchy is in the namespace's mountinfo.
+Commands run there with ``nsenter`` (mount and pid namespaces) and ``chroot`` (or, pivoted,
+without). Nothing of the host's ``/etc``, ``/run/containerd`` or the cached root
 is written: everything the engine writes goes to the overlay's upper dir or its work dirs.
 
 Leaving a :class:`PrivateRoot` (also on an exception) kills its pid 1: the kernel then kills
@@ -106,10 +108,22 @@ class PrivateRoot:
     ``work`` holds the overlay's upper and work dirs; ``binds`` are host directories bound at
     the same paths inside (besides :data:`CHECKOUT` and :attr:`sockdir`, a short directory for
     unix sockets). ``cgroup2`` mounts a cgroup2 hierarchy on the root's ``/sys/fs/cgroup``.
+    ``pivot`` makes the overlay the namespace's root (``pivot_root``, the host's root
+    detached) instead of a ``chroot`` of every command: the kernel refuses a chrooted process
+    a user namespace of its own (``CLONE_NEWUSER``: EPERM), which rootless podman needs; and
+    a process entering a container's mount namespace (nvhook's prestart hook, ``setns``)
+    lands at the namespace's root, so only there do the engine's paths hold (chrooted, the
+    hook would see the host's directory under the container's rootfs mount).
     """
 
     def __init__(
-        self, lower: Path, work: Path, binds: Sequence[Path] = (), *, cgroup2: bool = False
+        self,
+        lower: Path,
+        work: Path,
+        binds: Sequence[Path] = (),
+        *,
+        cgroup2: bool = False,
+        pivot: bool = False,
     ) -> None:
         self.lower = lower
         self.work = work
@@ -117,6 +131,7 @@ class PrivateRoot:
         self.sockdir = Path(tempfile.mkdtemp(prefix="nvh-eng-"))
         self.binds = [CHECKOUT, self.sockdir, *binds]
         self.cgroup2 = cgroup2
+        self.pivot = pivot
         self._unshare: subprocess.Popen[str] | None = None
         self._spawned: list[subprocess.Popen[bytes]] = []
         self.pid1 = 0
@@ -148,9 +163,14 @@ class PrivateRoot:
         for path in self.binds:
             inside = shlex.quote(f"{self.merged}{path}")
             lines += [f"mkdir -p {inside}", f"mount --bind {shlex.quote(str(path))} {inside}"]
-        if self.cgroup2:
-            lines.append(f"mount -t cgroup2 none {m}/sys/fs/cgroup")
-        lines.append(f"exec {shlex.quote(sys.executable)} -I -S -c {shlex.quote(_REAPER)}")
+        if self.cgroup2:  # the host's v1 hierarchies gone from the view, not only covered
+            lines += [f"umount -R {m}/sys/fs/cgroup", f"mount -t cgroup2 none {m}/sys/fs/cgroup"]
+        python = shlex.quote(sys.executable)
+        if self.pivot:  # the overlay becomes the namespace's root; the host's is detached
+            lines += [f"cd {m}", "mkdir -p .old-root", "pivot_root . .old-root"]
+            lines += ["/usr/bin/umount -l /.old-root", "rmdir /.old-root"]
+            python = "/usr/bin/python3"
+        lines.append(f"exec {python} -I -S -c {shlex.quote(_REAPER)}")
         return "\n".join(lines)
 
     def _start(self) -> None:
@@ -198,7 +218,7 @@ class PrivateRoot:
         if self._unshare is None:
             raise RuntimeError("the private root is not started")
         enter = [require("nsenter"), "--target", str(self.pid1), "--mount", "--pid", "--"]
-        return [*enter, "chroot", str(self.merged), *argv]
+        return [*enter, *argv] if self.pivot else [*enter, "chroot", str(self.merged), *argv]
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **(extra or {})}

@@ -60,5 +60,23 @@ def test_cgroup2_only_view(tmp_path: Path) -> None:
         fstype = root.run("stat", "-f", "-c", "%T", "/sys/fs/cgroup").stdout.strip()
         assert fstype == "cgroup2fs"
         assert "cgroup.controllers" in root.run("ls", "/sys/fs/cgroup").stdout.split()
+        # the host's v1 hierarchies are gone from the view, not only covered: a hook reading
+        # mountinfo finds no v1 devices controller
+        mountinfo = root.run("cat", "/proc/self/mountinfo").stdout
+        assert " - cgroup " not in mountinfo and " - cgroup2 " in mountinfo
     with PrivateRoot(engine_root("trixie"), tmp_path / "plain") as root:  # the host's layout
         assert root.run("stat", "-f", "-c", "%T", "/sys/fs/cgroup").stdout.strip() == "tmpfs"
+
+
+def test_pivoted_root_gives_an_unprivileged_user_a_user_namespace(tmp_path: Path) -> None:
+    """Rootless podman needs ``CLONE_NEWUSER``, which the kernel refuses a chrooted process:
+    pivoted, a user gets one; chrooted, EPERM. The pivoted namespace's root is the overlay."""
+    unshare = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    unshare += ["unshare", "--user", "--map-root-user", "id", "-u"]
+    with PrivateRoot(engine_root("trixie"), tmp_path / "pivot", pivot=True) as root:
+        assert root.run(*unshare).stdout == "0\n"
+        assert root.run("cat", "/etc/debian_version").stdout.startswith("13.")
+        assert root.run("cat", "/proc/1/cmdline").stdout.startswith("/usr/bin/python3")
+    with PrivateRoot(engine_root("trixie"), tmp_path / "chroot") as root:
+        refused = root.run(*unshare, check=False)
+        assert refused.returncode != 0 and "Operation not permitted" in refused.stderr

@@ -54,13 +54,15 @@ def private_root(
     major: int,
     *,
     cgroup2: bool = False,
+    pivot: bool = False,
 ) -> Iterator[Engine]:
     """An :class:`Engine` for a module fixture: pytest's temp dir (the mock machine, the shim's
     config, images, work dirs) is bound inside at the same path; ``cgroup2``: a cgroup2-only
-    ``/sys/fs/cgroup``. Fails unless the engine's version line has `` MAJOR.``."""
+    ``/sys/fs/cgroup``; ``pivot``: the root ``pivot_root``-ed, not chrooted (see
+    :class:`PrivateRoot`). Fails unless the engine's version line has `` MAJOR.``."""
     work = tmp_path_factory.mktemp(name)
     binds = [tmp_path_factory.getbasetemp()]
-    with PrivateRoot(suite_root(suite), work / "root", binds, cgroup2=cgroup2) as root:
+    with PrivateRoot(suite_root(suite), work / "root", binds, cgroup2=cgroup2, pivot=pivot) as root:
         version = root.version(*version_argv)
         assert f" {major}." in version or f" v{major}." in version, version
         yield Engine(name, suite, root, work, version, major)
