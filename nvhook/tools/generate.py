@@ -73,8 +73,9 @@ Decisions:
 - **Version.** The content needs ``cdiVersion`` 0.5.0 (device names starting with a
   digit; ``hostPath`` in device nodes) and nothing newer: no annotations (0.6.0),
   no ``intelRdt`` (0.7.0), no ``netDevices`` (1.1.0), ``additionalGids`` (0.7.0) only for
-  a group-restricted driver. So Debian's podman 4.3 and containerd 1.7.0-1.7.11 read it. :func:`oci.cdi.write.dump_spec`
-  computes the version from the content, deduplicates and validates.
+  a group-restricted driver. So Debian's podman 4.3 and containerd 1.7.0-1.7.11 read it.
+  :func:`oci.cdi.write.dump_spec` computes the version from the content, deduplicates and
+  validates.
 - **Format: JSON by default** (``/var/run/cdi/nvidia.json``). In mode cdi the shim reads
   the spec on container starts: this spec (8 GPUs, every capability) resolves in about
   2 ms from JSON (the stdlib parser) and many times that from YAML (PyYAML's import is a

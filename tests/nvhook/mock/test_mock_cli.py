@@ -74,9 +74,10 @@ def test_create_restricts_the_driver_nodes_to_a_group(
     plain = tmp_path / "plain"
     assert main(["mock", "create", "-p", "h100-pcie", "--nodes", "file", str(plain)]) == 0
     assert stat.S_IMODE((plain / "dev/nvidia0").stat().st_mode) == 0o666
-    assert "DeviceFileGID: 0\nDeviceFileMode: 438\n" in (
-        plain / "proc/driver/nvidia/params"
-    ).read_text()
+    assert (
+        "DeviceFileGID: 0\nDeviceFileMode: 438\n"
+        in (plain / "proc/driver/nvidia/params").read_text()
+    )
     capsys.readouterr()
     bad = ["mock", "create", "-p", "h100-pcie", "--device-file-mode", "rw", str(tmp_path / "b")]
     assert main(bad) == 2

@@ -770,12 +770,15 @@ def test_a_user_outside_the_nodes_group_is_told_what_is_missing(
     groups.append(44)
     driver = [c for c in diagnose(Options(root=str(root))) if c.area == "driver"]
     assert not [c for c in driver if c.status == "fail"]
-    assert Check(
-        "driver",
-        "ok",
-        f"user 1500 opens the device nodes through group {_group_name(44)} (gid 44); rootless "
-        "podman keeps it in the container with --group-add keep-groups (crun)",
-    ) in driver
+    assert (
+        Check(
+            "driver",
+            "ok",
+            f"user 1500 opens the device nodes through group {_group_name(44)} (gid 44); rootless "
+            "podman keeps it in the container with --group-add keep-groups (crun)",
+        )
+        in driver
+    )
 
 
 def _group_name(gid: int) -> str:
