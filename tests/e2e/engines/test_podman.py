@@ -258,15 +258,16 @@ def served_cgroup2(_podman_cgroup2: Served, print_version: Callable[[Engine], No
     return _podman_cgroup2
 
 
-def _check_cgroup2(result: Any, profile: Profile) -> None:
+def _cgroup2_seen(result: Any) -> tuple[list[str], set[str], list[str]]:
+    """(nvidia-smi's UUIDs, the GPU nodes, what reading GPU 1's and GPU 0's nodes said)."""
     assert result.returncode == 0, result.stderr
     probe = parse_probe(result.stdout)
-    assert probe.gpu_uuids == expected_smi_uuids(profile, [1])
-    assert probe.gpu_nodes == {"/dev/nvidia1"}
-    assert _opened(result.stdout) == [
-        _cant_open("/dev/nvidia1", ENXIO),
-        _cant_open("/tmp/gpu0", "Operation not permitted"),
-    ]
+    return probe.gpu_uuids, probe.gpu_nodes, _opened(result.stdout)
+
+
+def _cgroup2_expected(profile: Profile) -> tuple[list[str], set[str], list[str]]:
+    opened = [_cant_open("/dev/nvidia1", ENXIO), _cant_open("/tmp/gpu0", "Operation not permitted")]
+    return expected_smi_uuids(profile, [1]), {"/dev/nvidia1"}, opened
 
 
 def test_cgroup2_hooks_dir(
@@ -279,7 +280,7 @@ def test_cgroup2_hooks_dir(
         options=["--cap-add", "MKNOD"],
         hooks_dir=_hooks_dir(shim, tmp_path),
     )
-    _check_cgroup2(result, profile)
+    assert _cgroup2_seen(result) == _cgroup2_expected(profile)
 
 
 def test_cgroup2_nvhook_runtime(
@@ -294,7 +295,7 @@ def test_cgroup2_nvhook_runtime(
         env={"NVIDIA_VISIBLE_DEVICES": "1"},
         options=["--cap-add", "MKNOD"],
     )
-    _check_cgroup2(result, profile)
+    assert _cgroup2_seen(result) == _cgroup2_expected(profile)
 
 
 # --------------------------------------------------------------------------- rootless
@@ -395,6 +396,20 @@ def test_rootless_without_keep_groups_or_the_group_sees_no_gpu(rootless: Rootles
         probe = parse_probe(result.stdout)
         assert probe.gpu_uuids == [], (user, probe.smi)
         assert _opened(result.stdout) == [_cant_open("/dev/nvidia1", "Permission denied")]
+
+
+def test_rootless_runc_drops_the_groups(rootless: Rootless) -> None:
+    """Why crun: podman's keep-groups is crun's (podman-run(1), ``--group-add``); runc sets
+    the spec's groups, and the user's ``video`` is gone in the container."""
+    podman = rootless.users["gpuuser"]
+    result = podman.run(
+        ["sh", "-c", "id -G; cat /dev/nvidia1 2>&1; true"],
+        runtime="/usr/sbin/runc",
+        devices=["nvidia.com/gpu=1"],
+        options=["--group-add", "keep-groups"],
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1] == _cant_open("/dev/nvidia1", "Permission denied")
 
 
 def _doctor(rootless: Rootless, user: str) -> list[dict[str, str]]:
