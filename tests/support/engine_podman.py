@@ -7,16 +7,19 @@ containers.conf and a storage.conf of its own (``CONTAINERS_CONF``,
 ``cgroupfs`` cgroup manager (no systemd here), file events, no network namespace set-up, and
 nofile/nproc limits of 1024 (root here lacks ``CAP_SYS_RESOURCE``), and no pids limit (this
 VM's cgroup2 hierarchy has none of the v1 controllers, ``pids`` included: runc would fail to
-write ``pids.max`` under a cgroup2-only view). Its low-level runtime is
-the root's runc unless ``runtime`` names another. Nothing of the host's ``/etc/containers``,
+write ``pids.max`` under a cgroup2-only view). Its low-level runtime is the root's runc unless
+``runtime`` names another. Nothing of the host's ``/etc/containers``,
 ``/var/lib/containers`` or ``/run/containers`` is read or written: the root's ``/run`` is its
 own tmpfs.
 
 Rootless (``user=NAME``): the user is made inside the root's overlay (``useradd``, with
 ``/etc/subuid`` and ``/etc/subgid`` ranges and the given supplementary groups), podman runs
-as that user through ``setpriv`` with its ``XDG_RUNTIME_DIR`` under the work dir, storage in
-the user's home, and the root's ``newuidmap``/``newgidmap`` (setuid, from ``uidmap``) map
-its ranges. The image is loaded as that user.
+as that user through ``setpriv`` with its ``XDG_RUNTIME_DIR`` and storage under the work dir
+(the user's own), and the root's ``newuidmap``/``newgidmap`` (setuid, from ``uidmap``) map its
+ranges. Not in the home: that is on the root's overlay, where rootless podman falls back to
+fuse-overlayfs, and this VM's ``/dev/fuse`` is root's alone (0600). The image is loaded as
+that user. :func:`private_dev` gives the root a ``/dev`` with the mock's nodes, which rootless
+podman bind-mounts by their container paths.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from tests.support.basics import Result
 from tests.support.engines import PrivateRoot
 from tests.support.images import BUSYBOX_IMAGE
 
-__all__ = ["EnginePodman", "RootlessUser"]
+__all__ = ["HOST_NODES", "EnginePodman", "RootlessUser", "private_dev"]
 
 
 class RootlessUser:
@@ -45,14 +48,14 @@ class RootlessUser:
 
     def create(self, root: PrivateRoot) -> None:
         """``useradd`` it in ``root`` (its overlay: the cached root stays as it was), with its
-        subordinate id ranges."""
+        subordinate id ranges (ours, not those Debian's useradd picks)."""
         argv = ["useradd", "--uid", str(self.uid), "--create-home", "--shell", "/bin/sh"]
         if self.groups:
             argv += ["--groups", ",".join(self.groups)]
         root.run(*argv, self.name)
-        for name in ("/etc/subuid", "/etc/subgid"):
-            text = f"{self.name}:{self.subids}:65536\n"
-            root.run("sh", "-c", f"printf %s '{text}' > {name}")
+        line = f"{self.name}:{self.subids}:65536"
+        for name in ("/etc/subuid", "/etc/subgid"):  # useradd may have given it a range
+            root.run("sh", "-c", f"sed -i '/^{self.name}:/d' {name}; echo {line} >> {name}")
 
 
 class EnginePodman:
