@@ -65,8 +65,9 @@ Decisions:
   included), every IMEX channel and NVSwitch, and the DRI nodes with graphics/display.
 - **A driver that restricts its nodes to a group** (``NVreg_DeviceFileGID=44
   NVreg_DeviceFileMode=0660``: ``root:video 0660``) gets spec-level ``additionalGids``
-  with that group (:func:`with_node_groups`): a container process of another user (``podman
-  run --user 1000``) then holds the group of the nodes the spec creates with it. Rootless
+  with that group (:func:`nvhook.discover.nodes.with_node_groups`, as jit mode does): a
+  container process of another user (``podman run --user 1000``) then holds the group of
+  the nodes the spec creates with it. Rootless
   podman cannot use it: there the nodes are the host's, bind-mounted, and a group id inside
   the user namespace is not the host's ``video``; the user's own groups reach the container
   with ``--group-add keep-groups`` (crun), which ``nvhook doctor`` checks.
@@ -100,6 +101,7 @@ from nvhook.discover.nodes import (
     feature_nodes,
     gpu_nodes,
     imex_nodes,
+    node_groups,
     nvswitch_nodes,
     with_host_access,
 )
@@ -207,20 +209,16 @@ def generate_spec(
     else:
         devices = _feature_devices(kind, host, all_device)
         edits, gpus, files, caps = Edits(), HostGpus((), "procfs"), None, ()
-    edits = with_node_groups(edits, devices)
+    edits = _with_device_groups(edits, devices)
     spec = Spec.create(cdi_kind, devices, edits=edits, source=f"{cdi_kind} on {host.root}")
     return Generated(spec, gpus, files, caps, kind)
 
 
-def with_node_groups(edits: Edits, devices: Collection[Device]) -> Edits:
-    """The spec-level ``edits`` with ``additionalGids``: the groups of the driver's nodes that
-    only their group may open (the spec records their ``gid``: :func:`with_host_access`), so
-    a container process of another user may open the nodes it is given (CDI 0.7.0). Groups
-    of ``/dev/dri`` nodes alone (a DRM card is ``video`` ``0660`` everywhere) add none: they
-    would raise every graphics spec's version past what older consumers read."""
-    nodes = [*edits.device_nodes, *(n for d in devices for n in d.edits.device_nodes)]
-    gids = {n.gid for n in nodes if n.gid and not n.path.startswith("/dev/dri/")}
-    if not gids:
+def _with_device_groups(edits: Edits, devices: Collection[Device]) -> Edits:
+    """The spec-level ``edits`` with the groups of every device's nodes too
+    (:func:`nvhook.discover.nodes.node_groups`; the control nodes' come from the planner)."""
+    gids = node_groups(n for d in devices for n in d.edits.device_nodes)
+    if not gids - set(edits.additional_gids):
         return edits
     return edits._replace(additional_gids=tuple(sorted(gids.union(edits.additional_gids))))
 

@@ -445,9 +445,10 @@ def test_rootless_doctor_names_what_is_missing(rootless: Rootless) -> None:
     ), gpuuser
 
 
-def test_rootful_user_gets_the_nodes_group(served: Served, tmp_path: Path) -> None:
+def test_rootful_user_gets_the_nodes_group(served: Served, shim: Shim, tmp_path: Path) -> None:
     """Rootful podman, a container process of uid 1000: the restricted spec's
-    ``additionalGids`` give it ``video``, so GPU 1's node (``root:video 0660``) opens."""
+    ``additionalGids`` give it ``video``, so GPU 1's node (``root:video 0660``) opens; and
+    nvhook-runtime's jit mode gives it the same group."""
     machine = tmp_path / "video"
     create("dgx-a100", machine, nodes="char", device_file_gid=VIDEO, device_file_mode=0o660)
     spec_file = tmp_path / "video.json"
@@ -465,7 +466,15 @@ def test_rootful_user_gets_the_nodes_group(served: Served, tmp_path: Path) -> No
         )
     finally:
         root.run("rm", "-f", "/etc/cdi/video.json")
-    assert result.returncode == 0, result.stderr
-    groups, opened = result.stdout.splitlines()[:2]
-    assert str(VIDEO) in groups.split(), groups
-    assert opened == _cant_open("/dev/nvidia1", ENXIO)
+    config = shim.with_config(f"{served.engine.name}-video", host={"root": str(machine)})
+    jit = served.podman.with_conmon_env("video", config.extra_env).run(
+        ["sh", "-c", "id -G; cat /dev/nvidia1 2>&1; true"],
+        runtime=shim.binary,
+        env={"NVIDIA_VISIBLE_DEVICES": "1"},
+        options=["--user", "1000:1000"],
+    )
+    for done in (result, jit):
+        assert done.returncode == 0, done.stderr
+        groups, opened = done.stdout.splitlines()[:2]
+        assert groups.split() == ["1000", str(VIDEO)], groups
+        assert opened == _cant_open("/dev/nvidia1", ENXIO)

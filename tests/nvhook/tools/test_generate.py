@@ -345,6 +345,13 @@ def test_a_group_restricted_driver_gives_its_group_to_the_process(tmp_path: Path
     assert applied["process"]["user"]["additionalGids"] == [44]
     ctl = next(d for d in applied["linux"]["devices"] if d["path"] == "/dev/nvidiactl")
     assert (ctl["fileMode"], ctl["gid"]) == (0o660, 44)
+    # jit mode gives the process the same group (the planner makes both modes' edits)
+    from nvhook.planner import plan
+    from nvhook.requests.ids import Devices, Index, Requests
+
+    asked = Requests(Devices((Index(1),)), capabilities=("compute",))
+    jit = plan(asked, Host(root=str(tmp_path / "video")))
+    assert jit.edits.additional_gids == (44,)
     # the default driver (0666) and a DRM card's video group alone add no group
     create("l40s-x4", tmp_path / "plain")
     plain = generate_spec(Host(root=str(tmp_path / "plain")), capabilities=["graphics"]).spec
