@@ -12,12 +12,20 @@ namespace, so the paths are absolute), never looked up by pid again.
   the container's ``devices`` cgroup is its line of that text, the controller's mount from
   ``/proc/self/mountinfo``, and each rule written to its ``devices.allow``
   (``c 195:0 rwm``), one write per rule, as the kernel parses them.
-- **cgroup v2** (unified only: no v1 ``devices`` controller for the pid, or none mounted,
-  runc's unified mode, which it picks by ``/sys/fs/cgroup``'s type) controls devices
-  with eBPF programs that runc attaches to the container's cgroup: each is replaced by one
-  that allows exactly the new nodes, then runs the old program's own instructions
-  (:mod:`nvhook.hook.cgroup_bpf`, imported only on this path). The cgroup is the pid's
-  ``0::`` line under the ``cgroup2`` mount of ``/proc/self/mountinfo``.
+- **cgroup v2** (unified only: no v1 ``devices`` controller for the pid, or none mounted
+  where this hook can see it) controls devices with eBPF programs that runc attaches to the
+  container's cgroup: each is replaced by one that allows exactly the new nodes, then runs
+  the old program's own instructions (:mod:`nvhook.hook.cgroup_bpf`, imported only on this
+  path). The cgroup is the pid's ``0::`` line under the ``cgroup2`` mount of
+  ``/proc/self/mountinfo``.
+
+Only mounts this hook can see count (:func:`_visible`): a mount made later on the same point
+or on one of its ancestors hides it. That is how a host whose kernel still has v1 hierarchies
+gives an engine a cgroup2-only view (``mount -t cgroup2 none /sys/fs/cgroup`` over the v1
+tmpfs, in the engine's mount namespace): the pid still has a ``devices`` line in its
+``/proc/<pid>/cgroup`` (the kernel lists every hierarchy), and the v1 mounts are still in
+``mountinfo``, but runc decides by what ``/sys/fs/cgroup`` is (``statfs``: cgroup2, so its
+eBPF filter) and the hidden ``devices`` directory cannot be opened.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from nvhook.hook.update_ldcache import unescape_mountinfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
 
     from nvhook.hook.container_init import ContainerInit
@@ -75,7 +83,13 @@ def devices_cgroup(pid: int, cgroup: str, *, proc: str = "/proc") -> str:
             f"pid {pid} has no cgroup v1 devices controller: its device cgroup is cgroup "
             "v2 (eBPF) or absent"
         )
-    mount_root, mount_point = _devices_mount(proc)
+    found = _devices_mount(proc)
+    if found is None:
+        raise HookError(
+            "no cgroup v1 devices hierarchy is mounted on this host: cannot grant the GPUs "
+            "in hook mode; use nvhook-runtime as the runtime"
+        )
+    mount_root, mount_point = found
     if mount_root != "/":
         if relative != mount_root and not relative.startswith(mount_root.rstrip("/") + "/"):
             raise HookError(
@@ -95,11 +109,9 @@ def unified_cgroup(pid: int, cgroup: str, *, proc: str = "/proc") -> str:
     if relative is None:
         raise HookError(f"pid {pid} is in no cgroup v1 devices controller nor cgroup v2")
     point = None
-    for fields in _mountinfo(proc):
-        sep = fields.index("-")
-        if fields[sep + 1] == "cgroup2" and fields[3] == "/":
-            point = unescape_mountinfo(fields[4])
-            break
+    for fields in _visible(_mountinfo(proc), lambda f: _fstype(f) == "cgroup2" and f[3] == "/"):
+        point = unescape_mountinfo(fields[4])
+        break
     if point is None:
         raise HookError("no cgroup2 hierarchy is mounted on this host")
     parts = [p for p in relative.split("/") if p]
@@ -117,37 +129,48 @@ def _mountinfo(proc: str) -> list[list[str]]:
     return [fields for fields in (line.split(" ") for line in lines) if "-" in fields]
 
 
-def _v1_devices_mounted(proc: str) -> bool:
-    """Whether a cgroup v1 hierarchy with the devices controller is mounted here: where none
-    is (``/sys/fs/cgroup`` a cgroup2 mount), runc runs in unified mode and its device rules
-    are eBPF programs, even when the kernel keeps the pid in a v1 devices cgroup that nobody
-    mounted (the controller bound to v1 elsewhere: a hybrid host's private cgroup2 view)."""
-    for fields in _mountinfo(proc):
-        sep = fields.index("-")
-        if fields[sep + 1] == "cgroup" and "devices" in fields[sep + 3].split(","):
-            return True
-    return False
-
-
-def _devices_mount(proc: str) -> tuple[str, str]:
-    """(root, mount point) of the cgroup v1 hierarchy with the devices controller."""
-    try:
-        with open(f"{proc}/self/mountinfo") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise HookError(f"cannot read {proc}/self/mountinfo: {e.strerror}") from None
-    for line in lines:
-        fields = line.split(" ")
-        try:
-            sep = fields.index("-")
-        except ValueError:
+def _visible(entries: list[list[str]], wanted: Callable[[list[str]], bool]) -> list[list[str]]:
+    """The ``mountinfo`` entries that are ``wanted`` and whose mount is not hidden: by a later
+    entry (the kernel lists a namespace's mounts in the order they were made) on the same
+    mount point or on an ancestor of it, unless that entry is one of its own parent mounts.
+    Linear in the entries for each wanted one (a node may have thousands of mounts)."""
+    parent = {fields[0]: fields[1] for fields in entries}
+    visible = []
+    for i, fields in enumerate(entries):
+        if not wanted(fields):
             continue
-        if fields[sep + 1] == "cgroup" and "devices" in fields[sep + 3].split(","):
-            return unescape_mountinfo(fields[3]), unescape_mountinfo(fields[4])
-    raise HookError(
-        "no cgroup v1 devices hierarchy is mounted on this host: cannot grant the GPUs "
-        "in hook mode; use nvhook-runtime as the runtime"
-    )
+        ancestors, mount_id = set(), fields[1]
+        while mount_id in parent and mount_id not in ancestors:
+            ancestors.add(mount_id)
+            mount_id = parent[mount_id]
+        point = unescape_mountinfo(fields[4])
+        if not any(
+            later[0] not in ancestors and _covers(unescape_mountinfo(later[4]), point)
+            for later in entries[i + 1 :]
+        ):
+            visible.append(fields)
+    return visible
+
+
+def _covers(outer: str, inner: str) -> bool:
+    """Whether a mount on ``outer`` covers the path ``inner`` (equal, or an ancestor)."""
+    return outer == inner or inner.startswith(outer.rstrip("/") + "/")
+
+
+def _fstype(fields: list[str]) -> str:
+    return fields[fields.index("-") + 1]
+
+
+def _devices_mount(proc: str) -> tuple[str, str] | None:
+    """(root, mount point) of the visible cgroup v1 hierarchy with the devices controller."""
+
+    def devices(fields: list[str]) -> bool:
+        options = fields[fields.index("-") + 3]
+        return _fstype(fields) == "cgroup" and "devices" in options.split(",")
+
+    for fields in _visible(_mountinfo(proc), devices):
+        return unescape_mountinfo(fields[3]), unescape_mountinfo(fields[4])
+    return None
 
 
 def allow_devices(
@@ -159,7 +182,7 @@ def allow_devices(
     attached to the cgroup are extended (:func:`nvhook.hook.cgroup_bpf.extend`). ``proc``
     is where this hook's own ``self/mountinfo`` is read."""
     pid, cgroup = init.pid, init.cgroup
-    if "devices" not in _cgroup_paths(pid, cgroup) or not _v1_devices_mounted(proc):
+    if "devices" not in _cgroup_paths(pid, cgroup) or _devices_mount(proc) is None:
         directory = unified_cgroup(pid, cgroup, proc=proc)
         from nvhook.hook.cgroup_bpf import extend
 

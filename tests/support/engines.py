@@ -4,16 +4,18 @@ A root (:func:`engine_root`) is made by :func:`tests.packaging.debianroot.debian
 cached under ``$NVHOOK_TEST_CACHE`` on this machine; a cold build is ~40 s) with
 :data:`PACKAGES`. An engine runs from an overlay of it inside a :class:`PrivateRoot`: a mount and
 pid namespace of its own (``unshare --mount --propagation private --pid --fork``), whose pid 1 is
-a small reaper on the host's Python; in it the overlay, a fresh ``/proc`` (of that pid
+a small reaper on the root's Python; in it the overlay, a fresh ``/proc`` (of that pid
 namespace), ``/sys`` and ``/dev`` rbound from the host, tmpfs on ``/run`` and ``/tmp``, and the
 host paths a test needs (nvhook's checkout with its venv, pytest's temp dir with the mock
 machine and the work dirs, a short socket dir) bound at the same paths, so that the absolute
 paths of nvhook's launchers, configs and CDI specs hold inside. Optionally a cgroup2-only view:
-the rbound ``ROOT/sys/fs/cgroup`` (the host's v1 hierarchies) unmounted, then ``mount -t
-cgroup2 none ROOT/sys/fs/cgroup``, so that no v1 hierarchy is in the namespace's mountinfo.
-Commands run there with ``nsenter`` (mount and pid namespaces) and ``chroot`` (or, pivoted,
-without). Nothing of the host's ``/etc``, ``/run/containerd`` or the cached root
-is written: everything the engine writes goes to the overlay's upper dir or its work dirs.
+``mount -t cgroup2 none ROOT/sys/fs/cgroup``. Then the overlay is made the namespace's root
+(``pivot_root``, the host's root unmounted): a process that enters a container's mount
+namespace (``setns``, as nvhook's hook mode does) has its root reset to that namespace's root,
+which under a ``chroot`` would be the host's ``/``, not the engine's. Commands run there with
+``nsenter`` (mount and pid namespaces; entering makes the overlay their root). Nothing of the
+host's ``/etc``, ``/run/containerd`` or the cached root is written: everything the engine writes
+goes to the overlay's upper dir or its work dirs.
 
 Leaving a :class:`PrivateRoot` (also on an exception) kills its pid 1: the kernel then kills
 every process of the namespace (the engine, its shims, containers) before pid 1 is reaped, and
@@ -34,7 +36,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import tomllib
@@ -50,6 +51,7 @@ from tests.support.basics import Result, require
 __all__ = [
     "CHECKOUT",
     "PACKAGES",
+    "PATH",
     "SUITES",
     "EngineContainerd",
     "PrivateRoot",
@@ -57,11 +59,12 @@ __all__ = [
     "engine_root",
 ]
 
-#: What every engine root holds: containerd, Docker, podman (rootless too: uidmap, passt,
+#: What every engine root holds: containerd, Docker (dockerd and its client, a Recommends that
+#: mmdebstrap does not install), podman (rootless too: uidmap, passt,
 #: slirp4netns, fuse-overlayfs), runc and crun, and the Python that runs nvhook inside.
 PACKAGES = (
-    "ca-certificates", "containerd", "crun", "docker.io", "fuse-overlayfs", "iproute2",
-    "passt", "podman", "python3", "runc", "slirp4netns", "uidmap",
+    "ca-certificates", "containerd", "crun", "docker-cli", "docker.io", "fuse-overlayfs",
+    "iproute2", "passt", "podman", "python3", "runc", "slirp4netns", "uidmap",
 )  # fmt: skip
 #: nvhook's checkout (with its .venv): bound at the same path inside every private root.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -108,22 +111,10 @@ class PrivateRoot:
     ``work`` holds the overlay's upper and work dirs; ``binds`` are host directories bound at
     the same paths inside (besides :data:`CHECKOUT` and :attr:`sockdir`, a short directory for
     unix sockets). ``cgroup2`` mounts a cgroup2 hierarchy on the root's ``/sys/fs/cgroup``.
-    ``pivot`` makes the overlay the namespace's root (``pivot_root``, the host's root
-    detached) instead of a ``chroot`` of every command: the kernel refuses a chrooted process
-    a user namespace of its own (``CLONE_NEWUSER``: EPERM), which rootless podman needs; and
-    a process entering a container's mount namespace (nvhook's prestart hook, ``setns``)
-    lands at the namespace's root, so only there do the engine's paths hold (chrooted, the
-    hook would see the host's directory under the container's rootfs mount).
     """
 
     def __init__(
-        self,
-        lower: Path,
-        work: Path,
-        binds: Sequence[Path] = (),
-        *,
-        cgroup2: bool = False,
-        pivot: bool = False,
+        self, lower: Path, work: Path, binds: Sequence[Path] = (), *, cgroup2: bool = False
     ) -> None:
         self.lower = lower
         self.work = work
@@ -131,7 +122,6 @@ class PrivateRoot:
         self.sockdir = Path(tempfile.mkdtemp(prefix="nvh-eng-"))
         self.binds = [CHECKOUT, self.sockdir, *binds]
         self.cgroup2 = cgroup2
-        self.pivot = pivot
         self._unshare: subprocess.Popen[str] | None = None
         self._spawned: list[subprocess.Popen[bytes]] = []
         self.pid1 = 0
@@ -163,14 +153,18 @@ class PrivateRoot:
         for path in self.binds:
             inside = shlex.quote(f"{self.merged}{path}")
             lines += [f"mkdir -p {inside}", f"mount --bind {shlex.quote(str(path))} {inside}"]
-        if self.cgroup2:  # the host's v1 hierarchies gone from the view, not only covered
-            lines += [f"umount -R {m}/sys/fs/cgroup", f"mount -t cgroup2 none {m}/sys/fs/cgroup"]
-        python = shlex.quote(sys.executable)
-        if self.pivot:  # the overlay becomes the namespace's root; the host's is detached
-            lines += [f"cd {m}", "mkdir -p .old-root", "pivot_root . .old-root"]
-            lines += ["/usr/bin/umount -l /.old-root", "rmdir /.old-root"]
-            python = "/usr/bin/python3"
-        lines.append(f"exec {python} -I -S -c {shlex.quote(_REAPER)}")
+        if self.cgroup2:
+            lines.append(f"mount -t cgroup2 none {m}/sys/fs/cgroup")
+        # the overlay becomes the namespace's root: setns into a container's mount namespace
+        # (nvhook's hook mode) then resolves paths as the engine does, as on a node
+        lines += [
+            f"mkdir -p {m}/.oldroot",
+            f"cd {m}",
+            f"{shlex.quote(require('pivot_root'))} . .oldroot",
+            "umount -l /.oldroot",
+            "rmdir /.oldroot",
+            f"exec /usr/bin/python3 -I -S -c {shlex.quote(_REAPER)}",
+        ]
         return "\n".join(lines)
 
     def _start(self) -> None:
@@ -217,8 +211,8 @@ class PrivateRoot:
         """``argv`` (a path inside the root) as a host command that runs it there."""
         if self._unshare is None:
             raise RuntimeError("the private root is not started")
-        enter = [require("nsenter"), "--target", str(self.pid1), "--mount", "--pid", "--"]
-        return [*enter, *argv] if self.pivot else [*enter, "chroot", str(self.merged), *argv]
+        # entering the mount namespace makes its root, the overlay, this program's root
+        return [require("nsenter"), "--target", str(self.pid1), "--mount", "--pid", "--", *argv]
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **(extra or {})}

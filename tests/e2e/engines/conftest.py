@@ -2,8 +2,8 @@
 (made or found once per session), and :class:`Engine`, a root started privately for a module.
 
 Run one engine's tests alone with ``./dev test tests/e2e/engines -k containerd2`` (or
-``containerd17``). Each test prints the version of the engine it ran (``-rA`` or ``-s`` shows
-it) and records it as the junit property ``engine``.
+``containerd17``, ``docker28``, ``docker26``). Each test prints the version of the engine it
+ran (``-rA`` or ``-s`` shows it) and records it as the junit property ``engine``.
 """
 
 from __future__ import annotations
@@ -54,15 +54,13 @@ def private_root(
     major: int,
     *,
     cgroup2: bool = False,
-    pivot: bool = False,
 ) -> Iterator[Engine]:
     """An :class:`Engine` for a module fixture: pytest's temp dir (the mock machine, the shim's
     config, images, work dirs) is bound inside at the same path; ``cgroup2``: a cgroup2-only
-    ``/sys/fs/cgroup``; ``pivot``: the root ``pivot_root``-ed, not chrooted (see
-    :class:`PrivateRoot`). Fails unless the engine's version line has `` MAJOR.``."""
+    ``/sys/fs/cgroup``. Fails unless the engine's version line has `` MAJOR.``."""
     work = tmp_path_factory.mktemp(name)
     binds = [tmp_path_factory.getbasetemp()]
-    with PrivateRoot(suite_root(suite), work / "root", binds, cgroup2=cgroup2, pivot=pivot) as root:
+    with PrivateRoot(suite_root(suite), work / "root", binds, cgroup2=cgroup2) as root:
         version = root.version(*version_argv)
         assert f" {major}." in version or f" v{major}." in version, version
         yield Engine(name, suite, root, work, version, major)

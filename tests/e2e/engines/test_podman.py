@@ -27,8 +27,9 @@ nodes ``root:video 0660`` in the root's own ``/dev``): rootless podman cannot ``
 runtime bind-mounts the host's nodes, and the container's process opens them only with the
 user's own ``video`` membership, which only ``--group-add keep-groups`` keeps (crun: it skips
 ``setgroups``; runc drops the groups). crun runs only on cgroup2 here (the VM's hybrid
-hierarchy: tests/e2e/engines/test_lowlevel.py), so the rootless root is cgroup2-only; the
-kernel refuses a chrooted process a user namespace, so that root is ``pivot_root``-ed. Proven:
+hierarchy: tests/e2e/engines/test_lowlevel.py), so the rootless root is cgroup2-only (the
+harness's roots are ``pivot_root``-ed, not chrooted: the kernel refuses a chrooted process
+the user namespace rootless podman needs). Proven:
 with keep-groups the container opens GPU 1 (ENXIO) and ``nvidia-smi -L`` lists it; without it,
 or for a user outside ``video``, the node is EACCES and nothing is listed, and ``nvhook doctor``
 run as that user says in one line what is missing. The spec's ``additionalGids`` (the nodes'
@@ -100,7 +101,7 @@ def _podman(
 ) -> Iterator[Served]:
     suite, minor = PODMANS[request.param]
     for engine in private_root(
-        suite_root, tmp_path_factory, request.param, suite, ("podman", "--version"), 5, pivot=True
+        suite_root, tmp_path_factory, request.param, suite, ("podman", "--version"), 5
     ):
         assert minor in engine.version, engine.version
         yield _serve(engine, dgx, busybox_image)
@@ -244,7 +245,6 @@ def _podman_cgroup2(
         ("podman", "--version"),
         5,
         cgroup2=True,
-        pivot=True,
     ):
         assert minor in engine.version, engine.version
         fstype = engine.root.run("stat", "-f", "-c", "%T", "/sys/fs/cgroup").stdout.strip()
@@ -333,9 +333,7 @@ def _rootless(
         image = work / "busybox.tar"
         shutil.copy(busybox_image, image)
         image.chmod(0o644)
-        with PrivateRoot(
-            suite_root(suite), work / "root", [work], cgroup2=True, pivot=True
-        ) as root:
+        with PrivateRoot(suite_root(suite), work / "root", [work], cgroup2=True) as root:
             version = root.version("podman", "--version")
             assert minor in version, version
             engine = Engine(request.param, suite, root, work, version, 5)

@@ -98,21 +98,40 @@ def test_v2_rules_extend_the_device_programs(
     assert calls == [("/sys/fs/cgroup/unified/c1", rules)]
 
 
-def test_v1_devices_cgroup_nobody_mounted_is_v2(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A hybrid host's private cgroup2-only view (an engine's mount namespace with only a
-    cgroup2 mount on /sys/fs/cgroup): the kernel still lists the pid's v1 devices cgroup,
-    but runc there runs unified, its device rules eBPF programs; those are extended."""
+#: A kernel with v1 hierarchies, seen from a mount namespace that mounted cgroup2 over the v1
+#: tmpfs (a cgroup2-only view, as an engine gets it): the v1 mounts are listed but hidden.
+MOUNTINFO_OVERMOUNTED = (
+    "23 22 0:22 / /sys rw - sysfs sysfs rw\n"
+    "29 23 0:25 / /sys/fs/cgroup ro - tmpfs tmpfs ro\n"
+    "30 29 0:26 / /sys/fs/cgroup/devices rw,nosuid - cgroup cgroup rw,devices\n"
+    "31 29 0:27 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+    "40 23 0:27 / /sys/fs/cgroup rw - cgroup2 none rw\n"
+)
+
+
+def test_hidden_v1_mounts_do_not_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pid still has a devices line, but runc's filter is the eBPF one of the visible
+    cgroup2 mount: that one is extended, under /sys/fs/cgroup (not the hidden unified)."""
     from nvhook.hook import cgroup_bpf
 
     calls: list[str] = []
-    monkeypatch.setattr(cgroup_bpf, "extend", lambda d, r: calls.append(d) or 1)
-    info = "31 25 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
-    proc = _proc(tmp_path, "12:devices:/user.slice\n1:name=systemd:/x\n0::/libpod/c1\n", info)
+    monkeypatch.setattr(cgroup_bpf, "extend", lambda directory, rules: calls.append(directory))
+    proc = _proc(tmp_path, "12:devices:/\n0::/docker/c1\n", MOUNTINFO_OVERMOUNTED)
     rules: list[dict[str, object]] = [{"allow": True, "type": "c", "major": 195, "minor": 1}]
-    assert allow_devices(_init(proc), rules, proc=str(proc)) == "/sys/fs/cgroup/libpod/c1"
-    assert calls == ["/sys/fs/cgroup/libpod/c1"]
+    assert allow_devices(_init(proc), rules, proc=str(proc)) == "/sys/fs/cgroup/docker/c1"
+    assert calls == ["/sys/fs/cgroup/docker/c1"]
+    with pytest.raises(HookError, match="no cgroup v1 devices hierarchy is mounted"):
+        devices_cgroup(42, _cg(proc), proc=str(proc))
+
+
+def test_a_mount_below_a_later_one_of_its_own_parent_chain_stays(tmp_path: Path) -> None:
+    """A later entry that is the devices mount's own parent does not hide it."""
+    info = (
+        "30 41 0:26 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n"
+        "41 23 0:25 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+    )
+    proc = _proc(tmp_path, "12:devices:/c1\n", info)
+    assert devices_cgroup(42, _cg(proc), proc=str(proc)) == "/sys/fs/cgroup/devices/c1"
 
 
 def test_allow_writes_one_rule_per_write(tmp_path: Path) -> None:
