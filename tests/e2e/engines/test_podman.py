@@ -29,12 +29,12 @@ user's own ``video`` membership, which only ``--group-add keep-groups`` keeps (c
 ``setgroups``; runc drops the groups). crun runs only on cgroup2 here (the VM's hybrid
 hierarchy: tests/e2e/engines/test_lowlevel.py), so the rootless root is cgroup2-only (the
 harness's roots are ``pivot_root``-ed, not chrooted: the kernel refuses a chrooted process
-the user namespace rootless podman needs). Proven:
-with keep-groups the container opens GPU 1 (ENXIO) and ``nvidia-smi -L`` lists it; without it,
-or for a user outside ``video``, the node is EACCES and nothing is listed, and ``nvhook doctor``
-run as that user says in one line what is missing. The spec's ``additionalGids`` (the nodes'
-group, for a container process of another user under rootful podman, checked here with
-``--user 1000``) does not get in the way.
+the user namespace rootless podman needs). Proven: with keep-groups the container opens GPU 1
+(ENXIO) and ``nvidia-smi -L`` lists it; without it, under runc, or for a user outside
+``video``, the node is EACCES and nothing is listed, and ``nvhook doctor`` run as that user
+says in one line what is missing. The ``additionalGids`` that the spec and jit mode give the
+process (the nodes' group, for a container process of another user under rootful podman,
+checked here with ``--user 1000``) do not get in the way.
 """
 
 from __future__ import annotations
