@@ -83,6 +83,12 @@ class UnknownProfileError(MockError):
     exit_code = ExitCode.USAGE
 
 
+class MockOptionError(MockError):
+    """A mock machine option out of range (a node mode, a group id)."""
+
+    exit_code = ExitCode.USAGE
+
+
 class WorkdirError(NvhookError):
     exit_code = ExitCode.IO
 

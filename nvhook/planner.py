@@ -36,6 +36,7 @@ from nvhook.discover.nodes import (
     imex_nodes,
     nvswitch_nodes,
     with_host_access,
+    with_node_groups,
 )
 from nvhook.errors import DriverError
 from nvhook.requests.ids import All, Requests, Void
@@ -163,8 +164,9 @@ def plan(
     if enabled:
         edits += feature_nodes(enabled, dev_root=host.dev_root)
     # each node as the host has it (a 0660 render node stays 0660, of its group), as a
-    # generated spec records it: without fileMode runc would make every node 0666
-    edits = with_host_access(edits)
+    # generated spec records it: without fileMode runc would make every node 0666; and the
+    # group of a group-restricted driver's nodes for the process
+    edits = with_node_groups(with_host_access(edits))
     files = discover_driver_files(
         host.driver_root,
         requests.capabilities,

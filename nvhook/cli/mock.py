@@ -8,6 +8,7 @@ from typing import Any, cast
 
 import click
 
+from nvhook.errors import MockOptionError
 from nvhook.mock import NodeMode, list_profiles, load_profile
 from nvhook.mock import create as create_machine
 from nvhook.mock.model import Gpu, Profile
@@ -44,10 +45,38 @@ def profiles(names: tuple[str, ...], as_json: bool) -> None:
     show_default=True,
     help="Device nodes as character devices (root) or regular files; auto: char when root.",
 )
+@click.option(
+    "--device-file-gid",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="The group of the GPU, control and UVM nodes (the driver's NVreg_DeviceFileGID; "
+    "44: video). Needs root.",
+)
+@click.option(
+    "--device-file-mode",
+    default="0666",
+    show_default=True,
+    help="Their mode, octal (the driver's NVreg_DeviceFileMode; 0660: the group only).",
+)
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-def create(profile: str, nodes: str, directory: Path) -> None:
+def create(
+    profile: str, nodes: str, device_file_gid: int, device_file_mode: str, directory: Path
+) -> None:
     """Lay out PROFILE as a fake host root at DIRECTORY (new or empty)."""
-    machine = create_machine(profile, directory, nodes=cast(NodeMode, nodes))
+    try:
+        mode = int(device_file_mode, 8)
+    except ValueError:
+        raise MockOptionError(
+            f"--device-file-mode {device_file_mode!r}: expected an octal mode (e.g. 0660)"
+        ) from None
+    machine = create_machine(
+        profile,
+        directory,
+        nodes=cast(NodeMode, nodes),
+        device_file_gid=device_file_gid,
+        device_file_mode=mode,
+    )
     p = machine.profile
     migs = sum(len(g.mig_devices) for g in p.gpus)
     click.echo(

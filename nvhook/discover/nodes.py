@@ -38,8 +38,10 @@ __all__ = [
     "feature_nodes",
     "gpu_nodes",
     "imex_nodes",
+    "node_groups",
     "nvswitch_nodes",
     "with_host_access",
+    "with_node_groups",
 ]
 
 NVIDIA_MAJOR = 195
@@ -226,6 +228,25 @@ def with_host_access(edits: Edits) -> Edits:
             )
         )
     return edits._replace(device_nodes=tuple(nodes))
+
+
+def node_groups(nodes: Iterable[DeviceNode]) -> set[int]:
+    """The groups (not 0) of the driver's nodes among ``nodes`` that only their group may
+    open: those :func:`with_host_access` gave a ``gid``. A ``/dev/dri`` node's group alone
+    counts for nothing (a DRM card is ``video`` ``0660`` on every host, and a group would
+    raise every graphics spec's ``cdiVersion`` past what older consumers read)."""
+    return {n.gid for n in nodes if n.gid and not n.path.startswith("/dev/dri/")}
+
+
+def with_node_groups(edits: Edits) -> Edits:
+    """``edits`` with ``additionalGids``: the :func:`node_groups` of its nodes, so that a
+    container process of a user other than root (``podman run --user 1000``) may open the
+    nodes of a driver loaded with ``NVreg_DeviceFileGID``/``DeviceFileMode`` (``root:video
+    0660``), in jit mode and in a generated spec alike (CDI 0.7.0, only then)."""
+    gids = node_groups(edits.device_nodes)
+    if not gids:
+        return edits
+    return edits._replace(additional_gids=tuple(sorted(gids.union(edits.additional_gids))))
 
 
 def dri_nodes(selected: Iterable[Selected], host: HostGpus, *, dev_root: str) -> Edits:

@@ -122,12 +122,42 @@ def prestart(state: State, *, log: Callable[[str], None]) -> bool:
         for step in steps:
             step(rootfs)
 
+    if steps:  # they run inside the container's mount namespace: import what they need here
+        for name in _STEP_IMPORTS:
+            __import__(name)
+
     # the pid is checked and held before any cgroup or mount namespace is touched; both
     # steps act on what the check read, never on the pid again
     with check_init(state.pid) as init:
         allow_devices(init, rules)
         inject(init, rootfs, devices=devices, mounts=mounts, then=then)
     return True
+
+
+#: What the createContainer steps import when they run (each found by
+#: tests/nvhook/hook/test_prestart_imports.py): they run in a child after it entered the
+#: container's mount namespace (:func:`nvhook.hook.mountns.inject`), where nothing of the
+#: host's is found. Python 3.12+ has ``os.setns`` (``ctypes`` is then not loaded yet), and
+#: Debian 13's 3.13 and sid's 3.14 ship ``resource`` and ``select`` as lib-dynload files
+#: where Debian 12's 3.11 has them built in.
+_STEP_IMPORTS = (
+    "ctypes",
+    "resource",
+    "select",
+    "signal",
+    "struct",
+    "nvhook.constants",
+    "nvhook.errors",
+    "nvhook.hook.app_profile",
+    "nvhook.hook.create_container",
+    "nvhook.hook.create_symlinks",
+    "nvhook.hook.cuda_compat",
+    "nvhook.hook.device_files",
+    "nvhook.hook.mountns",
+    "nvhook.hook.update_ldcache",
+    "nvhook.rootfs.safepath",
+    "oci.jsoncodec",
+)
 
 
 def _hook_step(hook: Hook, ldconfig: str, env: Mapping[str, str]) -> Callable[[str], None]:

@@ -28,8 +28,12 @@ __all__ = ["VIDEO_GID", "write_dev", "write_run"]
 VIDEO_GID = 44
 
 
-def write_dev(tree: Tree, prof: Profile) -> None:
-    """``dev/``: DRM cards of other vendors always, the driver's nodes when it is loaded."""
+def write_dev(tree: Tree, prof: Profile, *, gid: int = 0, mode: int = 0o666) -> None:
+    """``dev/``: DRM cards of other vendors always, the driver's nodes when it is loaded.
+
+    ``gid`` and ``mode`` are the driver's ``DeviceFileGID`` and ``DeviceFileMode``
+    (``NVreg_DeviceFileGID=44 NVreg_DeviceFileMode=0660`` restricts the GPUs to group
+    ``video``): the GPU, control, modeset and UVM nodes get them."""
     tree.mkdir("dev")
     for card in prof.dri_cards:
         tree.node(f"dev/dri/card{card.card}", DRM_MAJOR, card.card, 0o660, gid=VIDEO_GID)
@@ -37,12 +41,13 @@ def write_dev(tree: Tree, prof: Profile) -> None:
     if not prof.driver.loaded:
         return
     majors = dict(prof.char_majors)
+    group = gid or None
     for g in prof.gpus:
-        tree.node(f"dev/nvidia{g.minor}", NVIDIA_MAJOR, g.minor)
-    tree.node("dev/nvidiactl", NVIDIA_MAJOR, CTL_MINOR)
-    tree.node("dev/nvidia-modeset", NVIDIA_MAJOR, MODESET_MINOR)
-    tree.node("dev/nvidia-uvm", majors["nvidia-uvm"], 0)
-    tree.node("dev/nvidia-uvm-tools", majors["nvidia-uvm"], 1)
+        tree.node(f"dev/nvidia{g.minor}", NVIDIA_MAJOR, g.minor, mode, gid=group)
+    tree.node("dev/nvidiactl", NVIDIA_MAJOR, CTL_MINOR, mode, gid=group)
+    tree.node("dev/nvidia-modeset", NVIDIA_MAJOR, MODESET_MINOR, mode, gid=group)
+    tree.node("dev/nvidia-uvm", majors["nvidia-uvm"], 0, mode, gid=group)
+    tree.node("dev/nvidia-uvm-tools", majors["nvidia-uvm"], 1, mode, gid=group)
     caps = majors["nvidia-caps"]
     tree.node(f"dev/nvidia-caps/nvidia-cap{MIG_CONFIG_MINOR}", caps, MIG_CONFIG_MINOR, 0o400)
     tree.node(f"dev/nvidia-caps/nvidia-cap{MIG_MONITOR_MINOR}", caps, MIG_MONITOR_MINOR, 0o444)

@@ -37,7 +37,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from nvhook.errors import MockError
+from nvhook.errors import MockError, MockOptionError
 from nvhook.mock._tree import Tree
 from nvhook.mock.devnodes import write_dev, write_run
 from nvhook.mock.model import Profile
@@ -106,12 +106,29 @@ class MockMachine(Frozen):
         return self.root / "etc/ld.so.cache"
 
 
-def create(profile: Profile | str, root: Path | str, *, nodes: NodeMode = "auto") -> MockMachine:
+def create(
+    profile: Profile | str,
+    root: Path | str,
+    *,
+    nodes: NodeMode = "auto",
+    device_file_gid: int = 0,
+    device_file_mode: int = 0o666,
+) -> MockMachine:
     """Lay out ``profile`` (a :class:`Profile` or a profile name) as a fake host at ``root``.
 
     ``root`` must not exist or be an empty directory. ``nodes="auto"`` makes character devices
-    when running as root and regular files otherwise.
+    when running as root and regular files otherwise. ``device_file_gid`` and
+    ``device_file_mode`` are the driver's ``NVreg_DeviceFileGID`` and
+    ``NVreg_DeviceFileMode`` (``44`` and ``0o660``: GPUs for group ``video`` only): the
+    group (where the caller may give one: root) and mode of the GPU, control, modeset and UVM
+    nodes, and what ``proc/driver/nvidia/params`` says.
     """
+    if not 0 <= device_file_mode <= 0o777:
+        raise MockOptionError(
+            f"device file mode {device_file_mode:o}: expected an octal mode 0-0777 (e.g. 0660)"
+        )
+    if device_file_gid < 0:
+        raise MockOptionError(f"device file gid {device_file_gid}: expected a group id >= 0")
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     mode = _node_mode(nodes)
     top = Path(root).absolute()
@@ -120,8 +137,9 @@ def create(profile: Profile | str, root: Path | str, *, nodes: NodeMode = "auto"
     tree = Tree(top, mode)
     tree.mkdir("")
     write_user_space(tree, prof)
-    write_proc(tree, prof)
-    write_dev(tree, prof)
+    access = {"gid": device_file_gid, "mode": device_file_mode}
+    write_proc(tree, prof, **access)
+    write_dev(tree, prof, **access)
     write_run(tree, prof)
     write_data(tree, prof, mode)
     write_ld_cache(top, prof)

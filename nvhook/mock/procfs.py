@@ -78,14 +78,14 @@ def _version_file(prof: Profile) -> str:
     return f"{first}\nGCC version:  {d.gcc} \n"
 
 
-def _params_file(prof: Profile) -> str:
+def _params_file(prof: Profile, gid: int = 0, mode: int = 0o666) -> str:
     params: list[tuple[str, str]] = [
         ("ResmanDebugLevel", "4294967295"),
         ("RmLogonRC", "1"),
         ("ModifyDeviceFiles", "1"),
         ("DeviceFileUID", "0"),
-        ("DeviceFileGID", "0"),
-        ("DeviceFileMode", "438"),
+        ("DeviceFileGID", str(gid)),
+        ("DeviceFileMode", str(mode)),
         ("InitializeSystemMemoryAllocations", "1"),
         ("UsePageAttributeTable", "4294967295"),
         ("EnableMSI", "1"),
@@ -165,14 +165,16 @@ def _mig_minors() -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_proc(tree: Tree, prof: Profile) -> None:
-    """``proc/devices`` always; the driver's own files only when it is loaded."""
+def write_proc(tree: Tree, prof: Profile, *, gid: int = 0, mode: int = 0o666) -> None:
+    """``proc/devices`` always; the driver's own files only when it is loaded (``params``
+    with ``DeviceFileGID`` ``gid`` and ``DeviceFileMode`` ``mode``, as
+    :func:`nvhook.mock.devnodes.write_dev` makes the nodes)."""
     tree.write("proc/devices", _proc_devices(prof), 0o444)
     if not prof.driver.loaded:
         return
     nv = "proc/driver/nvidia"
     tree.write(f"{nv}/version", _version_file(prof), 0o444)
-    tree.write(f"{nv}/params", _params_file(prof), 0o444)
+    tree.write(f"{nv}/params", _params_file(prof, gid, mode), 0o444)
     tree.mkdir(f"{nv}/gpus")
     for i, g in enumerate(prof.gpus):
         tree.write(f"{nv}/gpus/{g.bus_id}/information", _information_file(prof, i), 0o444)

@@ -63,11 +63,20 @@ Decisions:
   edits (control nodes, driver files, hooks) and one device with every other node the
   driver has: every GPU, every ``nvidia-caps`` node (MIG configuration and monitoring
   included), every IMEX channel and NVSwitch, and the DRI nodes with graphics/display.
+- **A driver that restricts its nodes to a group** (``NVreg_DeviceFileGID=44
+  NVreg_DeviceFileMode=0660``: ``root:video 0660``) gets spec-level ``additionalGids``
+  with that group (:func:`nvhook.discover.nodes.with_node_groups`, as jit mode does): a
+  container process of another user (``podman run --user 1000``) then holds the group of
+  the nodes the spec creates with it. Rootless
+  podman cannot use it: there the nodes are the host's, bind-mounted, and a group id inside
+  the user namespace is not the host's ``video``; the user's own groups reach the container
+  with ``--group-add keep-groups`` (crun), which ``nvhook doctor`` checks.
 - **Version.** The content needs ``cdiVersion`` 0.5.0 (device names starting with a
   digit; ``hostPath`` in device nodes) and nothing newer: no annotations (0.6.0),
-  no ``additionalGids``/``intelRdt`` (0.7.0), no ``netDevices`` (1.1.0). So Debian's
-  podman 4.3 and containerd 1.7.0-1.7.11 read it. :func:`oci.cdi.write.dump_spec`
-  computes the version from the content, deduplicates and validates.
+  no ``intelRdt`` (0.7.0), no ``netDevices`` (1.1.0), ``additionalGids`` (0.7.0) only for
+  a group-restricted driver. So Debian's podman 4.3 and containerd 1.7.0-1.7.11 read it.
+  :func:`oci.cdi.write.dump_spec` computes the version from the content, deduplicates and
+  validates.
 - **Format: JSON by default** (``/var/run/cdi/nvidia.json``). In mode cdi the shim reads
   the spec on container starts: this spec (8 GPUs, every capability) resolves in about
   2 ms from JSON (the stdlib parser) and many times that from YAML (PyYAML's import is a
@@ -92,6 +101,7 @@ from nvhook.discover.nodes import (
     feature_nodes,
     gpu_nodes,
     imex_nodes,
+    node_groups,
     nvswitch_nodes,
     with_host_access,
 )
@@ -199,8 +209,18 @@ def generate_spec(
     else:
         devices = _feature_devices(kind, host, all_device)
         edits, gpus, files, caps = Edits(), HostGpus((), "procfs"), None, ()
+    edits = _with_device_groups(edits, devices)
     spec = Spec.create(cdi_kind, devices, edits=edits, source=f"{cdi_kind} on {host.root}")
     return Generated(spec, gpus, files, caps, kind)
+
+
+def _with_device_groups(edits: Edits, devices: Collection[Device]) -> Edits:
+    """The spec-level ``edits`` with the groups of every device's nodes too
+    (:func:`nvhook.discover.nodes.node_groups`; the control nodes' come from the planner)."""
+    gids = node_groups(n for d in devices for n in d.edits.device_nodes)
+    if not gids - set(edits.additional_gids):
+        return edits
+    return edits._replace(additional_gids=tuple(sorted(gids.union(edits.additional_gids))))
 
 
 def _strategies(kind: str, chosen: Collection[str] | None) -> tuple[str, ...]:

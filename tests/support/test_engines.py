@@ -71,3 +71,12 @@ def test_cgroup2_only_view(tmp_path: Path) -> None:
         assert "cgroup.controllers" in root.run("ls", "/sys/fs/cgroup").stdout.split()
     with PrivateRoot(engine_root("trixie"), tmp_path / "plain") as root:  # the host's layout
         assert root.run("stat", "-f", "-c", "%T", "/sys/fs/cgroup").stdout.strip() == "tmpfs"
+
+
+def test_an_unprivileged_user_gets_a_user_namespace(tmp_path: Path) -> None:
+    """Rootless podman needs ``CLONE_NEWUSER``, which the kernel refuses a chrooted process
+    (EPERM): in the pivoted root a user gets one."""
+    unshare = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    unshare += ["unshare", "--user", "--map-root-user", "id", "-u"]
+    with PrivateRoot(engine_root("trixie"), tmp_path / "root") as root:
+        assert root.run(*unshare).stdout == "0\n"

@@ -5,7 +5,9 @@ warn / fail, one line saying what is wrong, and the exact command that fixes it)
 
 - ``driver``: the kernel module (``/proc/modules``, ``/proc/driver/nvidia``), the device
   nodes (present, character devices with the driver's numbers, the mode the driver
-  gives them), the persistence daemon's socket;
+  gives them; run as a user other than root, whether that user may open them: a driver
+  restricting them to a group, ``root:video 0660``, needs the user in it, and rootless
+  podman ``--group-add keep-groups``), the persistence daemon's socket;
 - ``settings``: nvhook's config file loads; the ``nvhook-runtime`` and ``nvhook-hook``
   launchers and ``hook.path`` are executable with a working interpreter; the settings
   cache directory is not writable by anyone but root;

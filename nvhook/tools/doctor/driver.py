@@ -152,6 +152,7 @@ def _check_nodes(opts: Options, driver: Any) -> list[Check]:
     ]
     out: list[Check] = []
     good = 0
+    present: list[tuple[str, os.stat_result]] = []
     for node, major, minor, create in nodes:
         path = under(dev_root, node)
         try:
@@ -180,6 +181,7 @@ def _check_nodes(opts: Options, driver: Any) -> list[Check]:
                 )
             )
             continue
+        present.append((path, st))
         mode = stat.S_IMODE(st.st_mode)
         if mode & want_mode != want_mode:
             out.append(
@@ -195,4 +197,67 @@ def _check_nodes(opts: Options, driver: Any) -> list[Check]:
         good += 1
     if good:
         out.insert(0, Check("driver", "ok", f"{good} device nodes present, mode {want_mode:04o}"))
-    return out
+    return out + _check_access(present)
+
+
+def _check_access(nodes: list[tuple[str, os.stat_result]]) -> list[Check]:
+    """Whether the user running doctor (not root) may open the nodes: a driver loaded with
+    ``NVreg_DeviceFileGID``/``DeviceFileMode`` (``root:video 0660``) lets only that group,
+    and the containers of a user outside it (rootless podman: the nodes are the host's,
+    bind-mounted) see no GPU. In it, rootless podman keeps the group only with
+    ``--group-add keep-groups`` (crun; runc drops it)."""
+    if os.geteuid() == 0 or not nodes:
+        return []
+    import grp
+    import pwd
+
+    uid = os.geteuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    closed = [(p, st) for p, st in nodes if not os.access(p, os.R_OK | os.W_OK)]
+    groups = {st.st_gid for p, st in nodes if st.st_mode & 0o060 == 0o060 and st.st_gid}
+    names = {}
+    for gid in groups:
+        try:
+            names[gid] = grp.getgrgid(gid).gr_name
+        except KeyError:
+            names[gid] = str(gid)
+    if not closed:
+        if not groups:
+            return []
+        via = ", ".join(f"{names[g]} (gid {g})" for g in sorted(groups))
+        return [
+            Check(
+                "driver",
+                "ok",
+                f"user {user} opens the device nodes through group {via}; rootless podman "
+                "keeps it in the container with --group-add keep-groups (crun)",
+            )
+        ]
+    path, st = closed[0]
+    more = f" and {len(closed) - 1} more" if len(closed) > 1 else ""
+    mode = stat.S_IMODE(st.st_mode)
+    gid = st.st_gid
+    if mode & 0o060 == 0o060 and gid and gid not in os.getgroups():
+        name = names.get(gid, str(gid))
+        return [
+            Check(
+                "driver",
+                "fail",
+                f"user {user} (uid {uid}) is not in group {name} (gid {gid}), which alone may "
+                f"open {path}{more} ({mode:04o}): its containers (rootless podman) see no GPU",
+                f"usermod -aG {name} {user} (then log in again) and run rootless podman with "
+                "--group-add keep-groups",
+            )
+        ]
+    return [
+        Check(
+            "driver",
+            "fail",
+            f"user {user} (uid {uid}) cannot open {path}{more} (owner {st.st_uid}, group "
+            f"{gid}, mode {mode:04o}): its containers see no GPU",
+            f"chmod 0666 {shell_quote(path)} (or load the driver with NVreg_DeviceFileMode)",
+        )
+    ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,34 @@ def test_create_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     (tmp_path / "full" / "f").write_text("")
     assert main(["mock", "create", "-p", "no-gpu", str(tmp_path / "full")]) == 6
     assert "exists and is not empty" in capsys.readouterr().err
+
+
+def test_create_restricts_the_driver_nodes_to_a_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--device-file-gid 44 --device-file-mode 0660``: as a driver loaded with
+    ``NVreg_DeviceFileGID=44 NVreg_DeviceFileMode=0660``, its nodes and its params."""
+    target = tmp_path / "h100"
+    argv = ["mock", "create", "-p", "h100-pcie", "--nodes", "file", "--device-file-mode", "0660"]
+    argv += ["--device-file-gid", str(os.getegid()), str(target)]
+    assert main(argv) == 0
+    for name in ("nvidia0", "nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"):
+        st = (target / "dev" / name).stat()
+        assert stat.S_IMODE(st.st_mode) == 0o660, name
+    params = (target / "proc/driver/nvidia/params").read_text()
+    assert f"DeviceFileGID: {os.getegid()}\n" in params and "DeviceFileMode: 432\n" in params
+    plain = tmp_path / "plain"
+    assert main(["mock", "create", "-p", "h100-pcie", "--nodes", "file", str(plain)]) == 0
+    assert stat.S_IMODE((plain / "dev/nvidia0").stat().st_mode) == 0o666
+    assert (
+        "DeviceFileGID: 0\nDeviceFileMode: 438\n"
+        in (plain / "proc/driver/nvidia/params").read_text()
+    )
+    capsys.readouterr()
+    bad = ["mock", "create", "-p", "h100-pcie", "--device-file-mode", "rw", str(tmp_path / "b")]
+    assert main(bad) == 2
+    err = capsys.readouterr().err
+    assert err == "nvhook: --device-file-mode 'rw': expected an octal mode (e.g. 0660)\n"
+    big = ["mock", "create", "-p", "h100-pcie", "--device-file-mode", "1777", str(tmp_path / "b")]
+    assert main(big) == 2
+    assert "device file mode 1777: expected an octal mode 0-0777" in capsys.readouterr().err

@@ -742,3 +742,52 @@ def test_device_node_with_the_wrong_numbers(node: Path) -> None:
     os.mknod(node0, 0o666 | 0o020000, os.makedev(195, 9))
     node0.chmod(0o666)
     assert _driver_faults(node) == [("fail", f"{node0} is device 195:9, the driver's is 195:0")]
+
+
+@pytest.mark.root
+def test_a_user_outside_the_nodes_group_is_told_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver restricting its nodes to group 44 (``root:video 0660``), doctor run by a user
+    (here: root's checks, with the caller's uid and groups those of uid 1500): outside the
+    group, one line names the user, the group and the fix; in it, an ok line with the
+    rootless podman flag. (``tests/e2e/engines/test_podman.py`` runs it as a real user.)"""
+    from nvhook.mock import create
+
+    create("l40s-x4", tmp_path / "m", device_file_gid=44, device_file_mode=0o660)
+    root = tmp_path / "m"
+    groups: list[int] = [1500]
+    monkeypatch.setattr(os, "geteuid", lambda: 1500)
+    monkeypatch.setattr(os, "getgroups", lambda: groups)
+    monkeypatch.setattr(os, "access", lambda p, m: 44 in groups)
+    driver = [c for c in diagnose(Options(root=str(root))) if c.area == "driver"]
+    [missing] = [c for c in driver if c.status == "fail"]
+    assert missing.message == (
+        f"user 1500 (uid 1500) is not in group {_group_name(44)} (gid 44), which alone may open "
+        f"{root}/dev/nvidiactl and 6 more (0660): its containers (rootless podman) see no GPU"
+    )
+    assert missing.fix == (
+        f"usermod -aG {_group_name(44)} 1500 (then log in again) and run rootless podman with "
+        "--group-add keep-groups"
+    )
+    groups.append(44)
+    driver = [c for c in diagnose(Options(root=str(root))) if c.area == "driver"]
+    assert not [c for c in driver if c.status == "fail"]
+    assert (
+        Check(
+            "driver",
+            "ok",
+            f"user 1500 opens the device nodes through group {_group_name(44)} (gid 44); rootless "
+            "podman keeps it in the container with --group-add keep-groups (crun)",
+        )
+        in driver
+    )
+
+
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)

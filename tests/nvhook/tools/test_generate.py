@@ -325,6 +325,41 @@ def test_a_group_restricted_node_keeps_its_group(make_mock_machine: Callable[...
     assert (device["fileMode"], device["uid"], device["gid"]) == (0o660, 0, 44)
 
 
+@pytest.mark.root
+def test_a_group_restricted_driver_gives_its_group_to_the_process(tmp_path: Path) -> None:
+    """A driver whose nodes are ``root:video 0660`` (``NVreg_DeviceFileGID=44``): the spec
+    adds group 44 to the container's process (``additionalGids``, CDI 0.7.0), so a user other
+    than root in the container opens the nodes; the default driver's spec stays at 0.5.0."""
+    from nvhook.mock import create
+    from tests.support.containers import require_root
+
+    require_root()
+    create("l40s-x4", tmp_path / "video", device_file_gid=44, device_file_mode=0o660)
+    restricted = generate_spec(Host(root=str(tmp_path / "video"))).spec
+    assert restricted.edits.additional_gids == (44,)
+    assert all(d.edits.additional_gids == () for d in restricted.devices)
+    raw = json.loads(dump_spec(restricted, format="json"))
+    assert (raw["cdiVersion"], raw["containerEdits"]["additionalGids"]) == ("0.7.0", [44])
+    base = {"process": {"user": {"uid": 1000, "gid": 1000}}}
+    applied = apply(restricted.edits, base)
+    assert applied["process"]["user"]["additionalGids"] == [44]
+    ctl = next(d for d in applied["linux"]["devices"] if d["path"] == "/dev/nvidiactl")
+    assert (ctl["fileMode"], ctl["gid"]) == (0o660, 44)
+    # jit mode gives the process the same group (the planner makes both modes' edits)
+    from nvhook.planner import plan
+    from nvhook.requests.ids import Devices, Index, Requests
+
+    asked = Requests(Devices((Index(1),)), capabilities=("compute",))
+    jit = plan(asked, Host(root=str(tmp_path / "video")))
+    assert jit.edits.additional_gids == (44,)
+    # the default driver (0666) and a DRM card's video group alone add no group
+    create("l40s-x4", tmp_path / "plain")
+    plain = generate_spec(Host(root=str(tmp_path / "plain")), capabilities=["graphics"]).spec
+    assert any(n.gid == 44 for n in _all_nodes(plain))  # the DRM cards
+    assert plain.edits.additional_gids == ()
+    assert json.loads(dump_spec(plain, format="json"))["cdiVersion"] == "0.5.0"
+
+
 def _kinds_nodes(spec: Any) -> dict[str, list[tuple[str, int, int]]]:
     return {d.name: _nodes(d.edits) for d in spec.devices}
 
