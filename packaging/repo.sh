@@ -14,11 +14,11 @@
 #   OUTDIR/nvhook.sources                      the apt source (deb822) for URL, with Signed-By
 #   OUTDIR/nvhook.repo                         the dnf/yum repository file for URL
 # A repository holds every version it is given: pass the previous release's packages with the
-# new ones and apt and dnf see an upgrade. OUTDIR is made afresh (an existing one is replaced).
+# new ones and apt and dnf see an upgrade. OUTDIR's apt/ and rpm/ are made afresh.
 #
 # The signing key is SIGNING_KEY, a secret key in gpg's keyring (GNUPGHOME); it is never made
 # here and never in the repository. Releases sign with the project's key on the release
-# machine; tests make a throw-away one (tests/packaging/conftest.py). Key handling: CONTRIBUTING.md
+# machine; tests make a throw-away one (tests/packaging/test_repo.py). Key handling: CONTRIBUTING.md
 # ("Packages and their repositories").
 #
 # Environment:
