@@ -12,7 +12,11 @@
 #   OUTDIR/nvhook-archive-keyring.gpg          the public key, binary: apt's signed-by keyring
 #   OUTDIR/nvhook-archive-keyring.asc          the public key, armored: dnf's gpgkey, rpm --import
 #   OUTDIR/nvhook.sources                      the apt source (deb822) for URL, with Signed-By
-#   OUTDIR/nvhook.repo                         the dnf/yum repository file for URL
+#   OUTDIR/nvhook.repo                         the dnf/yum repository file for URL, whose
+#                                              gpgkey= is the key's local copy (as apt's
+#                                              Signed-By): /etc/pki/rpm-gpg/RPM-GPG-KEY-nvhook;
+#                                              skip_if_unavailable=False: a repository that
+#                                              fails its check is an error, not skipped
 # A repository holds every version it is given: pass the previous release's packages with the
 # new ones and apt and dnf see an upgrade. OUTDIR's apt/ and rpm/ are made afresh.
 #
@@ -148,7 +152,8 @@ baseurl=$url/rpm
 enabled=1
 gpgcheck=1
 repo_gpgcheck=1
-gpgkey=$url/rpm/RPM-GPG-KEY-nvhook
+skip_if_unavailable=False
+gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-nvhook
 EOF
     echo "$out"
 }

