@@ -1,7 +1,7 @@
 """Installed the way users install: from a signed apt repository, and a signed rpm repository.
 
 ``packaging/repo.sh`` makes both from the session's packages (tests/packaging/conftest.py),
-signed with throw-away keys made here for the session (gpg, RSA 3072, no passphrase, in a
+signed with throw-away keys made here for each run (gpg, RSA 3072, no passphrase, in a
 temporary GNUPGHOME: never committed, never reused). The apt repository is served on loopback
 (an HTTP server in this process on 127.0.0.1, a random port), and apt in an overlay of the
 cached Debian 13 (trixie) and Debian unstable (sid) engine roots (tests/support/engines.py) is
