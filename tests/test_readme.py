@@ -52,3 +52,27 @@ def test_every_cli_command_is_documented() -> None:
         subs = command.list_commands(ctx) if isinstance(command, click.Group) else []
         for full in [f"nvhook {name} {sub}" for sub in subs] or [f"nvhook {name}"]:
             assert f"`{full}" in README, f"README.md does not document {full!r}"
+
+
+def test_the_support_matrix_names_tests_that_exist() -> None:
+    """Every test the support matrix cites is a test function of the file its cell names
+    last before it (`file.py::test_x`, or a bare `test_y` after it), or of
+    tests/e2e/engines/ where the cell has named no file yet; every file it names exists. A
+    renamed or removed test would make its cell a claim: this fails then."""
+    start = README.index("### Support matrix")
+    section = README[start : README.index("\n## ", start)]
+    engines = sorted((ROOT / "tests/e2e/engines").glob("test_*.py"))
+    token = re.compile(r"`(?:((?:tests/)?[\w/]+\.py)(?:::)?)?(test_\w+)?(?:\[[^\]`]*\])?`")
+    checked = 0
+    for cell in (c for line in section.splitlines() for c in line.split(" | ")):
+        where = engines
+        for file, name in token.findall(cell):
+            if file:
+                where = [p for p in ROOT.glob("tests/**/*.py") if str(p).endswith("/" + file)]
+                assert where, f"support matrix: {file} is not a file under tests/"
+            if name:
+                assert any(re.search(rf"^def {name}\(", p.read_text(), re.M) for p in where), (
+                    f"support matrix: {name} is not a test of {[str(p) for p in where]}"
+                )
+                checked += 1
+    assert checked >= 15  # the matrix is there and its cells were read
