@@ -85,6 +85,11 @@ def test_two_gpus_and_a_mig_device(
     two, mig = add_claim("two", ["gpu-3", "gpu-4"]), add_claim("mig", ["gpu-0-mig-3-0"])
     results = p.prepare([ref(two), ref(mig)])
     assert [d.device for d in results[two[2]].devices] == ["gpu-3", "gpu-4"]
+    devices = spec_of(p, two[2])["devices"]
+    assert {
+        d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]]  # type: ignore[index]
+        for d in devices  # type: ignore[attr-defined]
+    } == {f"{two[2]}-gpu-3": ["/dev/nvidia3"], f"{two[2]}-gpu-4": ["/dev/nvidia4"]}
     nodes = spec_of(p, mig[2])["devices"][0]["containerEdits"]["deviceNodes"]  # type: ignore[index]
     paths = [n["path"] for n in nodes]
     assert "/dev/nvidia0" in paths and any(x.startswith("/dev/nvidia-caps/") for x in paths)
