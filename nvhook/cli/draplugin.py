@@ -25,6 +25,13 @@ __all__ = ["dra_plugin"]
     help="A kubeconfig file (default: the pod's service account).",
 )
 @click.option(
+    "--service-account-dir",
+    default="/var/run/secrets/kubernetes.io/serviceaccount",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where the pod's service-account token and ca.crt are (without --kubeconfig).",
+)
+@click.option(
     "--plugins-dir",
     default="/var/lib/kubelet/plugins",
     show_default=True,
@@ -65,6 +72,13 @@ __all__ = ["dra_plugin"]
     help="Seconds between re-reads of the node's devices (a MIG relayout republishes).",
 )
 @click.option(
+    "--device-plugin-dir",
+    default="/var/lib/kubelet/device-plugins",
+    show_default=True,
+    help="kubelet's device-plugin directory: the driver refuses to start when a GPU device "
+    "plugin's socket is there (one inventory per node); '' skips the check.",
+)
+@click.option(
     "--withdraw",
     is_flag=True,
     help="Delete this node's ResourceSlices of gpu.nvidia.com and exit (uninstall).",
@@ -72,12 +86,14 @@ __all__ = ["dra_plugin"]
 def dra_plugin(
     node_name: str,
     kubeconfig: str | None,
+    service_account_dir: str,
     plugins_dir: str,
     registry_dir: str,
     state_dir: str | None,
     cdi_root: str,
     health_interval: float,
     rescan_interval: float,
+    device_plugin_dir: str,
     withdraw: bool,
 ) -> None:
     """Publish the node's GPUs, MIG devices and IMEX channels as ResourceSlices (driver
@@ -89,7 +105,7 @@ def dra_plugin(
     from nvhook.dra.kubeapi import connect
     from nvhook.dra.plugin import DraPlugin, Publisher
 
-    api = connect(kubeconfig)
+    api = connect(kubeconfig, service_account=service_account_dir)
     if withdraw:
         count = Publisher(api, node_name).withdraw()
         click.echo(f"nvhook dra-plugin: deleted {count} ResourceSlices of node {node_name}")
@@ -115,5 +131,6 @@ def dra_plugin(
         cdi_root=cdi_root,
         health_interval=health_interval,
         rescan_interval=rescan_interval,
+        device_plugin_dir=device_plugin_dir,
         log=lambda line: click.echo(f"nvhook dra-plugin: {line}", err=True),
     ).run(stop)

@@ -174,8 +174,14 @@ class KubeApi:
                 raise
 
 
-def connect(kubeconfig: str | None = None, *, timeout: float = 10.0) -> KubeApi:
-    """A client from ``kubeconfig`` (a path), else the pod's service account."""
+def connect(
+    kubeconfig: str | None = None,
+    *,
+    service_account: str = SERVICE_ACCOUNT,
+    timeout: float = 10.0,
+) -> KubeApi:
+    """A client from ``kubeconfig`` (a path), else the pod's service account (its token and
+    CA in ``service_account``: elsewhere than the default when the driver runs chrooted)."""
     if kubeconfig is None:
         host = os.environ.get("KUBERNETES_SERVICE_HOST")
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
@@ -186,14 +192,14 @@ def connect(kubeconfig: str | None = None, *, timeout: float = 10.0) -> KubeApi:
             )
         if ":" in host:
             host = f"[{host}]"
-        ca = os.path.join(SERVICE_ACCOUNT, "ca.crt")
+        ca = os.path.join(service_account, "ca.crt")
         try:
             context = ssl.create_default_context(cafile=ca)
         except OSError as e:
             raise DraConfigError(f"{ca}: cannot read the cluster's CA: {e.strerror}") from None
         return KubeApi(
             f"https://{host}:{port}",
-            token_file=os.path.join(SERVICE_ACCOUNT, "token"),
+            token_file=os.path.join(service_account, "token"),
             context=context,
             timeout=timeout,
         )

@@ -2,6 +2,7 @@
 
 :class:`DraPlugin` runs until its stop event is set (the CLI sets it on SIGTERM and SIGINT):
 
+0. no GPU device plugin on the node (:func:`check_one_inventory`);
 1. the state directory's lock (one driver per node), the checkpoint, and a sweep of claim
    specs the checkpoint does not hold (a crash between a spec and its checkpoint);
 2. the inventory (:func:`~nvhook.dra.inventory.discover`) and each device's CDI edits;
@@ -29,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nvhook.dra.errors import ApiError
+from nvhook.dra.errors import ApiError, DraConfigError
 from nvhook.dra.inventory import DRIVER, Inventory, build_slices, discover
 from nvhook.dra.prepare import Preparer, host_edits
 from nvhook.dra.server import (
@@ -50,16 +51,48 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CDI_ROOT",
+    "DEFAULT_DEVICE_PLUGIN_DIR",
     "DEFAULT_PLUGINS_DIR",
     "DEFAULT_REGISTRY_DIR",
     "DraPlugin",
     "Publisher",
+    "check_one_inventory",
+    "device_plugin_sockets",
 ]
 
 DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_CDI_ROOT = "/var/run/cdi"
+DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 _TICK = 0.2
+
+
+def device_plugin_sockets(directory: str) -> list[str]:
+    """The GPU device plugins' sockets in kubelet's device-plugin directory: nvhook's
+    (``nvhook-nvidia.com_*.sock``, :attr:`nvhook.deviceplugin.model.Resource.socket_name`)
+    and NVIDIA's k8s-device-plugin's (``nvidia-*.sock``)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(
+        os.path.join(directory, n)
+        for n in names
+        if n.endswith(".sock") and (n.startswith("nvhook-nvidia.com_") or n.startswith("nvidia"))
+    )
+
+
+def check_one_inventory(directory: str) -> None:
+    """Refuse to run beside a GPU device plugin: a GPU offered by both would be given to two
+    pods (docs/dra.md, "One node, one inventory")."""
+    sockets = device_plugin_sockets(directory)
+    if sockets:
+        raise DraConfigError(
+            f"{sockets[0]}: a GPU device plugin serves this node; the DRA driver and a device "
+            "plugin must not offer the same GPUs: run one of them per node (label the node "
+            "for one DaemonSet or the other, docs/dra.md), or pass --device-plugin-dir '' to "
+            "skip this check"
+        )
 
 
 def _content(s: Mapping[str, Any]) -> Any:
@@ -132,6 +165,7 @@ class DraPlugin:
         cdi_root: str = DEFAULT_CDI_ROOT,
         health_interval: float = 5.0,
         rescan_interval: float = 30.0,
+        device_plugin_dir: str = DEFAULT_DEVICE_PLUGIN_DIR,
         log: Callable[[str], None] = lambda line: None,
     ) -> None:
         self.host = host
@@ -144,6 +178,7 @@ class DraPlugin:
         self.cdi_root = cdi_root
         self.health_interval = health_interval
         self.rescan_interval = rescan_interval
+        self.device_plugin_dir = device_plugin_dir
         self.log = log
         self.health = HealthState()
         self.publisher = Publisher(api, node)
@@ -152,6 +187,8 @@ class DraPlugin:
         self._unhealthy: dict[str, str] = {}
 
     def run(self, stop: threading.Event) -> None:
+        if self.device_plugin_dir:
+            check_one_inventory(self.device_plugin_dir)
         os.makedirs(self.endpoint_dir, mode=0o750, exist_ok=True)
         lock_fd = lock(self.state_dir)
         dra: DraServer | None = None

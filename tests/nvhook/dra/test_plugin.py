@@ -32,8 +32,9 @@ class Daemon:
         self.log = tmp / "daemon.log"
         self.kubeconfig = kubeapi.kubeconfig(tmp / "kubeconfig")
         self.config = config
+        self.device_plugins = tmp / "device-plugins"
         self.proc: subprocess.Popen[bytes] | None = None
-        for d in (self.registry, self.plugins):
+        for d in (self.registry, self.plugins, self.device_plugins):
             d.mkdir(exist_ok=True)
 
     def start(self) -> Kubelet:
@@ -43,7 +44,8 @@ class Daemon:
                 [sys.executable, "-m", "nvhook", "dra-plugin", "--node-name", NODE,
                  "--kubeconfig", str(self.kubeconfig), "--plugins-dir", str(self.plugins),
                  "--registry-dir", str(self.registry), "--cdi-root", str(self.cdi),
-                 "--health-interval", "0.2", "--rescan-interval", "0.3"],
+                 "--health-interval", "0.2", "--rescan-interval", "0.3",
+                 "--device-plugin-dir", str(self.device_plugins)],
                 env=env, stderr=log, stdout=subprocess.DEVNULL,
             )  # fmt: skip
         kubelet = Kubelet(str(self.registry))
@@ -220,3 +222,28 @@ def test_a_mig_relayout_republishes_and_leaves_prepared_claims_alone(
     assert os.path.exists(spec_file(str(d.cdi), claim[2]))
     assert kubelet.prepare(claim).claims[claim[2]].error == ""
     kubelet.close()
+
+
+def test_it_refuses_to_run_beside_a_gpu_device_plugin(
+    daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    """One node, one inventory: a GPU offered by both would go to two pods."""
+    import socket
+
+    d = daemon()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(d.device_plugins / "nvhook-nvidia.com_gpu.sock"))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "nvhook", "dra-plugin", "--node-name", NODE,
+             "--kubeconfig", str(d.kubeconfig), "--plugins-dir", str(d.plugins),
+             "--registry-dir", str(d.registry), "--device-plugin-dir", str(d.device_plugins)],
+            env={**os.environ, "NVHOOK_CONFIG": str(d.config)},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        sock.close()
+    assert proc.returncode != 0
+    (line,) = proc.stderr.strip().splitlines()
+    assert "nvhook-nvidia.com_gpu.sock: a GPU device plugin serves this node" in line
+    assert not (d.registry / f"{DRIVER}-reg.sock").exists()
