@@ -12,9 +12,9 @@ the message classes (no ``_pb2_grpc``); the method paths are the protos' package
   v1's by its bytes) and ``v1.DRAResourceHealth.NodeWatchResources``, which sends the complete
   device list at once and again at every health change.
 
-Every socket has mode 0600 whatever the umask, bound the way the device plugin binds its
-own (:func:`nvhook.deviceplugin.server._serve_unix`'s scheme, reimplemented here since that
-module is the device plugin's: a private 0700 directory, chmod, start, rename into place).
+Every socket has mode 0600 whatever the umask, bound by the device plugin's own function
+(:func:`nvhook.deviceplugin.server._serve_unix`: a private 0700 directory, chmod, start,
+rename into place), so the two daemons cannot differ there.
 
 kubelet's side lives here too, being gRPC: :class:`Kubelet` is the stand-in the tests and
 ``nvhook demo`` use: it finds a plugin's registration socket, calls ``GetInfo`` and
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -45,6 +44,8 @@ try:
 except ImportError as e:  # the kubernetes extra
     raise MissingExtraError("nvhook's DRA driver", e, "kubernetes") from e
 
+# the device plugin's socket binding, one implementation for both daemons (its docstring)
+from nvhook.deviceplugin.server import _serve_unix as serve_unix_0600
 from nvhook.dra.errors import RegistrationError
 from nvhook.dra.inventory import DRIVER
 from nvhook.dra.prepare import ClaimRef, Preparer, Result
@@ -81,26 +82,18 @@ def registration_socket(registry_dir: str) -> str:
 
 
 def _serve_unix(server: Any, path: str) -> None:
-    """Start ``server`` on ``path``, mode 0600 from the first moment it is there."""
+    """Start ``server`` on ``path``, mode 0600 from the first moment it is there: the device
+    plugin's binding (one implementation), with this driver's errors."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     try:
-        private = tempfile.mkdtemp(prefix=".nvhook-", dir=os.path.dirname(path) or ".")
+        serving = serve_unix_0600(server, path)
     except OSError as e:
         raise RegistrationError(
             f"{path}: cannot serve there ({e.strerror}); check the directory"
         ) from None
-    staged = os.path.join(private, "s")
-    try:
-        if server.add_insecure_port(f"unix://{staged}") == 0:
-            raise RegistrationError(f"{path}: cannot listen on this socket; check the directory")
-        os.chmod(staged, SOCKET_MODE)
-        server.start()
-        os.rename(staged, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(staged)
-        os.rmdir(private)
+    if not serving:
+        raise RegistrationError(f"{path}: cannot listen on this socket; check the directory")
 
 
 def _unary(f: Any, request: Any, response: Any) -> Any:
