@@ -27,13 +27,14 @@ import ssl
 import tempfile
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from nvhook.dra.errors import ApiError, DraConfigError
 
 __all__ = [
     "MAX_RESPONSE",
     "SERVICE_ACCOUNT",
+    "Api",
     "KubeApi",
     "claim_path",
     "connect",
@@ -54,6 +55,20 @@ def claim_path(namespace: str, name: str) -> str:
 def slices_path(name: str | None = None) -> str:
     base = f"{_RESOURCE}/resourceslices"
     return base if name is None else f"{base}/{urllib.parse.quote(name, safe='')}"
+
+
+class Api(Protocol):
+    """The calls the driver makes (:class:`KubeApi`; the demo's in-memory API)."""
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]: ...
+
+    def create_slice(self, body: Mapping[str, Any]) -> Any: ...
+
+    def replace_slice(self, body: Mapping[str, Any]) -> Any: ...
+
+    def delete_slice(self, name: str) -> None: ...
 
 
 class KubeApi:

@@ -46,7 +46,7 @@ from nvhook.errors import DriverError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nvhook.dra.kubeapi import KubeApi
+    from nvhook.dra.kubeapi import Api
     from nvhook.planner import Host
 
 __all__ = [
@@ -107,7 +107,7 @@ class Publisher:
     """The node's pool of ResourceSlices: written when its content changes, with a new
     generation each time (the scheduler uses the slices of a pool's highest generation)."""
 
-    def __init__(self, api: KubeApi, node: str) -> None:
+    def __init__(self, api: Api, node: str) -> None:
         self.api = api
         self.node = node
         self.generation = 0
@@ -158,7 +158,7 @@ class DraPlugin:
         host: Host,
         *,
         node: str,
-        api: KubeApi,
+        api: Api,
         plugins_dir: str = DEFAULT_PLUGINS_DIR,
         registry_dir: str = DEFAULT_REGISTRY_DIR,
         state_dir: str | None = None,

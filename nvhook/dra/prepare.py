@@ -46,7 +46,7 @@ from oci.errors import Error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nvhook.dra.kubeapi import KubeApi
+    from nvhook.dra.kubeapi import Api
     from nvhook.planner import Host
     from oci.cdi.edits import Edits
     from oci.cdi.spec import Spec
@@ -135,7 +135,7 @@ class Preparer:
         self,
         *,
         node: str,
-        api: KubeApi,
+        api: Api,
         state_dir: str,
         cdi_root: str,
         inventory: Inventory,

@@ -86,6 +86,12 @@ def _serve_unix(server: Any, path: str) -> None:
     plugin's binding (one implementation), with this driver's errors."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+    # the socket is bound as <dir>/.nvhook-XXXXXXXX/s first; sun_path holds 107 bytes
+    if len(os.fsencode(os.path.dirname(path))) + 19 > 107:
+        raise RegistrationError(
+            f"{path}: the directory's path is too long for a unix socket (at most 88 bytes "
+            "for this driver's sockets); choose a shorter --plugins-dir or --registry-dir"
+        )
     try:
         serving = serve_unix_0600(server, path)
     except OSError as e:

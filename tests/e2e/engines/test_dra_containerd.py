@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -75,7 +76,8 @@ def test_claims_prepared_by_the_driver_run_in_containerd_2_through_cdi_devices(
         one = kubeapi.put("resourceclaims", allocated_claim("a-mig", ["gpu-0-mig-3-0"]))
         claims = [(c["metadata"]["namespace"], c["metadata"]["name"], c["metadata"]["uid"])
                   for c in (two, one)]  # fmt: skip
-        driver = Daemon(tmp_path, kubeapi, settings)
+        sockets = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
+        driver = Daemon(tmp_path, kubeapi, settings, sockets)
         driver.cdi = cdi
         kubelet = driver.start()
         try:
@@ -113,3 +115,4 @@ def test_claims_prepared_by_the_driver_run_in_containerd_2_through_cdi_devices(
         finally:
             kubelet.close()
             driver.stop()
+            shutil.rmtree(sockets, ignore_errors=True)

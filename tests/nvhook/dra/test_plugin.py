@@ -4,10 +4,12 @@ real protos (registration, DRA v1/v1beta1, dra-health), the API-server stand-in.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,15 +26,20 @@ AddClaim = Callable[..., tuple[str, str, str]]
 
 
 class Daemon:
-    def __init__(self, tmp: Path, kubeapi: KubeApiServer, config: Path) -> None:
+    def __init__(
+        self, tmp: Path, kubeapi: KubeApiServer, config: Path, sockets: Path | None = None
+    ) -> None:
+        """``sockets``: where kubelet's directories go (a short path: a unix socket's is at
+        most 107 bytes, which pytest's temporary paths under xdist can pass)."""
         self.tmp = tmp
-        self.registry = tmp / "registry"
-        self.plugins = tmp / "plugins"
+        sockets = sockets or tmp
+        self.registry = sockets / "registry"
+        self.plugins = sockets / "plugins"
         self.cdi = tmp / "cdi"
         self.log = tmp / "daemon.log"
         self.kubeconfig = kubeapi.kubeconfig(tmp / "kubeconfig")
         self.config = config
-        self.device_plugins = tmp / "device-plugins"
+        self.device_plugins = sockets / "device-plugins"
         self.proc: subprocess.Popen[bytes] | None = None
         for d in (self.registry, self.plugins, self.device_plugins):
             d.mkdir(exist_ok=True)
@@ -65,13 +72,21 @@ class Daemon:
 
 
 @pytest.fixture
+def sockets() -> Iterator[Path]:
+    """A short directory for kubelet's socket directories."""
+    path = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
 def daemon(
-    tmp_path: Path, kubeapi: KubeApiServer, settings: Callable[[str], Path]
+    tmp_path: Path, kubeapi: KubeApiServer, settings: Callable[[str], Path], sockets: Path
 ) -> Iterator[Callable[[str], Daemon]]:
     made: list[Daemon] = []
 
     def make(profile: str = "dgx-a100", config: Path | None = None) -> Daemon:
-        d = Daemon(tmp_path, kubeapi, config or settings(profile))
+        d = Daemon(tmp_path, kubeapi, config or settings(profile), sockets)
         made.append(d)
         return d
 
