@@ -262,3 +262,27 @@ def test_it_refuses_to_run_beside_a_gpu_device_plugin(
     (line,) = proc.stderr.strip().splitlines()
     assert "nvhook-nvidia.com_gpu.sock: a GPU device plugin serves this node" in line
     assert not (d.registry / f"{DRIVER}-reg.sock").exists()
+
+
+def test_withdraw_deletes_the_node_s_slices_only(
+    daemon: Callable[..., Daemon], kubeapi: KubeApiServer
+) -> None:
+    d = daemon()
+    kubelet = d.start()
+    wait_for(lambda: kubeapi.list("resourceslices"), "the slices")
+    kubelet.close()
+    assert d.stop() == 0
+    other = {
+        "metadata": {"name": "node-b-gpu.nvidia.com-0"},
+        "spec": {"driver": DRIVER, "nodeName": "node-b",
+                 "pool": {"name": "node-b", "generation": 1, "resourceSliceCount": 1}},
+    }  # fmt: skip
+    kubeapi.put("resourceslices", other)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nvhook", "dra-plugin", "--node-name", NODE,
+         "--kubeconfig", str(d.kubeconfig), "--withdraw"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"deleted 1 ResourceSlices of node {NODE}" in proc.stdout
+    assert [s["spec"]["nodeName"] for s in kubeapi.list("resourceslices")] == ["node-b"]
