@@ -17,9 +17,11 @@ class ApiError(NvhookError):
 
     exit_code = ExitCode.IO
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, *, unserved: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        #: a 404 for the path, not for an object (the server does not serve that API version)
+        self.unserved = unserved
 
 
 class PrepareError(NvhookError):

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from nvhook.dra.errors import ApiError, DraConfigError
 
 __all__ = [
+    "CLAIM_VERSIONS",
     "MAX_RESPONSE",
     "SERVICE_ACCOUNT",
     "Api",
@@ -47,9 +48,19 @@ SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 _RESOURCE = "/apis/resource.k8s.io/v1"
 
 
-def claim_path(namespace: str, name: str) -> str:
+#: The versions a claim is read in, newest first: a server older than 1.34 serves no ``v1``
+#: (NVIDIA's driver #766: API-version skew made its prepare fail to fetch the claim). The
+#: allocation results the driver reads (request, driver, pool, device, adminAccess) have the
+#: same names in all three.
+CLAIM_VERSIONS = ("v1", "v1beta2", "v1beta1")
+
+
+def claim_path(namespace: str, name: str, version: str = "v1") -> str:
     q = urllib.parse.quote
-    return f"{_RESOURCE}/namespaces/{q(namespace, safe='')}/resourceclaims/{q(name, safe='')}"
+    return (
+        f"/apis/resource.k8s.io/{version}/namespaces/{q(namespace, safe='')}"
+        f"/resourceclaims/{q(name, safe='')}"
+    )
 
 
 def slices_path(name: str | None = None) -> str:
@@ -92,6 +103,7 @@ class KubeApi:
         self._token_file = token_file
         self._context = context
         self.timeout = timeout
+        self.claim_version = CLAIM_VERSIONS[0]
 
     def _bearer(self) -> str | None:
         if self._token_file is not None:  # re-read: projected tokens rotate
@@ -147,10 +159,13 @@ class KubeApi:
             decoded = None
         if response.status >= 300:
             message = decoded.get("message") if isinstance(decoded, dict) else None
+            details = decoded.get("details") if isinstance(decoded, dict) else None
+            named = isinstance(details, dict) and bool(details.get("name"))
             raise ApiError(
                 f"{where}: {response.status} {response.reason}"
                 + (f": {message}" if message else ""),
                 response.status,
+                unserved=response.status == 404 and not named,
             )
         if raw and decoded is None:
             raise ApiError(f"{where}: the answer is not JSON")
@@ -159,10 +174,26 @@ class KubeApi:
     # ------------------------------------------------------------------ the calls
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        claim = self.request("GET", claim_path(namespace, name))
-        if not isinstance(claim, dict):
-            raise ApiError(f"GET {claim_path(namespace, name)}: the answer is not an object")
-        return claim
+        """The claim, in the newest of :data:`CLAIM_VERSIONS` the server serves (the one
+        found is remembered)."""
+        versions = [self.claim_version] + [v for v in CLAIM_VERSIONS if v != self.claim_version]
+        for version in versions:
+            path = claim_path(namespace, name, version)
+            try:
+                claim = self.request("GET", path)
+            except ApiError as e:
+                if e.unserved:
+                    continue
+                raise
+            if not isinstance(claim, dict):
+                raise ApiError(f"GET {self.server}{path}: the answer is not an object")
+            self.claim_version = version
+            return claim
+        raise ApiError(
+            f"{self.server}: the API server serves ResourceClaims in none of "
+            f"resource.k8s.io/{', '.join(CLAIM_VERSIONS)}; is DRA enabled on it?",
+            404,
+        )
 
     def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]:
         answer = self.request(

@@ -354,7 +354,11 @@ class KubeApiServer:
         return next(r for r in self.resources if r.plural == plural)
 
     @staticmethod
-    def _status(code: int, message: str, reason: str = "") -> tuple[int, dict[str, Any]]:
+    def _status(
+        code: int, message: str, reason: str = "", **details: str
+    ) -> tuple[int, dict[str, Any]]:
+        """A ``Status``; ``details`` (``name``, ``kind``) as the API gives them for an object
+        (a path the server does not serve has none, as the real one)."""
         return code, {
             "apiVersion": "v1",
             "kind": "Status",
@@ -362,6 +366,7 @@ class KubeApiServer:
             "message": message,
             "reason": reason,
             "code": code,
+            **({"details": details} if details else {}),
         }
 
     def _route(self, path: str) -> tuple[Resource, str, str | None] | None:
@@ -412,13 +417,25 @@ class KubeApiServer:
             with self._lock:
                 obj = self.objects.get(key)
             if obj is None:
-                return self._status(404, f'{resource.plural} "{name}" not found', "NotFound")
+                return self._status(
+                    404,
+                    f'{resource.plural} "{name}" not found',
+                    "NotFound",
+                    name=name or "",
+                    kind=resource.plural,
+                )
             return 200, copy.deepcopy(obj)
         if method == "DELETE":
             with self._lock:
                 obj = self.objects.pop(key, None)
             if obj is None:
-                return self._status(404, f'{resource.plural} "{name}" not found', "NotFound")
+                return self._status(
+                    404,
+                    f'{resource.plural} "{name}" not found',
+                    "NotFound",
+                    name=name or "",
+                    kind=resource.plural,
+                )
             return self._status(200, "deleted")
         if method not in ("POST", "PUT") or not isinstance(body, dict):
             return self._status(405, f"{method} {url.path}: not served by the stand-in")

@@ -99,3 +99,28 @@ def test_a_corrupt_checkpoint_is_one_line_and_the_lock_is_exclusive(tmp_path: Pa
         import os
 
         os.close(fd)
+
+
+def test_a_claim_is_read_in_the_version_the_server_serves(tmp_path: Path) -> None:
+    """API-version skew (NVIDIA's #766): a server without resource.k8s.io/v1 claims still
+    gives the driver its claim, in v1beta2; an object that is missing stays a 404."""
+    from tests.support.kubeapi import RESOURCES, Resource
+
+    beta = Resource("resource.k8s.io/v1beta2", "resourceclaims", "ResourceClaim",
+                    "V1beta2ResourceClaim", namespaced=True)  # fmt: skip
+    served = (RESOURCES[0], beta)
+    with KubeApiServer(served) as server:
+        stored = server.put("resourceclaims", allocated_claim("c", ["gpu-0"]))
+        api = connect(str(server.kubeconfig(tmp_path / "kc")))
+        claim = api.get_claim("default", "c")
+        assert claim["metadata"]["uid"] == stored["metadata"]["uid"]
+        assert api.claim_version == "v1beta2"
+        with pytest.raises(ApiError) as missing:
+            api.get_claim("default", "gone")
+        assert missing.value.status == 404 and "/v1beta2/" in missing.value.message
+        first = [p for m, p in server.requests if "resourceclaims/gone" in p]
+        assert first == ["/apis/resource.k8s.io/v1beta2/namespaces/default/resourceclaims/gone"]
+    with KubeApiServer((RESOURCES[0],)) as server:
+        api = connect(str(server.kubeconfig(tmp_path / "kc2")))
+        with pytest.raises(ApiError, match=r"none of resource\.k8s\.io/v1, v1beta2, v1beta1"):
+            api.get_claim("default", "c")
