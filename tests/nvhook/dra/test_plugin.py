@@ -168,6 +168,12 @@ def test_it_registers_again_when_kubelet_removes_its_socket(daemon: Callable[...
     sock.unlink()  # kubelet restarted and cleaned its registry directory
     wait_for(sock.exists, "the registration socket to come back")
     assert kubelet.register().name == DRIVER
+    endpoint = Path(kubelet.info.endpoint)
+    endpoint.unlink()  # and its plugins directory
+    wait_for(endpoint.exists, "the endpoint to come back")
+    assert stat.S_IMODE(os.stat(endpoint).st_mode) == 0o600
+    assert kubelet.register().endpoint == str(endpoint)
+    assert kubelet.unprepare(("default", "x", "0000-x")).claims["0000-x"].error == ""
     kubelet.close()
 
 

@@ -206,3 +206,19 @@ def test_a_spec_the_checkpoint_does_not_know_is_swept_at_start(
     other.write_text("{}")
     assert p.sweep() == [orphan]
     assert other.exists()
+
+
+def test_a_claim_with_no_device_of_this_driver_prepares_to_nothing(
+    make_preparer: Callable[..., Preparer], kubeapi: KubeApiServer
+) -> None:
+    from tests.nvhook.dra.conftest import allocated_claim
+
+    p = make_preparer()
+    body = allocated_claim("nic", ["eth0"])
+    body["status"]["allocation"]["devices"]["results"][0]["driver"] = "net.example.com"
+    meta = kubeapi.put("resourceclaims", body)["metadata"]
+    claim = ClaimRef(meta["namespace"], meta["name"], meta["uid"])
+    result = p.prepare([claim])[claim.uid]
+    assert (result.error, result.devices) == ("", ())
+    assert not os.path.exists(spec_file(p.cdi_root, claim.uid))
+    assert claim.uid in load(p.state_dir).prepared
