@@ -36,6 +36,7 @@ from nvhook.dra.prepare import Preparer, host_edits
 from nvhook.dra.server import (
     HEALTHY,
     UNHEALTHY,
+    UNKNOWN,
     DraServer,
     HealthState,
     RegistrationServer,
@@ -251,7 +252,13 @@ class DraPlugin:
         }
         self.health.set(
             {
-                d.name: (UNHEALTHY, unhealthy[d.name]) if d.name in unhealthy else (HEALTHY, "")
+                d.name: (
+                    (UNKNOWN, "no health check of IMEX channels")
+                    if not d.gpu_uuid
+                    else (UNHEALTHY, unhealthy[d.name])
+                    if d.name in unhealthy
+                    else (HEALTHY, "")
+                )
                 for d in inventory.devices
             }
         )

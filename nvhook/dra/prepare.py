@@ -39,7 +39,7 @@ from typing import Any
 
 from nvhook.dra.errors import ApiError, PrepareError, StateError
 from nvhook.dra.inventory import DRIVER, DraDevice, Inventory
-from nvhook.dra.state import Checkpoint, PreparedClaim, PreparedDevice, load, save
+from nvhook.dra.state import PreparedClaim, PreparedDevice, load, save
 from oci._frozen import Frozen
 from oci.cdi.write import write_spec
 from oci.errors import Error
@@ -303,10 +303,6 @@ class Preparer:
                 _remove(path)
                 removed.append(path)
         return removed
-
-    @property
-    def prepared(self) -> Checkpoint:
-        return self.checkpoint
 
 
 def _remove(path: str) -> None:

@@ -292,3 +292,22 @@ def test_withdraw_deletes_the_node_s_slices_only(
     assert proc.returncode == 0, proc.stderr
     assert f"deleted 1 ResourceSlices of node {NODE}" in proc.stdout
     assert [s["spec"]["nodeName"] for s in kubeapi.list("resourceslices")] == ["node-b"]
+
+
+def test_imex_channels_health_is_unknown_and_gpus_healthy(
+    mock_machine: Callable[..., Path], kubeapi: KubeApiServer, tmp_path: Path
+) -> None:
+    """No health source watches IMEX channels: UNKNOWN, saying so, rather than a guess."""
+    from nvhook.dra.inventory import discover
+    from nvhook.dra.kubeapi import connect
+    from nvhook.dra.plugin import DraPlugin
+    from nvhook.dra.server import UNKNOWN
+    from nvhook.planner import Host
+
+    host = Host(root=str(mock_machine("gb200-imex")))
+    api = connect(str(kubeapi.kubeconfig(tmp_path / "kc")))
+    plugin = DraPlugin(host, node=NODE, api=api)
+    plugin._check_health(discover(host))
+    _, states = plugin.health.snapshot()
+    assert states["channel-0"] == (UNKNOWN, "no health check of IMEX channels")
+    assert {states[f"gpu-{i}"] for i in range(4)} == {(HEALTHY, "")}
