@@ -6,7 +6,8 @@
 1. the state directory's lock (one driver per node), the checkpoint, and a sweep of claim
    specs the checkpoint does not hold (a crash between a spec and its checkpoint);
 2. the inventory (:func:`~nvhook.dra.inventory.discover`) and each device's CDI edits;
-3. the node's ResourceSlices (:class:`Publisher`), retried every tick until the API answers;
+3. the node's ResourceSlices (:class:`Publisher`), retried until the API answers (0.5 s,
+   then twice as long each time, at most 30 s);
 4. :class:`~nvhook.dra.server.DraServer` on ``<plugins>/gpu.nvidia.com/dra.sock``, then
    :class:`~nvhook.dra.server.RegistrationServer` on
    ``<plugins_registry>/gpu.nvidia.com-reg.sock``: kubelet's plugin watcher finds the socket
@@ -66,6 +67,7 @@ DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_CDI_ROOT = "/var/run/cdi"
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 _TICK = 0.2
+_RETRY_FIRST, _RETRY_MAX = 0.5, 30.0  # seconds between publishing retries (doubling)
 
 
 def device_plugin_sockets(directory: str) -> list[str]:
@@ -279,6 +281,8 @@ class DraPlugin:
         assert self.preparer is not None
         now = time.monotonic()
         next_health, next_scan = now + self.health_interval, now + self.rescan_interval
+        backoff = _RETRY_FIRST
+        next_publish = now + backoff
         while not stop.wait(_TICK):
             if not dra.serving:
                 self.log(f"{dra.path} vanished: serving it again")
@@ -305,5 +309,9 @@ class DraPlugin:
                 next_health = now + self.health_interval
                 if self._check_health(inventory):
                     pending = True
-            if pending:
+            if pending and now >= next_publish:
                 pending = not self._publish(inventory)
+                # an API server that fails is retried 0.5 s later, then twice as late each
+                # time up to 30 s (hundreds of nodes must not hammer a struggling server)
+                backoff = _RETRY_FIRST if not pending else min(backoff * 2, _RETRY_MAX)
+                next_publish = now + (backoff if pending else 0.0)

@@ -311,3 +311,20 @@ def test_imex_channels_health_is_unknown_and_gpus_healthy(
     _, states = plugin.health.snapshot()
     assert states["channel-0"] == (UNKNOWN, "no health check of IMEX channels")
     assert {states[f"gpu-{i}"] for i in range(4)} == {(HEALTHY, "")}
+
+
+def test_an_api_server_that_fails_is_retried_with_backoff(
+    daemon: Callable[..., Daemon], kubeapi: KubeApiServer
+) -> None:
+    """The driver serves kubelet while the API is down, and retries the publish 0.5 s, 1 s,
+    2 s… apart, not every tick; once the API answers the pool is there."""
+    kubeapi.fail("GET", "/resourceslices", status=503, times=3)
+    d = daemon()
+    kubelet = d.start()  # registration does not wait for the API: right after the 1st try
+    started = time.monotonic()
+    wait_for(lambda: kubeapi.list("resourceslices"), "the slices after the outage", 30)
+    assert time.monotonic() - started >= 3.0  # retried 0.5 s, then 1 s, then 2 s later
+    lists = [p for m, p in kubeapi.requests if m == "GET" and p.endswith("/resourceslices")]
+    assert len(lists) == 4  # 3 failures, then the success
+    assert kubeapi.pool_problems(DRIVER, NODE) == []
+    kubelet.close()
