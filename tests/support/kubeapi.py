@@ -45,7 +45,7 @@ __all__ = [
     "validate_model",
 ]
 
-# types.go limits (kubernetes/api resource/v1/types.go, commit 10b39a39bcee995dfe7cd5e8e7b922be5e46f1e2)
+# types.go limits (kubernetes/api, resource/v1/types.go at commit 10b39a39bcee)
 MAX_DEVICES = 128  # ResourceSliceMaxDevices
 MAX_ATTRIBUTES_AND_CAPACITIES = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
 MAX_DOMAIN = 63  # DeviceMaxDomainLength
