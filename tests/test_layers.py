@@ -74,9 +74,15 @@ HOMES: dict[str, tuple[str, ...]] = {
     "jsonschema": ("oci.cdi.validate",),
     "referencing": ("oci.cdi.validate",),
     # the two gRPC APIs: the device plugin's (and kubelet's side of it), and CRI's client
-    "grpc": ("nvhook.deviceplugin.server", "nvhook.cri.client"),
+    # and the DRA driver's (plugin registration, DRA, dra-health; kubelet's side for the stand-ins)
+    "grpc": ("nvhook.deviceplugin.server", "nvhook.cri.client", "nvhook.dra.server"),
     # protobuf, through the generated api_pb2 of each
-    "google": ("nvhook.deviceplugin.v1beta1", "nvhook.cri.v1", "nvhook.nri.pb"),
+    "google": (
+        "nvhook.deviceplugin.v1beta1",
+        "nvhook.cri.v1",
+        "nvhook.nri.pb",
+        "nvhook.dra.kubelet",
+    ),
     "pydantic": ("nvhook.deviceplugin.config",),
 }
 
@@ -670,7 +676,7 @@ def test_rule_c_fails_on_a_planted_import(tmp_path: Path) -> None:
     )
     assert home_violations(root) == [
         "nvhook.cri.images (line 1) imports grpc: "
-        "only nvhook.deviceplugin.server or nvhook.cri.client may",
+        "only nvhook.deviceplugin.server or nvhook.cri.client or nvhook.dra.server may",
         "nvhook.devices.gpus (line 2) imports pynvml: only nvhook.devices.nvml may",
         "nvhook.tools.generate (line 1) imports click: only nvhook.cli may",
     ]

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "demo": "nvhook.cli.demo:demo",
     "device-plugin": "nvhook.cli.deviceplugin:device_plugin",
     "doctor": "nvhook.cli.doctor:doctor",
+    "dra-plugin": "nvhook.cli.draplugin:dra_plugin",
     "explain": "nvhook.cli.explain:explain",
     "info": "nvhook.cli.info:info",
     "install-entrypoints": "nvhook.cli.entrypoints:install_entrypoints_command",

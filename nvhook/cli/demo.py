@@ -22,10 +22,23 @@ __all__ = ["demo"]
     help="The device plugin's chain instead: register, list, allocate, CRI, runtime, "
     "nvidia-smi -L, with a kubelet stand-in.",
 )
-def demo(workdir: str, kubernetes: bool) -> None:
+@click.option(
+    "--dra",
+    is_flag=True,
+    help="With --kubernetes: the DRA driver's chain: publish, allocate, prepare, CDI devices, "
+    "nvidia-smi -L, unprepare.",
+)
+def demo(workdir: str, kubernetes: bool, dra: bool) -> None:
     """Start a busybox container with GPUs 0 and 3 of a mock DGX A100 and show what it sees
-    (with --kubernetes: the 2 GPUs nvhook's device plugin allocated)."""
-    if kubernetes:
+    (with --kubernetes: the 2 GPUs nvhook's device plugin allocated; with --dra too: the
+    claims nvhook's DRA driver prepared)."""
+    if dra and not kubernetes:
+        raise click.UsageError("--dra goes with --kubernetes")
+    if dra:
+        from nvhook.tools.demo_dra import run_dra_demo
+
+        code = run_dra_demo(workdir, click.echo)
+    elif kubernetes:
         from nvhook.tools.demo_k8s import run_kubernetes_demo
 
         code = run_kubernetes_demo(workdir, click.echo)

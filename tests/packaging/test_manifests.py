@@ -62,8 +62,13 @@ MANIFESTS = [
 ]
 
 
+#: The DRA driver's manifests: checked against the ``kubernetes`` client's models (DeviceClass,
+#: ResourceClaimTemplate and RBAC are not in kubernetes-schema.json), below.
+DRA_MANIFESTS = ["dra-deviceclasses.yaml", "dra-driver.yaml", "dra-example-claims.yaml"]
+
+
 def test_every_manifest_is_checked_here() -> None:
-    assert sorted(p.name for p in KUBE.glob("*.yaml")) == MANIFESTS
+    assert sorted(p.name for p in KUBE.glob("*.yaml")) == sorted(MANIFESTS + DRA_MANIFESTS)
 
 
 def _validator() -> jsonschema.Draft202012Validator:
@@ -309,3 +314,96 @@ def test_the_containerd_1_7_drop_in_switches_nri_on() -> None:
     assert data["version"] == 2
     section = data[NRI_DISABLE[0]][NRI_DISABLE[1]]
     assert section == {"disable": False, "socket_path": defaults().nri_socket}
+
+
+# --------------------------------------------------------------------------- DRA
+
+_MODELS = {
+    "ServiceAccount": "V1ServiceAccount",
+    "ClusterRole": "V1ClusterRole",
+    "ClusterRoleBinding": "V1ClusterRoleBinding",
+    "DaemonSet": "V1DaemonSet",
+    "DeviceClass": "V1DeviceClass",
+    "ResourceClaimTemplate": "V1ResourceClaimTemplate",
+}
+
+
+@pytest.mark.parametrize("name", DRA_MANIFESTS)
+def test_every_dra_object_is_the_client_s_model(name: str) -> None:
+    from tests.support.kubeapi import validate_model
+
+    for doc in load_all(name):
+        assert validate_model(doc, _MODELS[doc["kind"]]) == [], f"{name}: {doc['kind']}"
+
+
+def test_the_model_check_refuses_a_misspelt_field() -> None:
+    from tests.support.kubeapi import validate_model
+
+    ds = next(d for d in load_all("dra-driver.yaml") if d["kind"] == "DaemonSet")
+    ds["spec"]["template"]["spec"]["containers"][0]["volumeMount"] = []
+    assert validate_model(ds, "V1DaemonSet") != []
+
+
+def _dra_daemonset() -> tuple[Doc, Doc, Doc]:
+    ds = next(d for d in load_all("dra-driver.yaml") if d["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return ds, pod, container
+
+
+def test_the_dra_driver_writes_only_the_host_paths_it_mounts_writable() -> None:
+    """Least privilege: the host root read-only; kubelet's plugin and registry directories
+    and the CDI directory writable; every directory flag of the command is one of them."""
+    import shlex
+
+    import click
+
+    from nvhook.cli.draplugin import dra_plugin
+
+    _, pod, container = _dra_daemonset()
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["/host"]["readOnly"] is True
+    assert volumes[mounts["/host"]["name"]]["hostPath"]["path"] == "/"
+    writable = {p.removeprefix("/host") for p, m in mounts.items() if not m.get("readOnly")}
+    assert writable == {
+        "/var/lib/kubelet/plugins",
+        "/var/lib/kubelet/plugins_registry",
+        "/var/run/cdi",
+    }
+    (script,) = container["args"]
+    argv = shlex.split(script.split("exec chroot /host ", 1)[1].replace("\\\n", " "))
+    assert argv[:2] == ["/opt/nvhook/bin/nvhook", "dra-plugin"]
+    ctx = dra_plugin.make_context("dra-plugin", argv[2:])  # the flags exist and parse
+    params = ctx.params
+    for flag in ("plugins_dir", "registry_dir", "cdi_root"):
+        assert params[flag] in writable, flag
+    assert "/host" + params["service_account_dir"] in mounts
+    assert "/host" + params["device_plugin_dir"] in mounts
+    assert isinstance(ctx, click.Context)
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+def test_the_dra_rbac_grants_the_driver_s_calls_only() -> None:
+    role = next(d for d in load_all("dra-driver.yaml") if d["kind"] == "ClusterRole")
+    rules = {r["resources"][0]: set(r["verbs"]) for r in role["rules"]}
+    assert rules == {
+        "resourceslices": {"get", "list", "watch", "create", "update", "delete"},
+        "resourceclaims": {"get"},
+    }
+
+
+def test_the_device_classes_select_the_driver_s_device_types() -> None:
+    from nvhook.dra.inventory import DRIVER
+
+    classes = {d["metadata"]["name"]: d for d in load_all("dra-deviceclasses.yaml")}
+    for name, kind in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig"),
+                       ("imex-channel.gpu.nvidia.com", "channel")):  # fmt: skip
+        (selector,) = classes[name]["spec"]["selectors"]
+        expression = selector["cel"]["expression"]
+        assert f"device.driver == '{DRIVER}'" in expression
+        assert f"device.attributes['{DRIVER}'].type == '{kind}'" in expression
+    for claim in load_all("dra-example-claims.yaml"):
+        for request in claim["spec"]["spec"]["devices"]["requests"]:
+            assert request["exactly"]["deviceClassName"] in classes

@@ -1,0 +1,136 @@
+"""``nvhook dra-plugin``: the Kubernetes DRA driver (:mod:`nvhook.dra.plugin`)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import click
+
+__all__ = ["dra_plugin"]
+
+
+@click.command("dra-plugin")
+@click.option(
+    "--node-name",
+    envvar="NODE_NAME",
+    required=True,
+    help="This node's name (the pool's name; a DaemonSet sets NODE_NAME from spec.nodeName).",
+)
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    type=click.Path(dir_okay=False),
+    help="A kubeconfig file (default: the pod's service account).",
+)
+@click.option(
+    "--service-account-dir",
+    default="/var/run/secrets/kubernetes.io/serviceaccount",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where the pod's service-account token and ca.crt are (without --kubeconfig).",
+)
+@click.option(
+    "--plugins-dir",
+    default="/var/lib/kubelet/plugins",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="kubelet's plugin directory: the driver serves <dir>/gpu.nvidia.com/dra.sock.",
+)
+@click.option(
+    "--registry-dir",
+    default="/var/lib/kubelet/plugins_registry",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="kubelet's plugin-watcher directory: the registration socket goes there.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False),
+    help="Where the checkpoint of prepared claims lives (default: <plugins-dir>/gpu.nvidia.com).",
+)
+@click.option(
+    "--cdi-root",
+    default="/var/run/cdi",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where the claims' transient CDI specs are written (the runtime's CDI directory).",
+)
+@click.option(
+    "--health-interval",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0.05),
+    help="Seconds between health checks of the GPUs.",
+)
+@click.option(
+    "--rescan-interval",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0.05),
+    help="Seconds between re-reads of the node's devices (a MIG relayout republishes).",
+)
+@click.option(
+    "--device-plugin-dir",
+    default="/var/lib/kubelet/device-plugins",
+    show_default=True,
+    help="kubelet's device-plugin directory: the driver refuses to start when a GPU device "
+    "plugin's socket is there (one inventory per node); '' skips the check.",
+)
+@click.option(
+    "--withdraw",
+    is_flag=True,
+    help="Delete this node's ResourceSlices of gpu.nvidia.com and exit (uninstall).",
+)
+def dra_plugin(
+    node_name: str,
+    kubeconfig: str | None,
+    service_account_dir: str,
+    plugins_dir: str,
+    registry_dir: str,
+    state_dir: str | None,
+    cdi_root: str,
+    health_interval: float,
+    rescan_interval: float,
+    device_plugin_dir: str,
+    withdraw: bool,
+) -> None:
+    """Publish the node's GPUs, MIG devices and IMEX channels as ResourceSlices (driver
+    gpu.nvidia.com) and prepare kubelet's claims as transient CDI specs (docs/dra.md).
+
+    The host, driver and dev roots come from nvhook's settings ($NVHOOK_CONFIG or
+    /etc/nvhook/config.toml), so it runs on a mock machine too. Stops cleanly on SIGTERM,
+    removing its sockets; the slices and prepared claims stay for the next start."""
+    from nvhook.dra.kubeapi import connect
+    from nvhook.dra.plugin import DraPlugin, Publisher
+
+    api = connect(kubeconfig, service_account=service_account_dir)
+    if withdraw:
+        count = Publisher(api, node_name).withdraw()
+        click.echo(f"nvhook dra-plugin: deleted {count} ResourceSlices of node {node_name}")
+        return
+    from nvhook.planner import Host
+    from nvhook.settings import load_settings
+
+    host = Host.from_settings(load_settings())
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    DraPlugin(
+        host,
+        node=node_name,
+        api=api,
+        plugins_dir=plugins_dir,
+        registry_dir=registry_dir,
+        state_dir=state_dir,
+        cdi_root=cdi_root,
+        health_interval=health_interval,
+        rescan_interval=rescan_interval,
+        device_plugin_dir=device_plugin_dir,
+        log=lambda line: click.echo(f"nvhook dra-plugin: {line}", err=True),
+    ).run(stop)

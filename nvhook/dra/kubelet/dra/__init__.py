@@ -1,0 +1,1 @@
+"""See ``nvhook/dra/kubelet/SOURCES.md``."""
