@@ -572,6 +572,121 @@ def report(setup: Setup, cases: list[Case], runs: int, server: str) -> None:
     print("interpreter's start in this venv; -S shows that start without site and .pth files).")
 
 
+# --------------------------------------------------------------------------- parts
+
+#: ``stamp``: a no-op runtime that first writes its start time (CLOCK_MONOTONIC ns) to the
+#: file named by NVHOOK_BENCH_STAMP: the moment the front-end's exec of the runtime is done.
+STAMP_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+int main(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    const char *path = getenv("NVHOOK_BENCH_STAMP");
+    FILE *f = path ? fopen(path, "w") : NULL;
+    if (!f) return 1;
+    fprintf(f, "%lld\n", (long long)t.tv_sec * 1000000000LL + t.tv_nsec);
+    return fclose(f) != 0;
+}
+"""
+
+#: The steps of a create through the front-end and the server, from the marks of
+#: ``nvhook-shim-server --trace`` (nvhook/server.py): (from, to, what the span is).
+SPANS = (
+    ("spawned", "accepted", "front-end: exec, settings data, connect; server wakes"),
+    ("accepted", "code_unchanged", "server: its code still the code on disk (stat all)"),
+    ("code_unchanged", "child", "server: fork, until the child runs"),
+    ("child", "peer_checked", "child: peer check (SO_PEERCRED, /proc, pidfd)"),
+    ("peer_checked", "request_received", "child: request received (with 4 fds)"),
+    ("request_received", "request_parsed", "child: request parsed"),
+    ("request_parsed", "ack_sent", "child: ack sent"),
+    ("ack_sent", "caller's_cwd,_streams,_env_taken_on", "child: caller's cwd, streams, env"),
+    ("caller's_cwd,_streams,_env_taken_on", "call_handled", "child: the call (below)"),
+    ("call_handled", "reply_sent", "child: streams flushed, reply sent"),
+    ("reply_sent", "runtime", "front-end: reply read, runtime exec'd"),
+    ("spawned", "runtime", "total: spawn of the front-end to the runtime's start"),
+)
+
+
+def trace_parts(setup: Setup, runs: int) -> None:
+    """Where a 1-GPU create through the front-end and the server spends its time: a server
+    started with ``--trace``, ``runs`` creates per mode, the medians of each span."""
+    if setup.frontend is None or setup.server is None or os.geteuid() != 0:
+        print("parts: need the native front-end, nvhook-shim-server and root")
+        return
+    stamp = build_c(setup.work, "stamp-runtime", STAMP_C)
+    if stamp is None:
+        print("parts: need a C compiler")
+        return
+    cache = setup.work / "trace-cache"
+    trace = setup.work / "server.trace"
+    stamp_file = setup.work / "stamp"
+    env = {**setup.env_base, "NVHOOK_CACHE_DIR": str(cache)}
+    cache.mkdir(mode=0o700)
+    proc = subprocess.Popen([setup.server, "--socket", str(cache / "shim.sock"), "--trace",
+                             str(trace)], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (cache / "shim.sock").exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                print("parts: the tracing server did not start")
+                return
+            time.sleep(0.05)
+        for mode in ("jit", "cdi"):
+            bundle = setup.work / f"trace-{mode}"
+            bundle.mkdir()
+            spec = pristine_spec()
+            spec["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=1")
+            (bundle / "pristine.json").write_text(json.dumps(spec, indent=2) + "\n")
+            config = setup.work / f"config-trace-{mode}.toml"
+            text = setup.configs[mode].read_text()
+            config.write_text(text.replace(json.dumps(setup.noop), json.dumps(stamp)))
+            case = Case(f"trace {mode}", ["--root", str(setup.work / "state"), "--log",
+                        str(bundle / "log.json"), "--log-format", "json", "create", "--bundle",
+                        str(bundle), "--pid-file", str(bundle / "init.pid"), "bench"], None,
+                        mode, bundle)  # fmt: skip
+            call_env = {**env, "NVHOOK_CONFIG": str(config), "NVHOOK_BENCH_STAMP": str(stamp_file)}
+            spans: dict[str, list[float]] = {}
+            for n in range(runs + 2):  # two untimed: caches, the front-end's data file
+                reset(case)
+                trace.write_text("")
+                spawned = time.monotonic_ns()
+                done = subprocess.run([setup.frontend, *case.argv], env=call_env,
+                                      capture_output=True, check=False)  # fmt: skip
+                if done.returncode != 0:
+                    raise SystemExit(f"parts: the create failed: {done.stderr.decode()}")
+                if n < 2:
+                    continue
+                marks: dict[str, int] = {"spawned": spawned,
+                                         "runtime": int(stamp_file.read_text())}  # fmt: skip
+                calls: dict[str, int] = {}
+                for line in trace.read_text().splitlines():
+                    _, name, start, end = line.split()
+                    if start == end:
+                        marks[name] = int(start)
+                    else:
+                        calls[name] = calls.get(name, 0) + int(end) - int(start)
+                if "child" not in marks:
+                    raise SystemExit("parts: the server did not serve the call (fell back?)")
+                for first, last, what in SPANS:
+                    spans.setdefault(what, []).append((marks[last] - marks[first]) / 1e6)
+                for name, ns in calls.items():
+                    spans.setdefault("  " + name, []).append(ns / 1e6)
+            print(
+                f"parts of a 1-GPU create ({mode}) through the front-end and "
+                f"nvhook-shim-server --trace, {runs} runs, medians (ms):"
+            )
+            for what, values in spans.items():
+                values += [0.0] * (runs - len(values))  # a call some runs did not make
+                print(f"  {statistics.median(values):>6.2f}  {what}")
+            print()
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 # --------------------------------------------------------------------------- profiling
 
 
@@ -646,6 +761,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30, help="timed runs per case (default 30)")
     parser.add_argument("--shim", help="the nvhook-runtime launcher (default: next to python)")
     parser.add_argument("--profile", action="store_true", help="then profile the GPU creates")
+    parser.add_argument(
+        "--parts", action="store_true", help="then time a create's parts through the server"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     compile_bytecode()
@@ -657,6 +775,9 @@ def main() -> None:
         cases = make_cases(setup, server=server is not None)
         measure(setup, cases, args.runs)
         report(setup, cases, args.runs, server_rss(server))
+        if args.parts:
+            print()
+            trace_parts(setup, args.runs)
         if args.profile:
             print()
             for case in cases:
