@@ -1,6 +1,6 @@
 """What nvhook-runtime adds to each runtime call: time over the runtime it execs, and peak RSS.
 
-    .venv/bin/python bench/runtime.py [--runs N] [--profile]
+    .venv/bin/python bench/runtime.py [--runs N] [--profile] [--parts] [--anchor PATH]
 
 The low-level runtime behind the shim is a no-op stand-in (a static C program that exits
 0; ``/bin/true`` without a C compiler), so no container starts and each row isolates the
@@ -42,6 +42,11 @@ config.json is restored from a pristine copy before every run, outside the timed
 The settings cache is warmed first, and ``oci``/``nvhook`` are byte-compiled with
 ``compileall`` (this environment sets ``PYTHONDONTWRITEBYTECODE=1``, which would otherwise
 leave new modules uncompiled and charge their compilation to every run).
+
+``--anchor PATH`` runs NVIDIA's ``nvidia-container-runtime`` beside nvhook's rows in the same
+loop (:func:`anchor_cases`) and prints each row's overhead as a multiple of the anchor's;
+``--parts`` breaks a create through the front-end and the server into its steps
+(:func:`trace_parts`, ``nvhook-shim-server --trace``).
 
 ``--profile`` then shows where a create with GPUs spends its time: ``-X importtime``
 (modules by cumulative import time) and cProfile (functions by cumulative time), for the
@@ -115,6 +120,7 @@ class Case:
     expect_gpus: int | None = None  # /dev/nvidiaN nodes the shim must add (None: not a create)
     program: str | None = None  # reference rows, front-end rows: what runs instead of the shim
     env_extra: dict[str, str] = field(default_factory=dict)  # server rows: their cache dir
+    anchor: bool = False  # NVIDIA's nvidia-container-runtime (--anchor): overhead, no budget
     shim_ms: list[float] = field(default_factory=list)
     direct_ms: list[float] = field(default_factory=list)
     rss_kb: list[int] = field(default_factory=list)
@@ -442,6 +448,55 @@ def make_cases(setup: Setup, *, server: bool = False) -> list[Case]:
     return cases
 
 
+#: The rows NVIDIA's runtime runs beside nvhook's (``--anchor``): its cdi mode reads the same
+#: spec directory and turns ``NVIDIA_VISIBLE_DEVICES=1`` into ``nvidia.com/gpu=1``. Its jit
+#: counterpart (``jit-cdi``) asks NVML, which the mock machine's paths do not give it.
+ANCHORED = (
+    "pass-through state",
+    "create, no request",
+    "create 1 GPU, cdi",
+    "create 1 GPU, cdi, YAML spec",
+    "create all (8), cdi",
+    f"create 1 GPU, cdi, {OTHER_SPECS} other specs",
+)
+SPEC_DIRS = {"cdi": "cdi", CDI_YAML: "cdi-yaml", CDI_CROWDED: "cdi-crowded", "auto": "cdi"}
+
+
+def anchor_cases(setup: Setup, cases: list[Case], anchor: str) -> list[Case]:
+    """``anchor: ROW`` for each of :data:`ANCHORED`: NVIDIA's runtime with the same argv, a
+    bundle of its own, and a config of its own in ``$XDG_CONFIG_HOME/nvidia-container-runtime/
+    config.toml`` (its README: the runtime behind it, ``mode = "cdi"``, the spec directory)."""
+    out = []
+    for case in cases:
+        if case.name not in ANCHORED:
+            continue
+        home = setup.work / f"anchor-{case.mode}"
+        config = home / "nvidia-container-runtime" / "config.toml"
+        if not config.exists():
+            config.parent.mkdir(parents=True)
+            config.write_text(
+                "[nvidia-container-runtime]\n"
+                f"runtimes = [{json.dumps(setup.noop)}]\n"
+                'mode = "cdi"\n'
+                f"debug = {json.dumps(str(setup.work / 'anchor.log'))}\n"
+                "[nvidia-container-runtime.modes.cdi]\n"
+                f"spec-dirs = [{json.dumps(str(setup.work / SPEC_DIRS[case.mode]))}]\n"
+                'default-kind = "nvidia.com/gpu"\n'
+                'annotation-prefixes = ["cdi.k8s.io/"]\n'
+            )
+        bundle = argv = None
+        if case.bundle is not None:
+            bundle = setup.work / f"anchor-{case.bundle.name}"
+            shutil.copytree(case.bundle, bundle)
+        argv = (
+            [a.replace(str(case.bundle), str(bundle)) for a in case.argv] if bundle else case.argv
+        )
+        out.append(Case(f"anchor: {case.name}", argv, None, case.mode, bundle, case.visible,
+                        case.expect_gpus, program=anchor, anchor=True,
+                        env_extra={"XDG_CONFIG_HOME": str(home)}))  # fmt: skip
+    return out
+
+
 # --------------------------------------------------------------------------- measuring
 
 
@@ -499,11 +554,13 @@ def run_direct(setup: Setup, case: Case) -> float:
 def check(setup: Setup, case: Case) -> None:
     """One untimed run that proves the case does what it says (and warms caches)."""
     _, rss = run_shim(setup, case)
-    if case.env_extra and rss is not None and rss > 4 * 1024:  # Python started: no server
+    if "NVHOOK_CACHE_DIR" in case.env_extra and rss is not None and rss > 4 * 1024:  # no server
         raise SystemExit(f"{case.name}: the server did not serve the call (peak RSS {rss} KiB)")
     if case.bundle is None:
         return
     written = (case.bundle / "config.json").read_bytes()
+    if case.visible is None and case.anchor:
+        return  # nvhook's promise (the file untouched), not the anchor's
     if case.visible is None:
         if written != (case.bundle / "pristine.json").read_bytes():
             raise SystemExit(f"{case.name}: config.json changed without a request")
@@ -526,7 +583,7 @@ def measure(setup: Setup, cases: list[Case], runs: int) -> None:
             case.shim_ms.append(elapsed * 1000)
             if rss is not None:
                 case.rss_kb.append(rss)
-            if case.budget_ms is not None:
+            if case.budget_ms is not None or case.anchor:
                 case.direct_ms.append(run_direct(setup, case) * 1000)
 
 
@@ -547,7 +604,11 @@ def report(setup: Setup, cases: list[Case], runs: int, server: str) -> None:
     print("-" * len(header))
     for case in cases:
         shim = statistics.median(case.shim_ms)
-        if case.budget_ms is None:
+        if case.anchor:
+            direct = statistics.median(case.direct_ms)
+            line = (f"{case.name:<40} {shim:>6.1f} {direct:>7.1f} {shim - direct:>9.1f} "
+                    f"{'-':>7}  {'':<4}  {'-':>6}")  # fmt: skip
+        elif case.budget_ms is None:
             line = f"{case.name:<40} {shim:>6.1f} {'-':>7} {'-':>9} {'-':>7}  {'':<4}  {'-':>6}"
         else:
             direct = statistics.median(case.direct_ms)
@@ -565,6 +626,21 @@ def report(setup: Setup, cases: list[Case], runs: int, server: str) -> None:
         else:
             line += "  (no RSS: no C compiler for the measuring helper)"
         print(line)
+    anchors = {c.name.removeprefix("anchor: "): c for c in cases if c.anchor}
+    if anchors:
+        print()
+        print(
+            "against NVIDIA's nvidia-container-runtime in the same run (overhead / its overhead):"
+        )
+        for case in cases:
+            base = case.name.removeprefix("front-end + server: ").removeprefix("front-end: ")
+            if case.anchor or base not in anchors or not case.direct_ms:
+                continue
+            theirs = anchors[base]
+            ours = statistics.median(case.shim_ms) - statistics.median(case.direct_ms)
+            over = statistics.median(theirs.shim_ms) - statistics.median(theirs.direct_ms)
+            ratio = f"{ours / over:>5.2f}x" if over > 0.1 else "-"  # noise over nothing
+            print(f"  {case.name:<40} {ours:>6.1f} ms / {over:>6.1f} ms = {ratio}")
     print()
     print("overhead = shim median - direct median (the stand-in runtime alone, same argv);")
     print("peak RSS = the highest ru_maxrss of the case's runs (the shim, then the stand-in).")
@@ -768,8 +844,11 @@ def main() -> None:
     parser.add_argument(
         "--parts", action="store_true", help="then time a create's parts through the server"
     )
+    parser.add_argument("--anchor", help="NVIDIA's nvidia-container-runtime, run beside")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
+    if args.anchor and not os.access(args.anchor, os.X_OK):
+        raise SystemExit(f"--anchor {args.anchor}: not an executable file")
     compile_bytecode()
     work = Path(tempfile.mkdtemp(prefix="nvhook-bench-runtime-"))
     server = None
@@ -777,6 +856,8 @@ def main() -> None:
         setup = prepare(work, *shim_launcher(args.shim))
         server = start_server(setup)
         cases = make_cases(setup, server=server is not None)
+        if args.anchor:
+            cases += anchor_cases(setup, cases, args.anchor)
         measure(setup, cases, args.runs)
         report(setup, cases, args.runs, server_rss(server))
         if args.parts:
