@@ -15,7 +15,8 @@ execs ``true`` as its runtime, so each create row is nvhook's own work, measured
   through ``nvhook-runtime`` as installed (the native front-end hands the GPU create to the
   Python shim);
 - as root, with ``nvhook-shim-server`` beside it: the same GPU create through a server of
-  its own on that cache directory (started for the run, stopped after);
+  its own on a cache directory of its own (started for the run with ``--trace``, whose lines,
+  ~0.1 ms a call, prove that it served every call of the row; stopped after);
 - as root: the createContainer hook the spec injects (``nvhook-hook create-container``, its
   links and the ldconfig it runs) on a rootfs holding the mock's libraries.
 
@@ -198,6 +199,8 @@ def measure(
                 row.ms.append(run())
                 if reference is not None:
                     row.reference_ms.append(reference())
+        if server is not None:
+            _check_served(os.path.join(work, "server.trace"), runs + 1)
         return [row for row, _, _ in rows]
     finally:
         if server is not None:
@@ -212,7 +215,8 @@ def _start_server(path: str, cache: str, env: dict[str, str], work: str) -> subp
     sock = os.path.join(cache, "shim.sock")
     log = os.path.join(work, "server.log")
     with open(log, "wb") as err:
-        proc = subprocess.Popen([path, "--socket", sock], env=env, stdin=subprocess.DEVNULL,
+        trace = ["--trace", os.path.join(work, "server.trace")]  # proof that it served
+        proc = subprocess.Popen([path, "--socket", sock, *trace], env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
     deadline = time.monotonic() + 30
     while not os.path.exists(sock):
@@ -224,6 +228,21 @@ def _start_server(path: str, cache: str, env: dict[str, str], work: str) -> subp
             raise BenchError(f"{path} did not start on {sock}: {said[-1] if said else 'no word'}")
         time.sleep(0.02)
     return proc
+
+
+def _check_served(trace: str, calls: int) -> None:
+    """Every call of the server row was the server's (a fallback would time the Python shim):
+    its ``--trace`` has one child per call."""
+    try:
+        with open(trace, "rb") as f:
+            served = sum(1 for line in f if line.split()[1:2] == [b"reply_sent"])
+    except FileNotFoundError:
+        served = 0
+    if served != calls:
+        raise BenchError(
+            f"nvhook-shim-server served {served} of the {calls} calls sent to it "
+            "(the front-end fell back to the Python shim): run `nvhook doctor`"
+        )
 
 
 def _hook(bindir: str, work: str, machine: str, spec: dict[str, object]) -> Callable[[], float]:

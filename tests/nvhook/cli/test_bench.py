@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nvhook.tools.startcost import Row, render
 from tests.support.basics import require, require_root
 
@@ -78,3 +80,14 @@ def test_render_adds_the_cheapest_gpu_create_the_hook_and_three_pass_throughs() 
         "a GPU container's start: about 33 ms more than with plain runc (create 1 GPU (x=0), "
         "server, the hook, 3 pass-through calls)"
     ) in text
+
+
+def test_a_server_row_with_a_fallback_is_refused(tmp_path: Path) -> None:
+    """The server row's trace must hold one served call per call (else it timed Python)."""
+    from nvhook.tools.startcost import BenchError, _check_served
+
+    trace = tmp_path / "trace"
+    trace.write_text("7 child 1 1\n7 reply_sent 2 2\n8 child 3 3\n8 reply_sent 4 4\n")
+    _check_served(str(trace), 2)
+    with pytest.raises(BenchError, match=r"^nvhook-shim-server served 2 of the 3 calls sent"):
+        _check_served(str(trace), 3)
