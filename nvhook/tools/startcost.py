@@ -311,5 +311,7 @@ def render(rows: Sequence[Row], runs: int, profile: str) -> str:
         lines.append(f"a GPU container's start: about {total:.0f} ms more than with plain runc "
                      f"({best.name}{', the hook' if hook else ''}, 3 pass-through"
                      " calls)")  # fmt: skip
+    if hook is None:
+        lines.append("(the server's row and the hook's need root: run it with sudo)")
     lines.append("nothing on this node was changed (a temporary directory, removed)")
     return "\n".join(lines) + "\n"

@@ -74,7 +74,9 @@ def test_render_adds_the_cheapest_gpu_create_the_hook_and_three_pass_throughs() 
         _row("create 1 GPU (x=0), server", [11.0, 11.0, 12.0], [1.0, 1.0, 1.0]),  # +10
         _row("createContainer hook (ldconfig included)", [20.0, 20.0, 20.0], None),
     ]
+    assert "need root" in render(rows[:-1], 3, "h100-pcie")  # no hook row: not root
     text = render(rows, 3, "h100-pcie")
+    assert "need root" not in text
     assert "  pass-through (state)" in text and "+1.0ms  ref (3.0 ms)" in text
     assert (
         "a GPU container's start: about 33 ms more than with plain runc (create 1 GPU (x=0), "
