@@ -1,6 +1,6 @@
 """What nvhook-runtime adds to each runtime call: time over the runtime it execs, and peak RSS.
 
-    .venv/bin/python bench/runtime.py [--runs N] [--profile]
+    .venv/bin/python bench/runtime.py [--runs N] [--profile] [--parts] [--anchor PATH]
 
 The low-level runtime behind the shim is a no-op stand-in (a static C program that exits
 0; ``/bin/true`` without a C compiler), so no container starts and each row isolates the
@@ -42,6 +42,11 @@ config.json is restored from a pristine copy before every run, outside the timed
 The settings cache is warmed first, and ``oci``/``nvhook`` are byte-compiled with
 ``compileall`` (this environment sets ``PYTHONDONTWRITEBYTECODE=1``, which would otherwise
 leave new modules uncompiled and charge their compilation to every run).
+
+``--anchor PATH`` runs NVIDIA's ``nvidia-container-runtime`` beside nvhook's rows in the same
+loop (:func:`anchor_cases`) and prints each row's overhead as a multiple of the anchor's;
+``--parts`` breaks a create through the front-end and the server into its steps
+(:func:`trace_parts`, ``nvhook-shim-server --trace``).
 
 ``--profile`` then shows where a create with GPUs spends its time: ``-X importtime``
 (modules by cumulative import time) and cProfile (functions by cumulative time), for the
@@ -115,6 +120,7 @@ class Case:
     expect_gpus: int | None = None  # /dev/nvidiaN nodes the shim must add (None: not a create)
     program: str | None = None  # reference rows, front-end rows: what runs instead of the shim
     env_extra: dict[str, str] = field(default_factory=dict)  # server rows: their cache dir
+    anchor: bool = False  # NVIDIA's nvidia-container-runtime (--anchor): overhead, no budget
     shim_ms: list[float] = field(default_factory=list)
     direct_ms: list[float] = field(default_factory=list)
     rss_kb: list[int] = field(default_factory=list)
@@ -442,6 +448,55 @@ def make_cases(setup: Setup, *, server: bool = False) -> list[Case]:
     return cases
 
 
+#: The rows NVIDIA's runtime runs beside nvhook's (``--anchor``): its cdi mode reads the same
+#: spec directory and turns ``NVIDIA_VISIBLE_DEVICES=1`` into ``nvidia.com/gpu=1``. Its jit
+#: counterpart (``jit-cdi``) asks NVML, which the mock machine's paths do not give it.
+ANCHORED = (
+    "pass-through state",
+    "create, no request",
+    "create 1 GPU, cdi",
+    "create 1 GPU, cdi, YAML spec",
+    "create all (8), cdi",
+    f"create 1 GPU, cdi, {OTHER_SPECS} other specs",
+)
+SPEC_DIRS = {"cdi": "cdi", CDI_YAML: "cdi-yaml", CDI_CROWDED: "cdi-crowded", "auto": "cdi"}
+
+
+def anchor_cases(setup: Setup, cases: list[Case], anchor: str) -> list[Case]:
+    """``anchor: ROW`` for each of :data:`ANCHORED`: NVIDIA's runtime with the same argv, a
+    bundle of its own, and a config of its own in ``$XDG_CONFIG_HOME/nvidia-container-runtime/
+    config.toml`` (its README: the runtime behind it, ``mode = "cdi"``, the spec directory)."""
+    out = []
+    for case in cases:
+        if case.name not in ANCHORED:
+            continue
+        home = setup.work / f"anchor-{case.mode}"
+        config = home / "nvidia-container-runtime" / "config.toml"
+        if not config.exists():
+            config.parent.mkdir(parents=True)
+            config.write_text(
+                "[nvidia-container-runtime]\n"
+                f"runtimes = [{json.dumps(setup.noop)}]\n"
+                'mode = "cdi"\n'
+                f"debug = {json.dumps(str(setup.work / 'anchor.log'))}\n"
+                "[nvidia-container-runtime.modes.cdi]\n"
+                f"spec-dirs = [{json.dumps(str(setup.work / SPEC_DIRS[case.mode]))}]\n"
+                'default-kind = "nvidia.com/gpu"\n'
+                'annotation-prefixes = ["cdi.k8s.io/"]\n'
+            )
+        bundle = argv = None
+        if case.bundle is not None:
+            bundle = setup.work / f"anchor-{case.bundle.name}"
+            shutil.copytree(case.bundle, bundle)
+        argv = (
+            [a.replace(str(case.bundle), str(bundle)) for a in case.argv] if bundle else case.argv
+        )
+        out.append(Case(f"anchor: {case.name}", argv, None, case.mode, bundle, case.visible,
+                        case.expect_gpus, program=anchor, anchor=True,
+                        env_extra={"XDG_CONFIG_HOME": str(home)}))  # fmt: skip
+    return out
+
+
 # --------------------------------------------------------------------------- measuring
 
 
@@ -499,11 +554,13 @@ def run_direct(setup: Setup, case: Case) -> float:
 def check(setup: Setup, case: Case) -> None:
     """One untimed run that proves the case does what it says (and warms caches)."""
     _, rss = run_shim(setup, case)
-    if case.env_extra and rss is not None and rss > 4 * 1024:  # Python started: no server
+    if "NVHOOK_CACHE_DIR" in case.env_extra and rss is not None and rss > 4 * 1024:  # no server
         raise SystemExit(f"{case.name}: the server did not serve the call (peak RSS {rss} KiB)")
     if case.bundle is None:
         return
     written = (case.bundle / "config.json").read_bytes()
+    if case.visible is None and case.anchor:
+        return  # nvhook's promise (the file untouched), not the anchor's
     if case.visible is None:
         if written != (case.bundle / "pristine.json").read_bytes():
             raise SystemExit(f"{case.name}: config.json changed without a request")
@@ -526,7 +583,7 @@ def measure(setup: Setup, cases: list[Case], runs: int) -> None:
             case.shim_ms.append(elapsed * 1000)
             if rss is not None:
                 case.rss_kb.append(rss)
-            if case.budget_ms is not None:
+            if case.budget_ms is not None or case.anchor:
                 case.direct_ms.append(run_direct(setup, case) * 1000)
 
 
@@ -547,7 +604,11 @@ def report(setup: Setup, cases: list[Case], runs: int, server: str) -> None:
     print("-" * len(header))
     for case in cases:
         shim = statistics.median(case.shim_ms)
-        if case.budget_ms is None:
+        if case.anchor:
+            direct = statistics.median(case.direct_ms)
+            line = (f"{case.name:<40} {shim:>6.1f} {direct:>7.1f} {shim - direct:>9.1f} "
+                    f"{'-':>7}  {'':<4}  {'-':>6}")  # fmt: skip
+        elif case.budget_ms is None:
             line = f"{case.name:<40} {shim:>6.1f} {'-':>7} {'-':>9} {'-':>7}  {'':<4}  {'-':>6}"
         else:
             direct = statistics.median(case.direct_ms)
@@ -565,11 +626,145 @@ def report(setup: Setup, cases: list[Case], runs: int, server: str) -> None:
         else:
             line += "  (no RSS: no C compiler for the measuring helper)"
         print(line)
+    anchors = {c.name.removeprefix("anchor: "): c for c in cases if c.anchor}
+    if anchors:
+        print()
+        print(
+            "against NVIDIA's nvidia-container-runtime in the same run (overhead / its overhead):"
+        )
+        for case in cases:
+            base = case.name.removeprefix("front-end + server: ").removeprefix("front-end: ")
+            if case.anchor or base not in anchors or not case.direct_ms:
+                continue
+            theirs = anchors[base]
+            ours = statistics.median(case.shim_ms) - statistics.median(case.direct_ms)
+            over = statistics.median(theirs.shim_ms) - statistics.median(theirs.direct_ms)
+            ratio = f"{ours / over:>5.2f}x" if over > 0.1 else "-"  # noise over nothing
+            print(f"  {case.name:<40} {ours:>6.1f} ms / {over:>6.1f} ms = {ratio}")
     print()
     print("overhead = shim median - direct median (the stand-in runtime alone, same argv);")
     print("peak RSS = the highest ru_maxrss of the case's runs (the shim, then the stand-in).")
     print("-floor = ms - the median of `python -I -c pass` (the shim's own work above the")
     print("interpreter's start in this venv; -S shows that start without site and .pth files).")
+
+
+# --------------------------------------------------------------------------- parts
+
+#: ``stamp``: a no-op runtime that first writes its start time (CLOCK_MONOTONIC ns) to the
+#: file named by NVHOOK_BENCH_STAMP: the moment the front-end's exec of the runtime is done.
+STAMP_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+int main(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    const char *path = getenv("NVHOOK_BENCH_STAMP");
+    FILE *f = path ? fopen(path, "w") : NULL;
+    if (!f) return 1;
+    fprintf(f, "%lld\n", (long long)t.tv_sec * 1000000000LL + t.tv_nsec);
+    return fclose(f) != 0;
+}
+"""
+
+#: The steps of a create through the front-end and the server, from the marks of
+#: ``nvhook-shim-server --trace`` (nvhook/server.py): (from, to, what the span is).
+SPANS = (
+    ("spawned", "accepted", "front-end: exec, settings data, connect; server wakes"),
+    ("accepted", "child", "server: fork, until the child runs"),
+    ("child", "peer_checked", "child: peer check (SO_PEERCRED, /proc, pidfd)"),
+    ("peer_checked", "request_received", "child: request received (with 4 fds)"),
+    ("request_received", "request_parsed", "child: request parsed"),
+    ("request_parsed", "ack_sent", "child: ack sent"),
+    ("ack_sent", "caller's_cwd,_streams,_env_taken_on", "child: caller's cwd, streams, env"),
+    ("caller's_cwd,_streams,_env_taken_on", "call_handled", "child: the call (below)"),
+    ("call_handled", "reply_sent", "child: streams flushed, reply sent"),
+    ("reply_sent", "runtime", "front-end: reply read, runtime exec'd"),
+    ("spawned", "runtime", "total: spawn of the front-end to the runtime's start"),
+    ("forked", "code_unchanged", "(server, beside the child: its code still on disk)"),
+)
+
+
+def trace_parts(setup: Setup, runs: int) -> None:
+    """Where a 1-GPU create through the front-end and the server spends its time: a server
+    started with ``--trace``, ``runs`` creates per mode, the medians of each span."""
+    if setup.frontend is None or setup.server is None or os.geteuid() != 0:
+        print("parts: need the native front-end, nvhook-shim-server and root")
+        return
+    stamp = build_c(setup.work, "stamp-runtime", STAMP_C)
+    if stamp is None:
+        print("parts: need a C compiler")
+        return
+    cache = setup.work / "trace-cache"
+    trace = setup.work / "server.trace"
+    stamp_file = setup.work / "stamp"
+    env = {**setup.env_base, "NVHOOK_CACHE_DIR": str(cache)}
+    cache.mkdir(mode=0o700)
+    proc = subprocess.Popen([setup.server, "--socket", str(cache / "shim.sock"), "--trace",
+                             str(trace)], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (cache / "shim.sock").exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                print("parts: the tracing server did not start")
+                return
+            time.sleep(0.05)
+        for mode in ("jit", "cdi"):
+            bundle = setup.work / f"trace-{mode}"
+            bundle.mkdir()
+            spec = pristine_spec()
+            spec["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=1")
+            (bundle / "pristine.json").write_text(json.dumps(spec, indent=2) + "\n")
+            config = setup.work / f"config-trace-{mode}.toml"
+            text = setup.configs[mode].read_text()
+            config.write_text(text.replace(json.dumps(setup.noop), json.dumps(stamp)))
+            case = Case(f"trace {mode}", ["--root", str(setup.work / "state"), "--log",
+                        str(bundle / "log.json"), "--log-format", "json", "create", "--bundle",
+                        str(bundle), "--pid-file", str(bundle / "init.pid"), "bench"], None,
+                        mode, bundle)  # fmt: skip
+            call_env = {**env, "NVHOOK_CONFIG": str(config), "NVHOOK_BENCH_STAMP": str(stamp_file)}
+            spans: dict[str, list[float]] = {}
+            for n in range(runs + 2):  # two untimed: caches, the front-end's data file
+                reset(case)
+                trace.write_text("")
+                spawned = time.monotonic_ns()
+                done = subprocess.run([setup.frontend, *case.argv], env=call_env,
+                                      capture_output=True, check=False)  # fmt: skip
+                if done.returncode != 0:
+                    raise SystemExit(f"parts: the create failed: {done.stderr.decode()}")
+                if n < 2:
+                    continue
+                for _ in range(200):  # the child's last mark may come after the exec
+                    if b" reply_sent " in trace.read_bytes():
+                        break
+                    time.sleep(0.005)
+                marks: dict[str, int] = {"spawned": spawned,
+                                         "runtime": int(stamp_file.read_text())}  # fmt: skip
+                calls: dict[str, int] = {}
+                for line in trace.read_text().splitlines():
+                    _, name, start, end = line.split()
+                    if start == end:
+                        marks[name] = int(start)
+                    else:
+                        calls[name] = calls.get(name, 0) + int(end) - int(start)
+                if "child" not in marks:
+                    raise SystemExit("parts: the server did not serve the call (fell back?)")
+                for first, last, what in SPANS:
+                    spans.setdefault(what, []).append((marks[last] - marks[first]) / 1e6)
+                for name, ns in calls.items():
+                    spans.setdefault("  " + name, []).append(ns / 1e6)
+            print(
+                f"parts of a 1-GPU create ({mode}) through the front-end and "
+                f"nvhook-shim-server --trace, {runs} runs, medians (ms):"
+            )
+            for what, values in spans.items():
+                values += [0.0] * (runs - len(values))  # a call some runs did not make
+                print(f"  {statistics.median(values):>6.2f}  {what}")
+            print()
+    finally:
+        proc.terminate()
+        proc.wait()
 
 
 # --------------------------------------------------------------------------- profiling
@@ -646,8 +841,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30, help="timed runs per case (default 30)")
     parser.add_argument("--shim", help="the nvhook-runtime launcher (default: next to python)")
     parser.add_argument("--profile", action="store_true", help="then profile the GPU creates")
+    parser.add_argument(
+        "--parts", action="store_true", help="then time a create's parts through the server"
+    )
+    parser.add_argument("--anchor", help="NVIDIA's nvidia-container-runtime, run beside")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
+    if args.anchor and not os.access(args.anchor, os.X_OK):
+        raise SystemExit(f"--anchor {args.anchor}: not an executable file")
     compile_bytecode()
     work = Path(tempfile.mkdtemp(prefix="nvhook-bench-runtime-"))
     server = None
@@ -655,8 +856,13 @@ def main() -> None:
         setup = prepare(work, *shim_launcher(args.shim))
         server = start_server(setup)
         cases = make_cases(setup, server=server is not None)
+        if args.anchor:
+            cases += anchor_cases(setup, cases, args.anchor)
         measure(setup, cases, args.runs)
         report(setup, cases, args.runs, server_rss(server))
+        if args.parts:
+            print()
+            trace_parts(setup, args.runs)
         if args.profile:
             print()
             for case in cases:

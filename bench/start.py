@@ -96,9 +96,11 @@ class Case:
     runc_edited: Variant | None = None
     runc_no_hooks: Variant | None = None
     per_hook: list[tuple[str, Variant]] = field(default_factory=list)
+    anchor: Variant | None = None  # NVIDIA's runtime on the same spec (--anchor)
 
     def variants(self) -> list[Variant]:
         out = [self.shim, *(v for _, v in self.per_hook)]
+        out += [self.anchor] if self.anchor is not None else []
         return out + [v for v in (self.runc_edited, self.runc_no_hooks) if v is not None]
 
 
@@ -259,8 +261,27 @@ def hook_name(hook: dict[str, Any]) -> str:
     return " ".join([os.path.basename(args[0]), *words])
 
 
+def anchor_config(work: Path, profile: str, specs: Path, runc: str) -> Path:
+    """``$XDG_CONFIG_HOME`` for NVIDIA's runtime in cdi mode over ``specs`` (its
+    ``cmd/nvidia-container-runtime/README.md`` and ``internal/config/runtime.go``)."""
+    home = work / f"anchor-{profile}"
+    config = home / "nvidia-container-runtime" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(
+        "[nvidia-container-runtime]\n"
+        f"runtimes = [{json.dumps(runc)}]\n"
+        'mode = "cdi"\n'
+        "[nvidia-container-runtime.modes.cdi]\n"
+        f"spec-dirs = [{json.dumps(str(specs))}]\n"
+        'default-kind = "nvidia.com/gpu"\n'
+        f"annotation-prefixes = [{json.dumps(ANNOTATION.split('/')[0] + '/')}]\n"
+    )
+    return home
+
+
 def make_cases(
     bench: Bench, names: list[str], runtime: str, env_base: dict[str, str], parts: bool,
+    anchor: str | None = None, spec_dir: Path | None = None,
 ) -> list[Case]:  # fmt: skip
     base = runc_spec(bench.runc)
     cases = []
@@ -282,6 +303,12 @@ def make_cases(
                 if d.get("path", "").removeprefix("/dev/nvidia").isdigit()]  # fmt: skip
         if not gpus:
             raise SystemExit(f"{name}: the runtime gave the container no /dev/nvidiaN")
+        if anchor is not None and mode == "cdi":
+            specs = spec_dir or bench.work / f"cdi-{profile}"
+            home = anchor_config(bench.work, profile, specs, bench.runc)
+            anchor_env = {"PATH": PATH_ENV, "XDG_CONFIG_HOME": str(home)}
+            case.anchor = Variant(f"{name}: anchor", bench.bundle(f"{slug}-anchor", spec),
+                                  anchor, anchor_env)  # fmt: skip
         if parts:
             runc_env = {"PATH": PATH_ENV}
             case.runc_edited = Variant(f"{name}: runc, edited",
@@ -339,6 +366,17 @@ def report(plain: Variant, cases: list[Case], runs: int, runtime: str, load: lis
         mark = f" (aim {AIM_MS:.0f} ms: {'met' if over <= AIM_MS else 'not yet'})"
         print(f"{case.name:<24} {med(case.shim.create_ms):>7.1f} {med(case.shim.start_ms):>6.1f} "
               f"{total:>6.1f} {over:>9.1f} {ratio:>5.2f}x  {verdict}{mark}")  # fmt: skip
+    anchored = [c for c in cases if c.anchor is not None]
+    if anchored:
+        print()
+        print("against NVIDIA's runtime on the same spec, same run (overhead over plain runc):")
+        for case in anchored:
+            assert case.anchor is not None
+            ours = med(case.shim.total_ms) - base
+            theirs = med(case.anchor.total_ms) - base
+            ratio = f"{ours / theirs:.2f}x" if theirs > 0.5 else "-"
+            print(f"  {case.name:<24} nvhook {ours:>6.1f} ms, {case.anchor.program} "
+                  f"{theirs:>6.1f} ms: {ratio}")  # fmt: skip
     if not any(c.runc_edited for c in cases):
         return
     print()
@@ -389,6 +427,7 @@ def main() -> None:
     parser.add_argument("--runtime", help="a runc-compatible shim (default: nvhook-runtime)")
     parser.add_argument("--spec-dir", type=Path, help="CDI specs the runtime reads (no generate)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--anchor", help="NVIDIA's nvidia-container-runtime, run beside (cdi)")
     parser.add_argument(
         "--server",
         action="store_true",
@@ -403,6 +442,8 @@ def main() -> None:
     runtime = args.runtime or str(Path(sys.executable).parent / "nvhook-runtime")
     if not os.access(runtime, os.X_OK):
         raise SystemExit(f"{runtime} is not executable (nvhook install-entrypoints?)")
+    if args.anchor and not os.access(args.anchor, os.X_OK):
+        raise SystemExit(f"--anchor {args.anchor}: not an executable file")
     names = [n.strip() for n in args.cases.split(",")] if args.cases else list(CASES)
     if args.runtime and not args.cases:
         names = [n for n in names if CASES[n][2] == "cdi"]
@@ -423,7 +464,8 @@ def main() -> None:
         env_base = {"PATH": PATH_ENV, "NVHOOK_CACHE_DIR": str(work / "cache")}
         if args.server:
             server = start_server(runtime, work / "cache", env_base)
-        cases = make_cases(bench, names, runtime, env_base, not args.no_parts)
+        cases = make_cases(bench, names, runtime, env_base, not args.no_parts, args.anchor,
+                           args.spec_dir)  # fmt: skip
         plain = Variant("plain runc", bench.bundle("plain", runc_spec(runc)), runc,
                         {"PATH": PATH_ENV})  # fmt: skip
         variants = [plain, *(v for c in cases for v in c.variants())]

@@ -24,7 +24,7 @@ import os
 import socket
 import struct
 
-__all__ = ["SO_PEERPIDFD", "peer_problem"]
+__all__ = ["SO_PEERPIDFD", "peer_problem", "remember_self"]
 
 #: ``getsockopt`` for a pidfd of a unix socket's peer (include/uapi/asm-generic/socket.h,
 #: Linux 6.5; the same on x86-64 and arm64); Python's socket module may not export it.
@@ -89,20 +89,40 @@ def _pidfd_pid(pidfd: int) -> int:
     return -1
 
 
+#: This process's side of the comparison, (namespaces, status fields, label), once
+#: :func:`remember_self` has read it: the server reads it before it forks, so that each
+#: child reads only the peer's side (its own cannot change: no exec, setns or setcon).
+_ours: tuple[tuple[tuple[int, int], ...], dict[bytes, bytes], bytes | None] | None = None
+
+
+def _own() -> tuple[tuple[tuple[int, int], ...], dict[bytes, bytes], bytes | None]:
+    namespaces = tuple(
+        (st.st_dev, st.st_ino) for st in (os.stat(f"/proc/self/ns/{ns}") for ns in _NAMESPACES)
+    )
+    return namespaces, _status("self"), _label("self")
+
+
+def remember_self() -> None:
+    """Read this process's side of :func:`peer_problem` once, for it and its children."""
+    global _ours
+    _ours = _own()
+
+
 def _compare(pid: int) -> str | None:
     """Why the process ``pid`` differs from this one (None: it does not)."""
     try:
-        for ns in _NAMESPACES:
-            theirs, ours = os.stat(f"/proc/{pid}/ns/{ns}"), os.stat(f"/proc/self/ns/{ns}")
-            if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
+        namespaces, ours_status, label = _ours if _ours is not None else _own()
+        for ns, ours in zip(_NAMESPACES, namespaces, strict=True):
+            theirs = os.stat(f"/proc/{pid}/ns/{ns}")
+            if (theirs.st_dev, theirs.st_ino) != ours:
                 return f"the peer (pid {pid}) is in another {ns} namespace"
-        theirs_status, ours_status = _status(pid), _status("self")
+        theirs_status = _status(pid)
     except OSError as e:
         return f"cannot inspect the peer (pid {pid}): {e.strerror}"
     for key in _STATUS:
         if theirs_status.get(key) != ours_status.get(key):
             return f"the peer's (pid {pid}) {key.decode()} differs from the server's"
-    if _label(pid) != _label("self"):  # SELinux/AppArmor: files would be made in our domain
+    if _label(pid) != label:  # SELinux/AppArmor: files would be made in our domain
         return f"the peer (pid {pid}) runs under another security label"
     return None
 

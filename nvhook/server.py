@@ -42,9 +42,12 @@ caller's own privileges.
 
 Upgrades: the identity (device, inode, size, mtime) of every file and directory of the
 ``oci`` and ``nvhook`` packages, of this server's launcher and of the interpreter is
-recorded at start; before each fork it is compared again, and a server whose code
-changed on disk stops (exit :data:`STALE_EXIT`, so that systemd's ``Restart=on-failure``
-starts the new code) without serving the call: the front-end falls back meanwhile.
+recorded at start; after each fork (while the child serves the call in hand with the
+code loaded, as a call a moment earlier would have been served) and every second while
+idle it is compared again, and a server whose code changed on disk stops (exit
+:data:`STALE_EXIT`, so that systemd's ``Restart=on-failure`` starts the new code): the
+front-end falls back meanwhile. The check stats every file (~1 ms): before the fork it
+was on every call's path (bench/runtime.py ``--parts``).
 Settings, the CDI index and specs are the shim's business: each child loads them as the
 shim does (by file identity), so a changed file counts from the next call.
 """
@@ -57,8 +60,9 @@ import signal
 import socket
 import struct
 import sys
+import time
 
-from nvhook.peer import peer_problem
+from nvhook.peer import peer_problem, remember_self
 from nvhook.shim_protocol import (
     ACK,
     EXEC,
@@ -78,6 +82,7 @@ from nvhook.shim_protocol import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
 __all__ = [
     "ACK",
@@ -270,32 +275,42 @@ def _run(argv: Sequence[str]) -> bytes:
     return EXIT + b"\0" + str(code & 0xFF).encode()
 
 
-def _child(conn: socket.socket) -> None:
+def _child(conn: socket.socket, trace: _Trace | None = None) -> None:
     """Serve the call on ``conn`` (in the forked child; never returns)."""
+    mark = _no_mark if trace is None else trace.mark
+    mark("child")
     for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(number, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         pid, problem = peer_problem(conn)
+        mark("peer checked")
         if problem is not None:
             raise RequestError(problem)
         conn.settimeout(RECEIVE_TIMEOUT_S)
         body, fds = _receive(conn)
+        mark("request received")
         try:
             request = parse_request(body)
         except BaseException:
             for fd in fds:
                 os.close(fd)
             raise
+        mark("request parsed")
         conn.sendall(frame(ACK))
+        mark("ack sent")
         conn.settimeout(None)
         _become(request, fds, pid)
+        mark("caller's cwd, streams, env taken on")
     except Probe:
         os._exit(0)
     except (RequestError, OSError) as e:
         _say(f"refused a request: {e}")
         os._exit(0)
+    if trace is not None:
+        trace.wrap_start_path()
     reply = _run(request.argv)
+    mark("call handled")
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -306,7 +321,77 @@ def _child(conn: socket.socket) -> None:
         os.dup2(null, target)
     with contextlib.suppress(OSError):
         conn.sendall(frame(reply))
+    mark("reply sent")
     os._exit(0)
+
+
+# --------------------------------------------------------------------------- the trace
+
+
+def _no_mark(name: str) -> None:
+    pass
+
+
+#: What ``--trace`` times in a child's call, (module, attribute[, class attribute]):
+#: each call's start and end (the names the start path looks them up by at call time).
+TRACED: tuple[tuple[str, str, str], ...] = (
+    ("nvhook.call", "handle", ""),
+    ("oci.argv", "RuntimeArgs", "parse"),
+    ("nvhook.settings", "load_settings", ""),
+    ("nvhook.native", "ensure_data", ""),
+    ("nvhook.call", "find_runtime", ""),
+    ("oci.bundle", "Bundle", "load"),
+    ("nvhook.create", "parse_requests", ""),
+    ("nvhook.create", "_resolve_cdi", ""),
+    ("oci.cdi.index", "resolve", ""),
+    ("nvhook.planner", "plan", ""),
+    ("oci.cdi.apply", "apply", ""),
+    ("nvhook.legacyhook", "without_prestart_hooks", ""),
+    ("oci.bundle", "Bundle", "save"),
+    ("os", "fsync", ""),
+    ("nvhook.call", "_log", ""),
+)
+
+
+class _Trace:
+    """``nvhook-shim-server --trace FILE``: where a call's time goes (bench/runtime.py
+    ``--parts``). Each line appended to FILE is ``PID NAME START_NS END_NS`` on
+    ``CLOCK_MONOTONIC`` (a point has START = END): the parent's accept, code check and
+    fork, the child's steps, and every call of :data:`TRACED`. Off (the default), the
+    server runs no line of this; on, a child's functions are wrapped after the fork."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def write(self, name: str, start: int, end: int) -> None:
+        os.write(self.fd, f"{os.getpid()} {name} {start} {end}\n".encode())
+
+    def mark(self, name: str) -> None:
+        now = time.monotonic_ns()
+        self.write(name.replace(" ", "_"), now, now)
+
+    def wrap_start_path(self) -> None:
+        import functools
+        import importlib
+
+        for module_name, attribute, method in TRACED:
+            module = importlib.import_module(module_name)
+            owner: object = getattr(module, attribute) if method else module
+            name = method or attribute
+            original = getattr(owner, name)
+            label = f"{module_name}.{attribute}{'.' + method if method else ''}"
+            is_classmethod = isinstance(vars(owner).get(name), classmethod)
+            func = original.__func__ if is_classmethod else original
+
+            def timed(*args: object, _f: Any = func, _label: str = label, **kw: object) -> Any:
+                start = time.monotonic_ns()
+                try:
+                    return _f(*args, **kw)
+                finally:
+                    self.write(_label, start, time.monotonic_ns())
+
+            functools.update_wrapper(timed, func)
+            setattr(owner, name, classmethod(timed) if is_classmethod else timed)
 
 
 # --------------------------------------------------------------------------- the parent
@@ -429,13 +514,13 @@ def _stop(number: int, frame: object) -> None:
     raise _Stop
 
 
-def serve(path: str, *, ready: int = -1) -> int:
+def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
     """Serve calls at ``path`` until SIGTERM (0) or a code change on disk (:data:`STALE_EXIT`).
 
     ``ready``: a descriptor to write one byte to and close once listening (tests).
+    ``trace``: a file to append each call's timings to (:class:`_Trace`).
     """
     import importlib
-    import time
 
     if os.geteuid() != 0:
         raise ServerError("must run as root: the front-end talks only to a root server")
@@ -445,6 +530,7 @@ def serve(path: str, *, ready: int = -1) -> int:
     if not _unchanged(recorded):
         _say("the code changed on disk while starting: exiting to be started again")
         return STALE_EXIT
+    remember_self()  # the server's side of every peer check, read once
     listener, identity = _listen(path)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
@@ -452,6 +538,8 @@ def serve(path: str, *, ready: int = -1) -> int:
     if ready >= 0:
         os.write(ready, b"1")
         os.close(ready)
+    tracer = None if trace is None else _Trace(trace)
+    mark = _no_mark if tracer is None else tracer.mark
     children: set[int] = set()
     listener.settimeout(1.0)
     code = 0
@@ -471,10 +559,7 @@ def serve(path: str, *, ready: int = -1) -> int:
                 time.sleep(0.1)
                 continue
             with conn:
-                if not _unchanged(recorded):
-                    _say("nvhook's code changed on disk: exiting to be started again")
-                    code = STALE_EXIT
-                    break
+                mark("accepted")
                 if len(children) >= MAX_CHILDREN:
                     _reap(children)
                     if len(children) >= MAX_CHILDREN:
@@ -487,7 +572,7 @@ def serve(path: str, *, ready: int = -1) -> int:
                 if pid == 0:
                     try:
                         listener.close()
-                        _child(conn)
+                        _child(conn, tracer)
                     except BaseException:  # a bug here: said where the call's stderr is
                         import traceback
 
@@ -495,6 +580,14 @@ def serve(path: str, *, ready: int = -1) -> int:
                     finally:
                         os._exit(1)
                 children.add(pid)
+                mark("forked")
+            # while the child serves: the call in hand runs the code loaded, as it would
+            # have a moment earlier; the next one finds the new code or the fallback
+            if not _unchanged(recorded):
+                _say("nvhook's code changed on disk: exiting to be started again")
+                code = STALE_EXIT
+                break
+            mark("code unchanged")
     except (_Stop, KeyboardInterrupt):
         pass
     finally:
@@ -521,34 +614,36 @@ def _reap(children: set[int]) -> None:
         children.discard(pid)
 
 
-USAGE = f"""usage: {PROG} [--socket PATH]
+USAGE = f"""usage: {PROG} [--socket PATH] [--trace FILE]
 
 Serve nvhook-runtime's calls for its native front-end from a pre-forked server
 (docs/architecture.md D12). PATH: default $NVHOOK_CACHE_DIR/{SOCKET_NAME}, else
 /run/nvhook/{SOCKET_NAME}; its directory must be root's and not group/other-writable.
 Runs as root, until SIGTERM; exits {STALE_EXIT} when nvhook's code changed on disk.
+--trace FILE: append where each call's time goes to FILE (bench/runtime.py --parts).
 """
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``nvhook-shim-server [--socket PATH]``."""
+    """``nvhook-shim-server [--socket PATH] [--trace FILE]``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    path = None
+    given: dict[str, str] = {}
     if args[:1] in (["-h"], ["--help"]):
         sys.stdout.write(USAGE)
         return 0
-    if len(args) == 2 and args[0] == "--socket":
-        path = args[1]
-    elif len(args) == 1 and args[0].startswith("--socket="):
-        path = args[0].partition("=")[2]
-    elif args:
-        sys.stderr.write(f"{PROG}: unexpected arguments {args}: see --help\n")
-        return 2
-    if path is not None and not os.path.isabs(path):
-        sys.stderr.write(f"{PROG}: --socket {path}: give an absolute path\n")
-        return 2
+    while args:
+        option, eq, value = args.pop(0).partition("=")
+        if option not in ("--socket", "--trace") or option in given or not (eq or args):
+            sys.stderr.write(f"{PROG}: unexpected arguments {argv or sys.argv[1:]}: see --help\n")
+            return 2
+        given[option] = value if eq else args.pop(0)
+    for option, value in given.items():
+        if not os.path.isabs(value):
+            sys.stderr.write(f"{PROG}: {option} {value}: give an absolute path\n")
+            return 2
+    path = given.get("--socket")
     try:
-        return serve(path or default_socket())
+        return serve(path or default_socket(), trace=given.get("--trace"))
     except (ServerError, OSError) as e:
         sys.stderr.write(f"{PROG}: {e}\n")
         return 1

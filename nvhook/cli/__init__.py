@@ -27,6 +27,7 @@ __all__ = ["COMMANDS", "cli", "main", "report_bug"]
 
 #: Every command, imported only when it runs (``nvhook --help`` imports them all).
 COMMANDS: dict[str, str] = {
+    "bench": "nvhook.cli.bench:bench",
     "bug-report": "nvhook.cli.bugreport:bug_report",
     "cdi": "nvhook.cli.cdi:cdi",
     "config": "nvhook.cli.config:config",

@@ -250,14 +250,21 @@ def _remove_older(directory: str, keep: str) -> None:
 
 
 def build(
-    launcher: str, output: str | Path, *, cc: str | None = None, source: str = SOURCE
+    launcher: str,
+    output: str | Path,
+    *,
+    cc: str | None = None,
+    source: str = SOURCE,
+    strip: bool = True,
 ) -> str | None:
     """Compile the front-end (or, with ``source=HOOK_SOURCE``, the native hook) to ``output``,
     handing over to ``launcher``; why not, or None.
 
     ``cc`` defaults to ``cc`` or ``gcc`` on PATH. Static when the C library allows (no
     dynamic loader at each call), else dynamic. The launcher path is compiled in; it must
-    be absolute and plain (no quote, backslash or control character).
+    be absolute and plain (no quote, backslash or control character). ``strip=False``
+    keeps the symbols (bench/instructions.py: callgrind finds ``execve`` and ``fork`` by
+    name); the code is the same.
     """
     import shutil
     import subprocess
@@ -267,7 +274,7 @@ def build(
         return "no C compiler (cc or gcc) on PATH"
     if not os.path.isabs(launcher) or not set(launcher) <= _SEARCHABLE:
         return f"cannot compile in the launcher path {launcher!r}"
-    base = [compiler, "-std=c11", "-O2", "-s", "-Wall", "-Wextra", "-Werror"]
+    base = [compiler, "-std=c11", "-O2", *(["-s"] if strip else []), "-Wall", "-Wextra", "-Werror"]
     define = f'-DNVHOOK_LAUNCHER="{launcher}"'
     error = ""
     for static in (["-static"], []):

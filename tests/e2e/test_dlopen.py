@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,3 +149,43 @@ def test_dlopen_finds_libcuda_through_the_hooks_ld_cache(
         result.stderr
     )
     assert cache_entries(rootfs / "etc" / "ld.so.cache")["libcuda.so.1"] == f"{LIBDIR}/libcuda.so.1"
+
+
+def test_dlopen_finds_libcuda_by_its_soname_link_when_no_cache_can_be_built(
+    shim_runc: Runc, busybox_copy: Path, cudacount: Path, tmp_path: Path
+) -> None:
+    """The image's ``/etc`` is a read-only bind mount: the hook cannot write an ld cache and skips
+    ldconfig (saying why), so the loader finds ``libcuda.so.1`` on its system search path,
+    through the SONAME link the hook made itself (ldconfig would have made it too, but it did
+    not run): why the hook keeps the links that ldconfig makes (docs/native-hook.md)."""
+
+    etc = tmp_path / "etc"
+    (etc / "OpenCL" / "vendors").mkdir(parents=True)
+    (etc / "OpenCL" / "vendors" / "nvidia.icd").write_text("")  # compute's mount, onto a file
+
+    def readonly_etc(spec: dict[str, Any]) -> None:  # runc remounts it read-only at once
+        spec["mounts"].append({"destination": "/etc", "type": "bind", "source": str(etc),
+                               "options": ["rbind", "ro"]})  # fmt: skip
+
+    bundle = hostile_bundle(
+        tmp_path / "b",
+        busybox_copy,
+        ["sh", "-c", f"LD_DEBUG=libs {PROGRAM}"],
+        ["NVIDIA_VISIBLE_DEVICES=2,3"],
+        edit=readonly_etc,
+    )
+    rootfs = bundle / "rootfs"
+    for path in [*needed_libraries(cudacount), LOADER]:
+        copy_host_file(path, rootfs)
+    (rootfs / PROGRAM.lstrip("/")).parent.mkdir(parents=True)
+    shutil.copy2(cudacount, rootfs / PROGRAM.lstrip("/"))
+
+    result = shim_runc.run(bundle)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "2", result.stdout + result.stderr
+    search = loader_search(result.stderr, "libcuda.so.1")
+    assert search[0] == "search cache=/etc/ld.so.cache"  # glibc says so with no cache too
+    assert search[1].startswith("search path=") and search[1].endswith("(system search path)")
+    assert search[-1] == f"trying file={LIBDIR}/libcuda.so.1", result.stderr
+    assert sorted(p.name for p in etc.iterdir()) == ["OpenCL"]  # no cache, no conf file

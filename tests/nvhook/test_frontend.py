@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import stat
 import subprocess
@@ -1024,3 +1025,17 @@ def test_build_refuses_a_launcher_path_it_cannot_compile_in(tmp_path: Path) -> N
     assert build('/x/"evil', tmp_path / "out") is not None
     assert build("relative", tmp_path / "out") is not None
     assert not (tmp_path / "out").exists()
+
+
+def test_build_keeps_the_symbols_only_when_asked(tmp_path: Path) -> None:
+    """``strip=False`` (bench/instructions.py: callgrind finds ``execve`` by name): the same
+    program with its symbol table; the default strips it."""
+    require_cc()
+    nm = shutil.which("nm")
+    assert nm is not None, "nm not found (binutils: ./dev setup installs it)"
+    assert build("/x/nvhook-runtime.py", tmp_path / "stripped") is None
+    assert build("/x/nvhook-runtime.py", tmp_path / "symbols", strip=False) is None
+    named = subprocess.run([nm, str(tmp_path / "symbols")], capture_output=True, text=True)
+    assert re.search(r" T (execve|main)$", named.stdout, re.MULTILINE), named.stdout[:500]
+    bare = subprocess.run([nm, str(tmp_path / "stripped")], capture_output=True, text=True)
+    assert "no symbols" in bare.stderr

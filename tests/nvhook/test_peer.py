@@ -328,3 +328,21 @@ def test_only_an_unknown_option_is_the_fallback() -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lone, pytest.raises(OSError) as e:
         nvhook.peer._peer_pidfd(lone)
     assert e.value.errno == errno.ENODATA
+
+
+def test_the_servers_side_is_read_once_before_the_children(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``remember_self`` (the server, before it forks): each check reads only the peer."""
+    monkeypatch.setattr(nvhook.peer, "_ours", None)
+    nvhook.peer.remember_self()
+    reads: list[int | str] = []
+    real = nvhook.peer._status
+
+    def status(pid: int | str) -> dict[bytes, bytes]:
+        reads.append(pid)
+        return real(pid)
+
+    monkeypatch.setattr(nvhook.peer, "_status", status)
+    a, b = socket.socketpair()
+    with a, b:
+        assert nvhook.peer.peer_problem(a) == (os.getpid(), None)
+    assert reads == [os.getpid()]

@@ -45,6 +45,7 @@ from nvhook.server import (
     PRELOAD,
     STALE_EXIT,
     RequestError,
+    main,
     parse_request,
     peer_problem,
 )
@@ -71,11 +72,16 @@ pytestmark = pytest.mark.root
 
 
 def start_server(
-    sock: Path, *, python_path: Path = REPO, log: BinaryIO | None = None, umask: int = -1
+    sock: Path,
+    *,
+    python_path: Path = REPO,
+    log: BinaryIO | None = None,
+    umask: int = -1,
+    more: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
-    """``nvhook-shim-server --socket SOCK`` from the packages under ``python_path``, once it
-    says it listens; its stderr goes to ``log`` (a file), else to an unnamed one; ``umask``:
-    its umask (-1: this process's)."""
+    """``nvhook-shim-server --socket SOCK [MORE…]`` from the packages under ``python_path``,
+    once it says it listens; its stderr goes to ``log`` (a file), else to an unnamed one;
+    ``umask``: its umask (-1: this process's)."""
     code = (
         f"import sys; sys.path.insert(0, {str(python_path)!r}); "
         "from nvhook.server import main; raise SystemExit(main())"
@@ -84,7 +90,7 @@ def start_server(
         if log is None:
             log = stack.enter_context(tempfile.TemporaryFile())
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", code, "--socket", str(sock)],
+            [sys.executable, "-I", "-c", code, "--socket", str(sock), *more],
             env={"PATH": "/usr/bin:/bin"},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -652,7 +658,8 @@ def test_the_socket_is_bound_no_wider_than_0600(
 
 
 def test_a_server_whose_code_changed_stops(node: Node, tmp_path: Path, stdio: list[int]) -> None:
-    """An upgrade: the server exits (for systemd to start the new code), serving nothing."""
+    """An upgrade: the server exits (for systemd to start the new code) once the call in
+    hand is served by the code it loaded."""
     packages = tmp_path / "packages"
     for name in ("oci", "nvhook"):
         shutil.copytree(REPO / name, packages / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -665,11 +672,63 @@ def test_a_server_whose_code_changed_stops(node: Node, tmp_path: Path, stdio: li
         assert _ask(directory / "shim.sock", frame, stdio).startswith(MAGIC)  # serving
         edited = packages / "nvhook" / "create.py"
         edited.write_text(edited.read_text() + "\n# upgraded\n")
-        assert _ask(directory / "shim.sock", frame, stdio) == b""
+        assert _ask(directory / "shim.sock", frame, stdio).startswith(MAGIC)  # the old code
         assert server.wait(timeout=30) == STALE_EXIT
         assert not (directory / "shim.sock").exists()
     finally:
         stop(server)
+
+
+def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -> None:
+    """``--trace FILE``: the parent's and the child's steps and the start path's calls, on
+    CLOCK_MONOTONIC; the call's outcome is the untraced server's."""
+    extra, spec, argv, _ = CASES["jit 1 GPU"]
+    config = _config(node, "trace", extra)
+    b = node.bundle("b-trace", spec)
+    args = [a.replace("{b}", str(b)) for a in (argv or CONTAINERD)]
+    untraced = node.call(node.client, args, node.env(config), b)
+    expected = _observed(node, b, untraced, config)
+    directory = tmp_path / "sock"
+    directory.mkdir(mode=0o700)
+    trace = tmp_path / "trace"
+    server = start_server(directory / "shim.sock", more=("--trace", str(trace)))
+    try:
+        node.reset(b)
+        before = time.monotonic_ns()
+        traced = node.call(node.client, args, {**node.env(config),
+                           "NVHOOK_CACHE_DIR": str(directory)}, b)  # fmt: skip
+        after = time.monotonic_ns()
+    finally:
+        stop(server)
+    assert traced.who() == "runtime"
+    assert _observed(node, b, traced, config) == expected
+    lines = [line.split() for line in trace.read_text().splitlines()]
+    assert all(len(fields) == 4 and before <= int(fields[2]) <= int(fields[3]) <= after
+               for fields in lines)  # fmt: skip
+    parent = [name for pid, name, start, end in lines if pid == str(server.pid) and start == end]
+    assert parent == ["accepted", "forked", "code_unchanged"]
+    child = [name for pid, name, start, end in lines if pid != str(server.pid) and start == end]
+    assert child == ["child", "peer_checked", "request_received", "request_parsed", "ack_sent",
+                     "caller's_cwd,_streams,_env_taken_on", "call_handled",
+                     "reply_sent"]  # fmt: skip
+    calls = {name for pid, name, start, end in lines if start != end and pid != str(server.pid)}
+    assert {"nvhook.call.handle", "nvhook.settings.load_settings", "oci.bundle.Bundle.load",
+            "nvhook.planner.plan", "oci.cdi.apply.apply", "oci.bundle.Bundle.save",
+            "os.fsync", "oci.argv.RuntimeArgs.parse"} <= calls  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--trace", "relative"],
+        ["--socket", "/a", "--socket", "/b"],
+        ["--trace"],
+        ["--bogus", "/x"],
+    ],
+)
+def test_server_options_are_checked(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith("nvhook-shim-server: ")
 
 
 def test_preload_holds_every_module_a_create_imports(
