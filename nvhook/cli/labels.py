@@ -16,7 +16,7 @@ __all__ = ["labels"]
     "config_file",
     type=click.Path(dir_okay=False),
     help="The device plugin's YAML configuration: its migStrategy and time-slicing shape the "
-    "labels (default: every default).",
+    "labels, its flags.gfd.outputFile is the default --output (default: every default).",
 )
 @click.option(
     "--output",
@@ -39,6 +39,9 @@ def labels(
     from nvhook.planner import Host
 
     config = load_config(config_file)
+    for note in config.notes:
+        click.echo(f"nvhook labels: warning: {note}", err=True)
+    output = output or config.gfd_output_file or None
     host = Host(root=root, driver_root=driver_root or "", dev_root=dev_root or "")
     driver, gpus = read_node(host)
     found = node_labels(driver, gpus, config)

@@ -16,6 +16,11 @@ SIGINT):
    deleted the plugins' sockets) or a socket of ours vanished: then each server is
    restarted and registered again (retried until kubelet answers);
 5. on stop, the servers stop and their sockets are removed.
+
+With ``failOnInitError: false`` (NVIDIA's legacy mode, for a DaemonSet on every node), a
+node whose driver or GPUs cannot be read at start (no driver, NVML failing, a MIG layout
+the strategy refuses) logs the error once and serves nothing until SIGTERM, instead of
+exiting (and crash-looping).
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from nvhook.deviceplugin.errors import RegistrationError
+from nvhook.deviceplugin.allocate import IMEX_CHANNEL_DIR
+from nvhook.deviceplugin.errors import RegistrationError, StrategyError
 from nvhook.deviceplugin.health import probe
 from nvhook.deviceplugin.model import PluginConfig, Resource
 from nvhook.deviceplugin.preferred import Topology
@@ -39,7 +45,14 @@ if TYPE_CHECKING:
     from nvhook.devices.nvml import GpuInfo
     from nvhook.planner import Host
 
-__all__ = ["DEFAULT_DIRECTORY", "KUBELET_SOCKET", "DevicePlugin", "read_gpus"]
+__all__ = [
+    "DEFAULT_DIRECTORY",
+    "KUBELET_SOCKET",
+    "DevicePlugin",
+    "device_nodes",
+    "imex_channels",
+    "read_gpus",
+]
 
 DEFAULT_DIRECTORY = "/var/lib/kubelet/device-plugins/"
 KUBELET_SOCKET = "kubelet.sock"
@@ -53,6 +66,52 @@ def read_gpus(host: Host) -> tuple[GpuInfo, ...]:
 
     with open_nvml(nvml_library_dir(host.driver_root)) as nvml:
         return nvml.gpus()
+
+
+def device_nodes(host: Host, gpus: Sequence[GpuInfo]) -> dict[str, tuple[str, ...]]:
+    """Each GPU's and MIG device's device nodes (container paths), by UUID: ``/dev/nvidia<minor>``,
+    and for a MIG device also its GPU and compute instance's ``/dev/nvidia-caps/nvidia-cap<N>``
+    (N from ``/proc/driver/nvidia-caps/mig-minors``), as NVIDIA's plugin passes them."""
+    from nvhook.devices.procfs import read_mig_minors
+
+    out: dict[str, tuple[str, ...]] = {}
+    minors: dict[str, int] | None = None
+    for g in gpus:
+        parent = f"/dev/nvidia{g.minor}"
+        out[g.uuid] = (parent,)
+        for m in g.migs:
+            if minors is None:
+                try:
+                    minors = read_mig_minors(host.root)
+                except (OSError, DriverError):
+                    minors = {}
+            caps = [
+                minors.get(f"gpu{g.minor}/gi{m.gi}/access"),
+                minors.get(f"gpu{g.minor}/gi{m.gi}/ci{m.ci}/access"),
+            ]
+            out[m.uuid] = (
+                parent,
+                *(f"/dev/nvidia-caps/nvidia-cap{c}" for c in caps if c is not None),
+            )
+    return out
+
+
+def imex_channels(host: Host, config: PluginConfig, warnings: list[str]) -> tuple[int, ...]:
+    """The configured IMEX channels the host has; a missing one is an error when
+    ``imex.required``, else a warning (NVIDIA's ``internal/imex``)."""
+    found = []
+    for c in config.imex_channel_ids:
+        path = os.path.join(host.dev_root, IMEX_CHANNEL_DIR.lstrip("/"), f"channel{c}")
+        if os.path.exists(path):
+            found.append(c)
+        elif config.imex_required:
+            raise DriverError(
+                f"imex.channelIDs: IMEX channel {c} is required but {path} does not exist; "
+                "create the channel (nvidia-imex), or set imex.required: false"
+            )
+        else:
+            warnings.append(f"imex.channelIDs: IMEX channel {c} ({path}) does not exist: not given")
+    return tuple(found)
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -74,21 +133,26 @@ class DevicePlugin:
         *,
         health_interval: float = 5.0,
         log: Callable[[str], None] = lambda line: None,
+        kubelet_socket: str | None = None,
     ) -> None:
         self.host = host
         self.config = config
         self.directory = directory
-        self.kubelet_socket = os.path.join(directory, KUBELET_SOCKET)
+        self.kubelet_socket = kubelet_socket or os.path.join(directory, KUBELET_SOCKET)
         self.health_interval = health_interval
         self.log = log
         self.state = PluginState()
         self.servers: list[ResourceServer] = []
         self.ready = threading.Event()  # set once every server is registered
+        self.nodes: dict[str, tuple[str, ...]] = {}
+        self.imex: tuple[int, ...] = ()
 
     def discover(self) -> tuple[tuple[Resource, ...], tuple[GpuInfo, ...], Topology]:
         """The resources to advertise, the GPUs and their topology."""
         gpus = read_gpus(self.host)
         warnings: list[str] = []
+        self.nodes = device_nodes(self.host, gpus)
+        self.imex = imex_channels(self.host, self.config, warnings)
         try:
             topology = read_topology(self.host, gpus)
         except DriverError as e:  # a preferred allocation is a hint: serve without links
@@ -103,11 +167,34 @@ class DevicePlugin:
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set; raises :class:`RegistrationError` when kubelet
         refuses the first registration."""
-        resources, gpus, topology = self.discover()
+        for note in self.config.notes:
+            self.log(f"warning: {note}")
+        try:
+            resources, gpus, topology = self.discover()
+        except (DriverError, StrategyError) as e:
+            if self.config.fail_on_init_error:
+                raise
+            self.log(
+                f"error: {e.message}; failOnInitError is false: serving nothing on this node, "
+                "waiting for SIGTERM"
+            )
+            self.ready.set()
+            stop.wait()
+            self.log("stopped")
+            return
         gpus_of = [(g.uuid, g.bus_id) for g in gpus]
         self._check_health(gpus_of)
         self.servers = [
-            ResourceServer(r, self.config, topology, self.state, self.directory) for r in resources
+            ResourceServer(
+                r,
+                self.config,
+                topology,
+                self.state,
+                self.directory,
+                nodes=self.nodes,
+                imex=self.imex,
+            )
+            for r in resources
         ]
         if not self.servers:
             self.log("no GPU to advertise on this node; waiting for SIGTERM")
