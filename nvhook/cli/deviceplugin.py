@@ -17,7 +17,11 @@ from typing import Any
 
 import click
 
-__all__ = ["NVIDIA_FLAGS", "device_plugin"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nvhook.deviceplugin.model import PluginConfig
+
+__all__ = ["DEFAULT_HEALTH_STATE", "NVIDIA_FLAGS", "device_plugin"]
 
 #: NVIDIA's flags (names as in its main.go, aliases after the first) → the key path each sets;
 #: ``bool`` ones may be given bare (``--pass-device-specs``) or with a value (``=false``).
@@ -100,6 +104,21 @@ def _overrides(values: dict[str, Any]) -> dict[tuple[str, ...], Any]:
     return out
 
 
+#: where ``nvhook device-plugin`` writes the GPUs' health, and ``labels``/``doctor`` read it
+DEFAULT_HEALTH_STATE = "/run/nvhook/gpu-health.json"
+
+
+def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
+    """``config`` with NVIDIA's health variables (``DP_DISABLE_HEALTHCHECKS``,
+    ``DP_ENABLE_HEALTHCHECKS``) applied and the state file defaulted."""
+    from nvhook.deviceplugin.config import health_environment
+
+    health = health_environment(config.health, os.environ)
+    if not health.state_file:
+        health = health._replace(state_file=state_file)
+    return config._replace(health=health)
+
+
 @click.command("device-plugin")
 @click.option(
     "--config",
@@ -137,6 +156,14 @@ def _overrides(values: dict[str, Any]) -> dict[tuple[str, ...], Any]:
     "the plugin would advertise there (resources, device IDs, replicas, MIG devices).",
 )
 @click.option(
+    "--health-state-file",
+    default=DEFAULT_HEALTH_STATE,
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where the GPUs' health is written for nvhook labels and nvhook doctor (the config's "
+    "health.stateFile wins; '' for nowhere).",
+)
+@click.option(
     "--health-interval",
     default=5.0,
     show_default=True,
@@ -150,6 +177,7 @@ def device_plugin(
     kubelet_socket: str | None,
     check_file: str | None,
     node_profile: str | None,
+    health_state_file: str,
     health_interval: float,
     **nvidia: Any,
 ) -> None:
@@ -167,7 +195,7 @@ def device_plugin(
         if nvidia.get(param)
     ]
     if check_file is not None:
-        config = load_config(check_file, overrides=overrides)
+        config = _finish(load_config(check_file, overrides=overrides), health_state_file)
         click.echo(f"{check_file}: valid device plugin configuration")
         for note in (*config.notes, *notes):
             click.echo(f"warning: {note}")
@@ -182,7 +210,7 @@ def device_plugin(
     from nvhook.planner import Host
     from nvhook.settings import load_settings
 
-    config = load_config(config_file, overrides=overrides)
+    config = _finish(load_config(config_file, overrides=overrides), health_state_file)
     host = Host.from_settings(load_settings())
     stop = threading.Event()
 

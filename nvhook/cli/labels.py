@@ -24,18 +24,35 @@ __all__ = ["labels"]
     help="Write the labels to this Node Feature Discovery feature file, atomically, instead of "
     "printing them (NFD reads /etc/kubernetes/node-feature-discovery/features.d/).",
 )
+@click.option(
+    "--health-state-file",
+    default="/run/nvhook/gpu-health.json",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The device plugin's health state file: where it exists, per-GPU health labels "
+    "(nvidia.com/gpu.health, nvidia.com/gpu.N.health, .xid) are added (the config's "
+    "health.stateFile wins).",
+)
 def labels(
     root: str,
     driver_root: str | None,
     dev_root: str | None,
     config_file: str | None,
     output: str | None,
+    health_state_file: str,
 ) -> None:
     """Print GPU Feature Discovery's labels for this node (nvidia.com/gpu.product, .count,
     .memory, .family, MIG and time-slicing labels…), one key=value line each: the format of
     Node Feature Discovery's local feature files."""
     from nvhook.deviceplugin.config import load_config
-    from nvhook.deviceplugin.labels import labels_text, node_labels, read_node, write_feature_file
+    from nvhook.deviceplugin.healthstate import read_health_state
+    from nvhook.deviceplugin.labels import (
+        health_labels,
+        labels_text,
+        node_labels,
+        read_node,
+        write_feature_file,
+    )
     from nvhook.planner import Host
 
     config = load_config(config_file)
@@ -45,6 +62,9 @@ def labels(
     host = Host(root=root, driver_root=driver_root or "", dev_root=dev_root or "")
     driver, gpus = read_node(host)
     found = node_labels(driver, gpus, config)
+    state = read_health_state(config.health.state_file or health_state_file)
+    if state is not None:
+        found = dict(sorted((found | health_labels(state)).items()))
     if output is None:
         click.echo(labels_text(found), nl=False)
     else:

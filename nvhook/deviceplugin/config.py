@@ -34,6 +34,15 @@ NVIDIA/k8s-device-plugin ``api/config/v1/``: ``config.go``, ``flags.go``, ``reso
     imex:
       channelIDs: [0]              # [] or [0]
       required: false
+    health:                        # nvhook's own section (NVIDIA's plugin ignores it)
+      xids:
+        ignored: [13, 31, 43, 45, 68, 109]   # NVIDIA's default: application errors
+        fatal: all                 # or a list: only these make a GPU unhealthy
+      recoverAfter: 10m            # healthy again 10 min after the last fatal XID, while
+                                   # NVML answers for the GPU (default 0: never, as NVIDIA)
+      kmsg: /dev/kmsg              # the kernel log read for "NVRM: Xid" lines (default: none)
+      stateFile: /run/nvhook/gpu-health.json   # for nvhook labels / doctor (default:
+                                   # the command's --health-state-file)
 
 The keys that have no effect here (``flags.mpsRoot``, ``flags.useNodeFeatureAPI``,
 ``flags.plugin.nvidiaCTKPath``, ``flags.plugin.containerDriverRoot``, the ``packed``
@@ -74,12 +83,14 @@ except ImportError as e:  # the kubernetes extra
 
 from nvhook.deviceplugin.errors import PluginConfigError
 from nvhook.deviceplugin.model import NamedResource, PluginConfig, TimeSlicedResource
+from nvhook.deviceplugin.xid import DEFAULT_IGNORED, XidPolicy
 
 __all__ = [
     "ENVIRONMENT",
     "NO_EFFECT",
     "Override",
     "environment_overrides",
+    "health_environment",
     "load_config",
     "parse_config",
 ]
@@ -309,12 +320,51 @@ class _Imex(_Model):
         return value
 
 
+_XID = Annotated[int, Field(ge=0, le=65535)]
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|m|s|ms))+$")
+_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def _seconds(value: Any) -> float:
+    """A Go duration (``10m``, ``1h30m``, ``90s``) or a number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("should be a duration such as 10m or a number of seconds")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("should not be negative")
+        return float(value)
+    text = str(value).strip()
+    if text in ("0", "never"):
+        return 0.0
+    if not _DURATION.match(text):
+        raise ValueError("should be a duration such as 10m, 1h30m, 90s, or never")
+    return sum(float(n) * _UNIT[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(h|m|s|ms)", text))
+
+
+class _Xids(_Model):
+    ignored: list[_XID] | None = None
+    fatal: Literal["all"] | list[_XID] = "all"
+
+
+class _Health(_Model):
+    xids: _Xids | None = None
+    recover_after: float = 0.0
+    kmsg: str = ""
+    state_file: str = ""
+
+    @field_validator("recover_after", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return _seconds(value)
+
+
 class _File(_Model):
     version: Literal["v1"] = "v1"
     flags: _Flags | None = None
     resources: _Resources | None = None
     sharing: _Sharing | None = None
     imex: _Imex | None = None
+    health: _Health | None = None
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
@@ -477,7 +527,46 @@ def _meaning(model: _File, source: str) -> PluginConfig:
         imex_channel_ids=tuple(imex.channel_ids),
         imex_required=imex.required,
         gfd_output_file=(flags.gfd.output_file if flags.gfd else None) or "",
+        health=_policy(model.health or _Health()),
         notes=tuple(notes),
+    )
+
+
+def _policy(health: _Health) -> XidPolicy:
+    xids = health.xids or _Xids()
+    return XidPolicy(
+        ignored=tuple(xids.ignored) if xids.ignored is not None else DEFAULT_IGNORED,
+        fatal=None if xids.fatal == "all" else tuple(xids.fatal),
+        recover_after=health.recover_after,
+        kmsg=health.kmsg,
+        state_file=health.state_file,
+    )
+
+
+def health_environment(policy: XidPolicy, environ: Mapping[str, str]) -> XidPolicy:
+    """``policy`` with NVIDIA's ``DP_DISABLE_HEALTHCHECKS`` (``all``/``xids``: no XID health;
+    a comma list: also ignored) and ``DP_ENABLE_HEALTHCHECKS`` (a comma list: not ignored
+    even by default; ``all``: nothing ignored) applied, as NVIDIA's ``internal/rm/health.go``."""
+    disable = [v.strip().lower() for v in environ.get("DP_DISABLE_HEALTHCHECKS", "").split(",")]
+    enable = [v.strip().lower() for v in environ.get("DP_ENABLE_HEALTHCHECKS", "").split(",")]
+    ignored = set(policy.ignored)
+    enabled = policy.enabled
+    if "all" in disable or "xids" in disable:
+        enabled = False
+    ignored |= {int(v) for v in disable if v.isdigit()}
+    if "all" in enable:
+        ignored, enabled = set(), True
+    explicit = {int(v) for v in enable if v.isdigit()}
+    if explicit:
+        ignored -= explicit
+        enabled = True
+    return XidPolicy(
+        ignored=tuple(sorted(ignored)),
+        fatal=policy.fatal,
+        recover_after=policy.recover_after,
+        enabled=enabled,
+        kmsg=policy.kmsg,
+        state_file=policy.state_file,
     )
 
 

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from nvhook.deviceplugin.xid import XidPolicy
 from oci._frozen import Frozen
 
 __all__ = [
@@ -81,6 +82,7 @@ class PluginConfig(Frozen):
     imex_channel_ids: tuple[int, ...] = ()
     imex_required: bool = False
     gfd_output_file: str = ""  # flags.gfd.outputFile: nvhook labels' default --output
+    health: XidPolicy = XidPolicy()  # the ``health`` section (nvhook's own)
     #: one line per key accepted without effect here, naming it and why (the CLI logs them)
     notes: tuple[str, ...] = ()
 

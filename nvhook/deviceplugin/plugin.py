@@ -10,8 +10,12 @@ SIGINT):
    (:func:`~nvhook.deviceplugin.resources.build_resources`);
 2. one :class:`~nvhook.deviceplugin.server.ResourceServer` per resource on a socket in the
    device-plugin directory, each registered on ``kubelet.sock`` there;
-3. every ``health_interval`` seconds, :func:`~nvhook.deviceplugin.health.probe`: a change
-   wakes every ``ListAndWatch`` stream with the new list;
+3. every ``health_interval`` seconds, :func:`~nvhook.deviceplugin.health.probe`, merged
+   with the XID health of :class:`~nvhook.deviceplugin.health.HealthMonitor` (NVML events
+   and the kernel log, at once when a fatal XID arrives; its recovery rule on each tick): a
+   change wakes every ``ListAndWatch`` stream with the new list, is logged, and is written
+   to the health state file (``health.stateFile``, atomically: temp, fsync, rename) that
+   ``nvhook labels`` and ``nvhook doctor`` read;
 4. several times a second, whether ``kubelet.sock`` was recreated (kubelet restarted, and
    deleted the plugins' sockets) or a socket of ours vanished: then each server is
    restarted and registered again (retried until kubelet answers);
@@ -32,7 +36,8 @@ from collections.abc import Callable, Sequence
 
 from nvhook.deviceplugin.allocate import IMEX_CHANNEL_DIR
 from nvhook.deviceplugin.errors import RegistrationError, StrategyError
-from nvhook.deviceplugin.health import probe
+from nvhook.deviceplugin.health import HealthMonitor, probe
+from nvhook.deviceplugin.healthstate import health_state, write_health_state
 from nvhook.deviceplugin.model import PluginConfig, Resource
 from nvhook.deviceplugin.preferred import Topology
 from nvhook.deviceplugin.resources import build_resources
@@ -146,6 +151,11 @@ class DevicePlugin:
         self.ready = threading.Event()  # set once every server is registered
         self.nodes: dict[str, tuple[str, ...]] = {}
         self.imex: tuple[int, ...] = ()
+        self.monitor: HealthMonitor | None = None
+        self._health_lock = threading.Lock()
+        self._probed: dict[str, str] = {}
+        self._gpus: tuple[GpuInfo, ...] = ()
+        self._state_warned = False
 
     def discover(self) -> tuple[tuple[Resource, ...], tuple[GpuInfo, ...], Topology]:
         """The resources to advertise, the GPUs and their topology."""
@@ -183,6 +193,11 @@ class DevicePlugin:
             self.log("stopped")
             return
         gpus_of = [(g.uuid, g.bus_id) for g in gpus]
+        self._gpus = gpus
+        self.monitor = HealthMonitor(
+            self.host, gpus_of, self.config.health, on_change=self._refresh, log=self.log
+        )
+        self.monitor.start()
         self._check_health(gpus_of)
         self.servers = [
             ResourceServer(
@@ -210,18 +225,50 @@ class DevicePlugin:
             self._loop(stop, gpus_of)
         finally:
             self.state.close()
+            if self.monitor is not None:
+                self.monitor.stop()
             for s in self.servers:
                 s.stop()
             self.log("stopped; sockets removed")
 
     def _check_health(self, gpus: list[tuple[str, str]]) -> None:
-        unhealthy = probe(self.host, gpus)
-        _, before = self.state.snapshot()
-        if self.state.update(unhealthy):
-            for uuid in sorted(unhealthy.keys() - before.keys()):
-                self.log(f"GPU {uuid} is unhealthy: {unhealthy[uuid]}")
-            for uuid in sorted(before.keys() - unhealthy.keys()):
-                self.log(f"GPU {uuid} is healthy again")
+        probed = probe(self.host, gpus)
+        with self._health_lock:
+            self._probed = probed
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Merge the last probe and the XID health into the state; log and save a change."""
+        with self._health_lock:
+            unhealthy = dict(self._probed)
+            if self.monitor is not None:
+                answering = [g.uuid for g in self._gpus if g.uuid not in unhealthy]
+                for uuid, why in self.monitor.unhealthy(answering).items():
+                    unhealthy.setdefault(uuid, why)
+            _, before = self.state.snapshot()
+            if unhealthy.keys() != before.keys() or not self._saved:
+                self._save(unhealthy)  # before the streams hear of it: readers agree with them
+            if self.state.update(unhealthy):
+                for uuid in sorted(unhealthy.keys() - before.keys()):
+                    self.log(f"GPU {uuid} is unhealthy: {unhealthy[uuid]}")
+                for uuid in sorted(before.keys() - unhealthy.keys()):
+                    self.log(f"GPU {uuid} is healthy again (was: {before[uuid]})")
+
+    _saved = False
+
+    def _save(self, unhealthy: dict[str, str]) -> None:
+        path = self.config.health.state_file
+        if not path:
+            return
+        xids = self.monitor.tracker.xids() if self.monitor is not None else {}
+        state = health_state(self._gpus, unhealthy, xids)
+        try:
+            write_health_state(path, state)
+            self._saved = True
+        except OSError as e:
+            if not self._state_warned:
+                self.log(f"warning: cannot write the health state file {path}: {e.strerror}")
+                self._state_warned = True
 
     def _loop(self, stop: threading.Event, gpus: list[tuple[str, str]]) -> None:
         kubelet = _identity(self.kubelet_socket)

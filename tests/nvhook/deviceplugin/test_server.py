@@ -62,18 +62,22 @@ class Running:
 
 
 @pytest.fixture
-def run_plugin(dgx: Path, tmp_path: Path) -> Iterator[Callable[[PluginConfig], Running]]:
+def run_plugin(dgx: Path, tmp_path: Path) -> Iterator[Callable[..., Running]]:
     started: list[Running] = []
     directory = Path("/tmp") / f"nvh-dp-{tmp_path.name[-12:]}"  # unix sockets: short paths
     directory.mkdir()
 
-    def start(config: PluginConfig) -> Running:
+    def start(config: PluginConfig, health_interval: float = 0.2) -> Running:
         stop = threading.Event()
         kubelet = Kubelet(directory)
         kubelet.start()
         lines: list[str] = []
         plugin = DevicePlugin(
-            Host(root=str(dgx)), config, str(directory), health_interval=0.2, log=lines.append
+            Host(root=str(dgx)),
+            config,
+            str(directory),
+            health_interval=health_interval,
+            log=lines.append,
         )
         errors: list[BaseException] = []
 
