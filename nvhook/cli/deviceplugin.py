@@ -105,7 +105,8 @@ def _overrides(values: dict[str, Any]) -> dict[tuple[str, ...], Any]:
 
 
 #: where ``nvhook device-plugin`` writes the GPUs' health, and ``labels``/``doctor`` read it
-DEFAULT_HEALTH_STATE = "/run/nvhook/gpu-health.json"
+#: (``nvhook.deviceplugin.healthstate.DEFAULT_STATE_FILE``: this module must not import it)
+DEFAULT_HEALTH_STATE = "/run/nvhook/device-plugin/gpu-health.json"
 
 
 def _finish(config: PluginConfig, state_file: str) -> PluginConfig:

@@ -26,7 +26,7 @@ __all__ = ["labels"]
 )
 @click.option(
     "--health-state-file",
-    default="/run/nvhook/gpu-health.json",
+    default="/run/nvhook/device-plugin/gpu-health.json",
     show_default=True,
     type=click.Path(dir_okay=False),
     help="The device plugin's health state file: where it exists, per-GPU health labels "

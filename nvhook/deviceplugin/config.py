@@ -41,7 +41,7 @@ NVIDIA/k8s-device-plugin ``api/config/v1/``: ``config.go``, ``flags.go``, ``reso
       recoverAfter: 10m            # healthy again 10 min after the last fatal XID, while
                                    # NVML answers for the GPU (default 0: never, as NVIDIA)
       kmsg: /dev/kmsg              # the kernel log read for "NVRM: Xid" lines (default: none)
-      stateFile: /run/nvhook/gpu-health.json   # for nvhook labels / doctor (default:
+      stateFile: /run/nvhook/device-plugin/gpu-health.json   # for nvhook labels / doctor (default:
                                    # the command's --health-state-file)
 
 The keys that have no effect here (``flags.mpsRoot``, ``flags.useNodeFeatureAPI``,

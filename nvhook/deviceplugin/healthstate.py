@@ -23,7 +23,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.devices.nvml import GpuInfo
 
-__all__ = ["MAX_BYTES", "health_state", "read_health_state", "write_health_state"]
+__all__ = [
+    "DEFAULT_STATE_FILE",
+    "MAX_BYTES",
+    "health_state",
+    "read_health_state",
+    "write_health_state",
+]
+
+#: where ``nvhook device-plugin`` writes the file, and ``labels`` and ``doctor`` read it
+DEFAULT_STATE_FILE = "/run/nvhook/device-plugin/gpu-health.json"
 
 #: the most of the file read (a node with 64 GPUs writes about 16 KiB)
 MAX_BYTES = 1 << 20

@@ -6,31 +6,36 @@ installer from where its image (the Dockerfile) puts it. The device plugin's Dae
 nvhook the installer put on the node, with the configuration of its ConfigMap (valid for
 ``nvhook device-plugin``), on nodes labelled as ``nvhook labels`` labels them.
 
-Every object is checked against ``kubernetes-schema.json`` (jsonschema, offline): a JSON Schema
-written for these objects after the Kubernetes API reference, refusing unknown keys, so a
-misspelt or misplaced field fails here rather than at ``kubectl apply``.
+Every object is checked against the real Kubernetes OpenAPI schemas of the oldest and newest
+release the README names (:data:`KUBERNETES`), as PyPI's ``kubernetes-validate`` ships them
+(strict: unknown keys refused), offline, so a misspelt or misplaced field fails here rather
+than at ``kubectl apply``. What a schema cannot say is checked below: a cluster-wide apply
+touches GPU nodes only and never a control-plane node, every DaemonSet carries requests,
+limits, a priority class and a rolling update, and every host path is explained in its
+manifest's header.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import subprocess
-from pathlib import Path
 from typing import Any
 
-import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
 from nvhook.deviceplugin.config import parse_config
+from nvhook.deviceplugin.healthstate import DEFAULT_STATE_FILE
 from nvhook.deviceplugin.plugin import DEFAULT_DIRECTORY
 from nvhook.engines import DEFAULT_NAME
 from tests.packaging.conftest import PACKAGING
 from tests.support.containers import require
 
 KUBE = PACKAGING / "kubernetes"
-SCHEMA = Path(__file__).parent / "kubernetes-schema.json"
+#: the oldest and the newest Kubernetes release the README says the manifests are for
+KUBERNETES = ("1.29.0", "1.37.0")
 
 Doc = dict[str, Any]
 
@@ -65,21 +70,25 @@ def test_every_manifest_is_checked_here() -> None:
     assert sorted(p.name for p in KUBE.glob("*.yaml")) == MANIFESTS
 
 
-def _validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads(SCHEMA.read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+def _errors(doc: Doc, version: str) -> str:
+    try:
+        kubernetes_validate.validate(doc, version, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return f"{'/'.join(map(str, e.path))}: {e.message}"
+    return ""
 
 
+def test_the_readme_names_the_releases_checked() -> None:
+    readme = " ".join((PACKAGING.parent / "README.md").read_text().split())
+    oldest, newest = (v.rsplit(".", 1)[0] for v in KUBERNETES)
+    assert f"Kubernetes {oldest} to {newest}" in readme
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
 @pytest.mark.parametrize("name", MANIFESTS)
-def test_every_object_matches_the_api_schema(name: str) -> None:
-    validator = _validator()
+def test_every_object_matches_the_api_schema(name: str, version: str) -> None:
     for doc in load_all(name):
-        errors = [
-            f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in validator.iter_errors(doc)
-        ]
-        assert errors == [], f"{name}: {doc.get('kind')}: " + "; ".join(errors)
+        assert _errors(doc, version) == "", f"{name}: {doc.get('kind')} (Kubernetes {version})"
 
 
 @pytest.mark.parametrize(
@@ -87,8 +96,8 @@ def test_every_object_matches_the_api_schema(name: str) -> None:
     [
         (("spec", "template", "spec"), "nodeSelecter", {"a": "b"}),  # misspelt
         (("spec", "template", "spec", "containers", 0), "hostPID", True),  # misplaced
-        (("spec", "template", "spec", "tolerations", 0), "operator", "Exist"),  # bad value
-        (("spec", "template", "spec", "volumes", 0, "hostPath"), "path", "relative"),
+        (("spec", "template", "spec"), "hostPID", "yes"),  # not a boolean
+        (("spec", "template", "spec"), "containers", {"name": "x"}),  # not a list
     ],
 )
 def test_the_schema_refuses_a_wrong_field(
@@ -99,7 +108,64 @@ def test_the_schema_refuses_a_wrong_field(
     for step in path:
         node = node[step]
     node[key] = value
-    assert not _validator().is_valid(ds)
+    assert _errors(ds, KUBERNETES[-1]) != ""
+
+
+DAEMONSETS = [("installer-daemonset.yaml", 0), ("device-plugin.yaml", 1)]
+
+
+@pytest.mark.parametrize(("name", "at"), DAEMONSETS)
+def test_daemonsets_are_safe_to_apply_to_a_whole_cluster(name: str, at: int) -> None:
+    ds = load_all(name)[at]
+    pod = ds["spec"]["template"]["spec"]
+    # GPU nodes only, never a control-plane node (its label refused, its taint not tolerated)
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]} in term[
+        "matchExpressions"
+    ]
+    assert {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"} in term[
+        "matchExpressions"
+    ]
+    assert "nodeSelector" not in pod
+    for t in pod["tolerations"]:
+        assert t.get("key"), f"{name}: a toleration without a key tolerates every taint: {t}"
+        assert "control-plane" not in t["key"] and "master" not in t["key"], t
+        assert t["operator"] in ("Exists", "Equal"), t
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert pod["automountServiceAccountToken"] is False
+    assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
+    for c in pod["containers"]:
+        resources = c["resources"]
+        assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}, name
+    assert not pod.get("hostNetwork")
+
+
+@pytest.mark.parametrize(("name", "at"), DAEMONSETS)
+def test_every_host_path_is_explained_in_the_header(name: str, at: int) -> None:
+    text = (KUBE / name).read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    pod = load_all(name)[at]["spec"]["template"]["spec"]
+    mounts = {m["name"]: m for c in pod["containers"] for m in c["volumeMounts"]}
+    for v in pod["volumes"]:
+        if "hostPath" not in v:
+            continue
+        path = v["hostPath"]["path"]
+        assert v["hostPath"]["path"].startswith("/"), v
+        mode = "read-only" if mounts[v["name"]].get("readOnly") else "read-write"
+        said = f"#   hostPath {path} at {mounts[v['name']]['mountPath']}"
+        assert said in header, f"{name}: {path} is not explained ({said!r})"
+        lines = header.splitlines()
+        at_line = next(i for i, x in enumerate(lines) if x.startswith(said))
+        block = [lines[at_line]]
+        for x in lines[at_line + 1 :]:
+            if not x.startswith("#     "):  # the next item, or the end of the list
+                break
+            block.append(x)
+        explained = " ".join(block).lower()
+        assert mode in explained, f"{name}: {path}: the header does not say {mode}"
 
 
 def test_runtimeclass_handler_is_the_configure_default() -> None:
@@ -143,8 +209,8 @@ def test_daemonset_reaches_the_host() -> None:
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert volumes[mounts["/host"]]["hostPath"]["path"] == "/"
-    tolerations = pod["tolerations"]
-    assert {"operator": "Exists"} in tolerations  # GPU nodes are usually tainted
+    tolerations = pod["tolerations"]  # GPU nodes are usually tainted
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tolerations
 
 
 def test_daemonset_installs_with_the_runtimeclass_name() -> None:
@@ -235,7 +301,6 @@ def test_device_plugin_config_is_valid_for_nvhook_device_plugin() -> None:
 
 def test_device_plugin_runs_on_gpu_nodes_only_and_tolerates_their_taint() -> None:
     _, ds, pod, _ = _device_plugin()
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}  # as `nvhook labels` says
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
     ]
@@ -247,10 +312,22 @@ def test_device_plugin_runs_on_gpu_nodes_only_and_tolerates_their_taint() -> Non
 def test_device_plugin_mounts_its_config_and_the_host() -> None:
     cm, _, pod, container = _device_plugin()
     volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    assert volumes[mounts["/host"]]["hostPath"]["path"] == "/"
-    assert volumes[mounts["/config"]]["configMap"]["name"] == cm["metadata"]["name"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert volumes[mounts["/host"]["name"]]["hostPath"]["path"] == "/"
+    assert mounts["/host"]["readOnly"] is True  # the plugin writes only where it must:
+    writable = {
+        volumes[m["name"]]["hostPath"]["path"]: path
+        for path, m in mounts.items()
+        if not m.get("readOnly") and "hostPath" in volumes[m["name"]]
+    }
+    assert writable == {
+        DEFAULT_DIRECTORY.rstrip("/"): "/host" + DEFAULT_DIRECTORY.rstrip("/"),
+        "/var/lib/nvhook/device-plugin": "/host/var/lib/nvhook/device-plugin",
+        os.path.dirname(DEFAULT_STATE_FILE): "/host" + os.path.dirname(DEFAULT_STATE_FILE),
+    }
+    assert volumes[mounts["/config"]["name"]]["configMap"]["name"] == cm["metadata"]["name"]
     assert container["securityContext"]["privileged"] is True  # NVML opens /dev/nvidia*
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert cm["metadata"]["namespace"] == load_all("device-plugin.yaml")[1]["metadata"]["namespace"]
 
 
@@ -264,6 +341,7 @@ def test_device_plugin_runs_the_installed_nvhook_on_kubelet_s_directory() -> Non
     assert "cp /config/config.yaml " in script
     assert f"--device-plugin-path {DEFAULT_DIRECTORY}" in script
     assert '--config "$stage/config.yaml"' in script
+    assert f"--health-state-file {DEFAULT_STATE_FILE}" in script
     assert "$(" not in script  # Kubernetes would expand it
     proc = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr

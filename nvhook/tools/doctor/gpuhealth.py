@@ -1,7 +1,7 @@
 """Doctor check of the GPUs' health as ``nvhook device-plugin`` last saw it.
 
 The plugin writes its health state file (:mod:`nvhook.deviceplugin.healthstate`,
-``/run/nvhook/gpu-health.json`` by default, under ``root``); where there is none (no
+``/run/nvhook/device-plugin/gpu-health.json`` by default, under ``root``); where there is none (no
 plugin on this node) nothing is said. Otherwise one ``ok`` line, or one ``fail`` per
 unhealthy GPU naming it and why (an XID with its meaning, NVML's error, a GPU gone from
 ``/proc``), with what brings it back.
@@ -9,12 +9,10 @@ unhealthy GPU naming it and why (an XID with its meaning, NVML's error, a GPU go
 
 from __future__ import annotations
 
-from nvhook.deviceplugin.healthstate import read_health_state
+from nvhook.deviceplugin.healthstate import DEFAULT_STATE_FILE, read_health_state
 from nvhook.tools.doctor.base import Check, Options, under
 
-__all__ = ["DEFAULT_STATE_FILE", "check_gpu_health"]
-
-DEFAULT_STATE_FILE = "/run/nvhook/gpu-health.json"
+__all__ = ["check_gpu_health"]
 
 
 def check_gpu_health(opts: Options) -> list[Check]:

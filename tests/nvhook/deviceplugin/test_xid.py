@@ -200,7 +200,7 @@ def test_kernel_log_xid_state_file_labels_and_doctor(
 ) -> None:
     kmsg = tmp_path / "kmsg"
     kmsg.write_text("3,1,1,-;NVRM: Xid (PCI:0000:4e:00): 79, old: before the plugin started\n")
-    state = dgx / "run/nvhook/gpu-health.json"
+    state = dgx / "run/nvhook/device-plugin/gpu-health.json"
     config = PluginConfig(health=XidPolicy(kmsg=str(kmsg), state_file=str(state)))
     running = run_plugin(config)
     [request] = running.kubelet.wait_registered(1)
@@ -228,3 +228,12 @@ def test_kernel_log_xid_state_file_labels_and_doctor(
         f"GPU 3 ({UUIDS[3]}) is unhealthy for the device plugin: "
         f"XID 48 (ECC Error (DBE Error)) from {kmsg}"
     )
+
+
+def test_one_default_state_file() -> None:
+    from nvhook.cli.deviceplugin import DEFAULT_HEALTH_STATE
+    from nvhook.cli.labels import labels as labels_command
+    from nvhook.deviceplugin.healthstate import DEFAULT_STATE_FILE
+
+    [option] = [p for p in labels_command.params if p.name == "health_state_file"]
+    assert DEFAULT_HEALTH_STATE == option.default == DEFAULT_STATE_FILE
