@@ -28,6 +28,10 @@ to every allocation: ``NVIDIA_IMEX_CHANNELS=0``, a ``volume-mounts`` entry ``ime
 host paths under ``flags.nvidiaDevRoot``), as NVIDIA's ``apiDeviceSpecs`` does; the nodes
 come from ``nodes`` (device UUID → its paths), which the plugin reads at start.
 
+Under ``sharing.mps`` a container's replicas must be of one GPU; it gets that GPU's MPS
+control daemon's pipe directory and ``/dev/shm``, and its limits
+(:func:`nvhook.deviceplugin.mps.container_share`).
+
 Without ``envvar``, ``NVIDIA_VISIBLE_DEVICES=void`` is set so an image's own ``=all`` never
 counts. An ID that is not one of the resource's, or whose GPU is unhealthy, is refused
 (:class:`AllocationError` naming it); so is more than one replica of a time-sliced resource
@@ -48,6 +52,7 @@ from nvhook.constants import (
 )
 from nvhook.deviceplugin.errors import AllocationError
 from nvhook.deviceplugin.model import Device, PluginConfig, Resource
+from nvhook.deviceplugin.mps import container_share
 from oci._frozen import Frozen
 
 __all__ = [
@@ -135,6 +140,13 @@ def allocate(
         raise AllocationError(f"an allocation of {resource.name} names no device ID")
     devices = devices_for(resource, ids, unhealthy=unhealthy or {})
     replicas = any(d.replica is not None for d in devices)
+    mps = replicas and config.sharing_strategy == "mps"
+    if mps and len({d.gpu_uuid for d in devices}) > 1:
+        raise AllocationError(
+            f"{resource.name} is shared with MPS: a container's replicas must be of one GPU "
+            f"(its CUDA client talks to one control daemon); these are of "
+            f"{len({d.gpu_uuid for d in devices})} ({', '.join(ids)})"
+        )
     if replicas and config.fail_requests_greater_than_one and len(ids) > 1:
         raise AllocationError(
             f"{resource.name} is time-sliced with failRequestsGreaterThanOne: a container may ask "
@@ -157,6 +169,10 @@ def allocate(
         envs[ENV_VISIBLE_DEVICES] = "void"
     for feature in config.features:
         envs[feature] = "enabled"
+    if mps:
+        share = container_share(config.mps_root, resource.name, devices[0], resource.replicas)
+        envs.update(share.envs)
+        mounts += [Mount(c, h, read_only=False) for c, h in share.mounts]
     if "volume-mounts" in strategies:
         mounts += [Mount(f"{DEVICE_LIST_MOUNT_ROOT}/{u}", DEVICE_LIST_MOUNT_SOURCE) for u in uuids]
         mounts += [

@@ -33,7 +33,8 @@ def describe(resources: Sequence[Resource], config: PluginConfig, warnings: Sequ
         whole = sum(1 for d in r.devices if d.replica is None)
         sharing = ""
         if shared:
-            sharing = f", time-sliced: {shared} devices x {r.replicas} replicas"
+            how = "time-sliced" if config.sharing_strategy == "time-slicing" else "MPS"
+            sharing = f", {how}: {shared} devices x {r.replicas} replicas"
             sharing += f" and {whole} whole" if whole else ""
         lines.append(f"{r.name}: {len(r.devices)} device IDs{sharing} (socket {r.socket_name})")
         for d in r.devices:

@@ -44,14 +44,16 @@ NVIDIA/k8s-device-plugin ``api/config/v1/``: ``config.go``, ``flags.go``, ``reso
       stateFile: /run/nvhook/device-plugin/gpu-health.json   # for nvhook labels / doctor (default:
                                    # the command's --health-state-file)
 
-The keys that have no effect here (``flags.mpsRoot``, ``flags.useNodeFeatureAPI``,
+The keys that have no effect here (``flags.useNodeFeatureAPI``,
 ``flags.plugin.nvidiaCTKPath``, ``flags.plugin.containerDriverRoot``, the ``packed``
 allocation policy, ``flags.gfd.*`` but ``outputFile``) are accepted, each with one line in
-:attr:`PluginConfig.notes` naming it and why (:data:`NO_EFFECT`). Only a value that cannot
-be honoured safely is an error: ``sharing.mps`` with replicas (no MPS control daemon is run
-here: its clients would share a GPU without the memory and thread limits they were
-promised) and ``deviceDiscoveryStrategy: tegra``. A key NVIDIA's plugin does not know is an
-error too (NVIDIA ignores it silently; here a misspelt key is not mistaken for a default).
+:attr:`PluginConfig.notes` naming it and why (:data:`NO_EFFECT`). ``sharing.mps`` shares
+GPUs through MPS control daemons (:mod:`nvhook.deviceplugin.mps`) under ``flags.mpsRoot``,
+and replaces ``sharing.timeSlicing`` when both are set, as in NVIDIA's plugin. Only a value
+that cannot be honoured safely is an error: ``sharing.mps`` without ``flags.mpsRoot`` or
+with ``migStrategy: mixed`` (NVIDIA's rules), ``deviceDiscoveryStrategy: tegra``. A key
+NVIDIA's plugin does not know is an error too (NVIDIA ignores it silently; here a misspelt
+key is not mistaken for a default).
 
 The environment-variable and flag forms of NVIDIA's ``cmd/nvidia-device-plugin/main.go``
 (``MIG_STRATEGY``, ``DEVICE_LIST_STRATEGY``…: :data:`ENVIRONMENT`) override the file's
@@ -103,7 +105,6 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 
 #: The keys accepted without effect here, and why (one note each when set).
 NO_EFFECT: dict[str, str] = {
-    "flags.mpsRoot": "no MPS control daemon is run by nvhook (sharing.mps is refused)",
     "flags.useNodeFeatureAPI": "nvhook labels writes Node Feature Discovery's feature file "
     "(--output), not NodeFeature objects",
     "flags.plugin.nvidiaCTKPath": "the CDI spec is nvhook cdi generate's, its hooks nvhook-hook",
@@ -485,13 +486,30 @@ def _meaning(model: _File, source: str) -> PluginConfig:
             "GPUs through NVML only; use auto or nvml"
         )
     mps = sharing.mps
-    if mps is not None and any(r.replicas > 1 for r in mps.resources):
-        raise PluginConfigError(
-            f"{source}: sharing.mps: MPS sharing is not available in nvhook device-plugin (no "
-            "MPS control daemon is run, so replicas would share a GPU without the memory and "
-            "thread limits MPS promises them); use sharing.timeSlicing, or NVIDIA's plugin"
-        )
     notes = [f"{key}: set, but has no effect here: {why}" for key, why in _no_effect(model)]
+    strategy = "time-slicing"
+    if mps is not None and any(r.replicas > 1 for r in mps.resources):
+        # NVIDIA's cmd/nvidia-device-plugin/main.go validateFlags, api/config/v1/sharing.go
+        if not flags.mps_root:
+            raise PluginConfigError(
+                f"{source}: sharing.mps: needs flags.mpsRoot (or $MPS_ROOT), the host directory "
+                "where each MPS control daemon's pipe and log directories are made"
+            )
+        if flags.mig_strategy == "mixed":
+            raise PluginConfigError(
+                f"{source}: sharing.mps: MPS cannot share MIG devices: use migStrategy none "
+                "or single with whole GPUs, or sharing.timeSlicing"
+            )
+        if slicing.resources:
+            notes.append(
+                "sharing.timeSlicing: set, but has no effect here: sharing.mps is set, and "
+                "replaces it (NVIDIA's rule)"
+            )
+        strategy = "mps"
+        fail_default = True  # api/config/v1/config.go: MPS defaults it to true
+        slicing = mps
+    else:
+        fail_default = False
     driver_root = flags.nvidia_driver_root or "/"
     return PluginConfig(
         mig_strategy=flags.mig_strategy or "none",
@@ -509,7 +527,13 @@ def _meaning(model: _File, source: str) -> PluginConfig:
             for r in slicing.resources
         ),
         rename_by_default=slicing.rename_by_default,
-        fail_requests_greater_than_one=bool(slicing.fail_requests_greater_than_one),
+        fail_requests_greater_than_one=(
+            fail_default
+            if slicing.fail_requests_greater_than_one is None
+            else slicing.fail_requests_greater_than_one
+        ),
+        sharing_strategy=strategy,
+        mps_root=flags.mps_root or "",
         fail_on_init_error=flags.fail_on_init_error is not False,
         pass_device_specs=bool(plugin.pass_device_specs),
         dev_root=flags.nvidia_dev_root or driver_root,
@@ -572,10 +596,7 @@ def health_environment(policy: XidPolicy, environ: Mapping[str, str]) -> XidPoli
 
 def _no_effect(model: _File) -> list[tuple[str, str]]:
     flags = model.flags or _Flags()
-    values: dict[str, Any] = {
-        "flags.mpsRoot": flags.mps_root,
-        "flags.useNodeFeatureAPI": flags.use_node_feature_api,
-    }
+    values: dict[str, Any] = {"flags.useNodeFeatureAPI": flags.use_node_feature_api}
     if flags.plugin is not None:
         values["flags.plugin.nvidiaCTKPath"] = flags.plugin.nvidia_ctk_path
         values["flags.plugin.containerDriverRoot"] = flags.plugin.container_driver_root

@@ -14,8 +14,9 @@ GFD's names and value conventions:
 - per resource (``nvidia.com/gpu``, and ``nvidia.com/mig-<profile>`` under ``mixed``):
   ``.count`` (physical devices), ``.product`` (the name, spaces as dashes; a MIG device's is
   ``<GPU>-MIG-<profile>``) and ``.memory`` (MiB) of its first device;
-- a time-sliced resource (``replicas`` > 1) adds ``.replicas`` and ``.sharing-strategy``
-  ``time-slicing``, and its product ends in ``-SHARED`` unless the resource is renamed.
+- a shared resource (``replicas`` > 1) adds ``.replicas`` and ``.sharing-strategy``
+  (``time-slicing``, or ``mps``), and its product ends in ``-SHARED`` unless the resource is
+  renamed.
 
 ``single`` labels the MIG devices as ``nvidia.com/gpu`` when every GPU is in MIG mode with
 devices of one profile, the GPUs as ``none`` does when no GPU is in MIG mode, and otherwise
@@ -180,7 +181,7 @@ def _resource(
         renamed = bool(shared.rename) or config.rename_by_default
         name = name if renamed else f"{name}-SHARED"
         labels[f"{resource}.replicas"] = str(shared.replicas)
-        labels[f"{resource}.sharing-strategy"] = "time-slicing"
+        labels[f"{resource}.sharing-strategy"] = config.sharing_strategy
     labels[f"{resource}.product"] = name
     return labels
 

@@ -66,7 +66,10 @@ class PluginConfig(Frozen):
     device_id_strategy: str = "uuid"
     cdi_annotation_prefix: str = "cdi.k8s.io/"
     cdi_kind: str = "nvidia.com/gpu"  # the kind `nvhook cdi generate` writes
+    #: the replicated resources: ``sharing.timeSlicing``'s, or ``sharing.mps``'s under "mps"
     time_slicing: tuple[TimeSlicedResource, ...] = ()
+    sharing_strategy: str = "time-slicing"  # "time-slicing" | "mps"
+    mps_root: str = ""  # flags.mpsRoot: where the MPS daemons' pipe and log directories go
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
     #: no GPU or no driver at start: False serves nothing and stays up (NVIDIA's ``false``)
@@ -101,6 +104,7 @@ class Device(Frozen):
     replica: int | None = None
     index: str = ""  # "0", or "0:1" for MIG device 1 of GPU 0: deviceIDStrategy index's name
     mig: int | None = None  # the MIG device's index under its GPU
+    memory_bytes: int = 0  # the device's memory (MPS: each replica's pinned-memory share)
 
     def replica_of(self, device_id: str, n: int) -> Device:
         """Replica ``n`` of this device, as ``device_id``."""
@@ -113,6 +117,7 @@ class Device(Frozen):
             replica=n,
             index=self.index,
             mig=self.mig,
+            memory_bytes=self.memory_bytes,
         )
 
 

@@ -19,7 +19,11 @@ SIGINT):
 4. several times a second, whether ``kubelet.sock`` was recreated (kubelet restarted, and
    deleted the plugins' sockets) or a socket of ours vanished: then each server is
    restarted and registered again (retried until kubelet answers);
-5. on stop, the servers stop and their sockets are removed.
+5. under ``sharing.mps``, one MPS control daemon per shared GPU
+   (:class:`~nvhook.deviceplugin.mps.MpsDaemons`), started before the servers, checked on
+   every health tick (one that does not answer makes its GPU's replicas unhealthy and is
+   started again), stopped with the plugin;
+6. on stop, the servers stop and their sockets are removed.
 
 With ``failOnInitError: false`` (NVIDIA's legacy mode, for a DaemonSet on every node), a
 node whose driver or GPUs cannot be read at start (no driver, NVML failing, a MIG layout
@@ -39,6 +43,7 @@ from nvhook.deviceplugin.errors import RegistrationError, StrategyError
 from nvhook.deviceplugin.health import HealthMonitor, probe
 from nvhook.deviceplugin.healthstate import health_state, write_health_state
 from nvhook.deviceplugin.model import PluginConfig, Resource
+from nvhook.deviceplugin.mps import MpsDaemons
 from nvhook.deviceplugin.preferred import Topology
 from nvhook.deviceplugin.resources import build_resources
 from nvhook.deviceplugin.server import PluginState, ResourceServer, register
@@ -152,6 +157,7 @@ class DevicePlugin:
         self.nodes: dict[str, tuple[str, ...]] = {}
         self.imex: tuple[int, ...] = ()
         self.monitor: HealthMonitor | None = None
+        self.mps: MpsDaemons | None = None
         self._health_lock = threading.Lock()
         self._probed: dict[str, str] = {}
         self._gpus: tuple[GpuInfo, ...] = ()
@@ -194,6 +200,13 @@ class DevicePlugin:
             return
         gpus_of = [(g.uuid, g.bus_id) for g in gpus]
         self._gpus = gpus
+        if self.config.sharing_strategy == "mps":
+            self.mps = MpsDaemons(self.host, self.config.mps_root, resources, log=self.log)
+            try:
+                self.mps.start()
+            except BaseException:
+                self.mps.stop()
+                raise
         self.monitor = HealthMonitor(
             self.host, gpus_of, self.config.health, on_change=self._refresh, log=self.log
         )
@@ -227,12 +240,17 @@ class DevicePlugin:
             self.state.close()
             if self.monitor is not None:
                 self.monitor.stop()
+            if self.mps is not None:
+                self.mps.stop()
             for s in self.servers:
                 s.stop()
             self.log("stopped; sockets removed")
 
     def _check_health(self, gpus: list[tuple[str, str]]) -> None:
         probed = probe(self.host, gpus)
+        if self.mps is not None:
+            for uuid, why in self.mps.check().items():
+                probed.setdefault(uuid, why)
         with self._health_lock:
             self._probed = probed
         self._refresh()

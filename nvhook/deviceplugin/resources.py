@@ -91,7 +91,15 @@ def build_resources(
 
     def whole(g: GpuInfo) -> None:
         grouped.setdefault(gpu_resource(g, config), []).append(
-            Device(g.uuid, g.uuid, g.uuid, g.index, numa_node=numa.get(g.uuid), index=str(g.index))
+            Device(
+                g.uuid,
+                g.uuid,
+                g.uuid,
+                g.index,
+                numa_node=numa.get(g.uuid),
+                index=str(g.index),
+                memory_bytes=g.memory_bytes,
+            )
         )
 
     def migs(g: GpuInfo, single: bool) -> None:
@@ -105,6 +113,7 @@ def build_resources(
                     numa_node=numa.get(g.uuid),
                     index=f"{g.index}:{m.index}",
                     mig=m.index,
+                    memory_bytes=m.memory_bytes,
                 )
             )
 
@@ -205,6 +214,11 @@ def _time_sliced(name: str, devices: list[Device], config: PluginConfig) -> list
     if shared is None or shared.replicas <= 1:
         return [Resource(name, tuple(devices))]
     chosen = _chosen(name, devices, shared)
+    if config.sharing_strategy == "mps" and any(d.mig is not None for d in chosen):
+        raise StrategyError(
+            f"sharing.mps: {name} holds MIG devices, which MPS cannot share (NVIDIA's rule); "
+            "share whole GPUs, or use sharing.timeSlicing"
+        )
     renamed = shared.rename or (f"{name}.shared" if config.rename_by_default else name)
     replicated = tuple(
         d.replica_of(f"{d.id}{REPLICA_SEPARATOR}{n}", n)

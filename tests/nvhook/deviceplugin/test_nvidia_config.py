@@ -103,6 +103,7 @@ def test_every_key_of_nvidias_config_is_accepted() -> None:
         features=("NVIDIA_GDRCOPY", "NVIDIA_GDS"),
         imex_channel_ids=(0,),
         gfd_output_file="/etc/kubernetes/node-feature-discovery/features.d/gfd",
+        mps_root="/run/nvidia/mps",
         notes=config.notes,
     )
     # one note per key without effect here, naming it and why
@@ -122,11 +123,22 @@ def test_nvidias_examples_load(name: str) -> None:
         assert config.mig_strategy == "mixed"
 
 
-def test_nvidias_mps_example_is_refused_naming_the_key() -> None:
-    with pytest.raises(PluginConfigError) as e:
-        load_config(str(DATA / "mps.yaml"))
-    assert e.value.message.startswith(f"{DATA / 'mps.yaml'}: sharing.mps: MPS sharing is not")
-    assert e.value.exit_code == 8
+def test_nvidias_mps_example_loads_with_its_mps_root() -> None:
+    from nvhook.deviceplugin.config import environment_overrides
+
+    path = str(DATA / "mps.yaml")
+    with pytest.raises(PluginConfigError) as e:  # NVIDIA's rule: MPS needs --mps-root
+        load_config(path)
+    assert e.value.message.startswith(f"{path}: sharing.mps: needs flags.mpsRoot (or $MPS_ROOT)")
+    config = load_config(path, overrides=environment_overrides({"MPS_ROOT": "/run/nvidia/mps"}))
+    assert config.sharing_strategy == "mps" and config.mps_root == "/run/nvidia/mps"
+    assert config.time_slicing == (TimeSlicedResource("nvidia.com/gpu", 10),)
+    assert config.fail_requests_greater_than_one  # MPS's default (api/config/v1/config.go)
+    with pytest.raises(PluginConfigError, match="MPS cannot share MIG devices"):
+        load_config(
+            path,
+            overrides=environment_overrides({"MPS_ROOT": "/m", "MIG_STRATEGY": "mixed"}),
+        )
 
 
 @pytest.mark.parametrize(
