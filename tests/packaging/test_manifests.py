@@ -35,7 +35,7 @@ from tests.support.containers import require
 
 KUBE = PACKAGING / "kubernetes"
 #: the oldest and the newest Kubernetes release the README says the manifests are for
-KUBERNETES = ("1.29.0", "1.37.0")
+KUBERNETES = ("1.30.0", "1.37.0")
 
 Doc = dict[str, Any]
 
@@ -62,6 +62,7 @@ MANIFESTS = [
     "device-plugin.yaml",
     "example-pod.yaml",
     "installer-daemonset.yaml",
+    "labeller.yaml",
     "runtimeclass.yaml",
 ]
 
@@ -111,7 +112,7 @@ def test_the_schema_refuses_a_wrong_field(
     assert _errors(ds, KUBERNETES[-1]) != ""
 
 
-DAEMONSETS = [("installer-daemonset.yaml", 0), ("device-plugin.yaml", 1)]
+DAEMONSETS = [("installer-daemonset.yaml", 0), ("device-plugin.yaml", 1), ("labeller.yaml", 5)]
 
 
 @pytest.mark.parametrize(("name", "at"), DAEMONSETS)
@@ -134,7 +135,8 @@ def test_daemonsets_are_safe_to_apply_to_a_whole_cluster(name: str, at: int) -> 
         assert "control-plane" not in t["key"] and "master" not in t["key"], t
         assert t["operator"] in ("Exists", "Equal"), t
     assert pod["priorityClassName"] == "system-node-critical"
-    assert pod["automountServiceAccountToken"] is False
+    # only the labeller talks to the API
+    assert pod["automountServiceAccountToken"] is (name == "labeller.yaml")
     assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
     assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
     for c in pod["containers"]:
@@ -343,6 +345,43 @@ def test_device_plugin_runs_the_installed_nvhook_on_kubelet_s_directory() -> Non
     assert '--config "$stage/config.yaml"' in script
     assert f"--health-state-file {DEFAULT_STATE_FILE}" in script
     assert "$(" not in script  # Kubernetes would expand it
+    proc = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    shellcheck = require("shellcheck")
+    proc = subprocess.run(
+        [shellcheck, "--shell=sh", "-"], input=script, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_the_labeller_may_patch_its_own_node_s_nvidia_labels_only() -> None:
+    account, role, binding, policy, policy_binding, ds = load_all("labeller.yaml")
+    assert (account["kind"], role["kind"], binding["kind"]) == (
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    )
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    subject = binding["subjects"][0]
+    assert (subject["name"], subject["namespace"]) == ("nvhook-labeller", "kube-system")
+    assert ds["spec"]["template"]["spec"]["serviceAccountName"] == "nvhook-labeller"
+    assert policy_binding["spec"] == {
+        "policyName": "nvhook-labeller",
+        "validationActions": ["Deny"],
+    }
+    spec = policy["spec"]
+    assert (
+        "system:serviceaccount:kube-system:nvhook-labeller"
+        in spec["matchConditions"][0]["expression"]
+    )
+    checks = " ".join(v["expression"] for v in spec["validations"])
+    assert "authentication.kubernetes.io/node-name" in checks and "object.metadata.name" in checks
+    assert "startsWith('nvidia.com/')" in checks and "object.spec == oldObject.spec" in checks
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    (script,) = container["args"]
+    assert 'nvhook labels --node "$NODE_NAME"' in script and "$(" not in script
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     proc = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     shellcheck = require("shellcheck")
