@@ -144,6 +144,47 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     help="NVIDIA's flag: kubelet's socket; its directory is the device-plugin directory.",
 )
 @click.option(
+    "--config-dir",
+    envvar="CONFIG_FILE_SRCDIR",
+    type=click.Path(file_okay=False),
+    help="Several named configs (a mounted ConfigMap: one file per name); the node's label "
+    "--node-label chooses one, else --default-config, else the only one; a change of either "
+    "is applied without a restart (NVIDIA's config-manager variables work too).",
+)
+@click.option(
+    "--default-config",
+    envvar="DEFAULT_CONFIG",
+    default="",
+    help="With --config-dir: the config of a node without the label.",
+)
+@click.option(
+    "--node-label",
+    envvar="NODE_LABEL",
+    default="nvidia.com/device-plugin.config",
+    show_default=True,
+    help="With --config-dir: the Node label that names the node's config.",
+)
+@click.option(
+    "--node",
+    "node_name",
+    envvar="NODE_NAME",
+    default="",
+    help="With --config-dir: this node's name, its label read through the Kubernetes API "
+    "with the pod's service account (default: $NODE_NAME; none: the default config).",
+)
+@click.option(
+    "--api-server",
+    metavar="URL",
+    help="With --node: the API server (default: the pod's in-cluster one).",
+)
+@click.option(
+    "--service-account-dir",
+    default="/var/run/secrets/kubernetes.io/serviceaccount",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="With --node: where the pod's service account token and ca.crt are.",
+)
+@click.option(
     "--check-config",
     "check_file",
     type=click.Path(dir_okay=False),
@@ -176,6 +217,12 @@ def device_plugin(
     config_file: str | None,
     device_plugin_path: str,
     kubelet_socket: str | None,
+    config_dir: str | None,
+    default_config: str,
+    node_label: str,
+    node_name: str,
+    api_server: str | None,
+    service_account_dir: str,
     check_file: str | None,
     node_profile: str | None,
     health_state_file: str,
@@ -211,7 +258,35 @@ def device_plugin(
     from nvhook.planner import Host
     from nvhook.settings import load_settings
 
-    config = _finish(load_config(config_file, overrides=overrides), health_state_file)
+    source = None
+    if config_dir is not None:
+        from nvhook.deviceplugin.errors import PluginConfigError
+        from nvhook.deviceplugin.selector import ConfigSelector
+
+        creds = None
+        if node_name:
+            from nvhook.deviceplugin.nodeapi import Credentials, in_cluster
+
+            creds = Credentials(api_server) if api_server else in_cluster(service_account_dir)
+        source = ConfigSelector(
+            config_dir,
+            default=default_config,
+            node=node_name,
+            label=node_label,
+            credentials=creds,
+            overrides=overrides,
+            finish=lambda c: _finish(c, health_state_file),
+            log=lambda line: click.echo(f"nvhook device-plugin: {line}", err=True),
+        )
+        chosen = source()
+        if chosen is None:
+            raise PluginConfigError(
+                f"{config_dir}: no configuration to start with (see the line above); give "
+                "--default-config or a valid config"
+            )
+        config = chosen
+    else:
+        config = _finish(load_config(config_file, overrides=overrides), health_state_file)
     host = Host.from_settings(load_settings())
     stop = threading.Event()
 
@@ -233,5 +308,6 @@ def device_plugin(
         health_interval=health_interval,
         log=log,
         kubelet_socket=kubelet_socket,
+        config_source=source,
     )
     plugin.run(stop)

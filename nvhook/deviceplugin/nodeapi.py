@@ -28,7 +28,15 @@ from collections.abc import Mapping
 from nvhook.errors import NvhookError
 from oci.errors import ExitCode
 
-__all__ = ["OWNED", "ApiError", "Credentials", "in_cluster", "label_node", "label_patch"]
+__all__ = [
+    "OWNED",
+    "ApiError",
+    "Credentials",
+    "in_cluster",
+    "label_node",
+    "label_patch",
+    "node_labels",
+]
 
 #: label prefixes ``nvhook labels`` owns: what it may remove when it no longer gives them
 OWNED = (
@@ -116,14 +124,20 @@ def _request(creds: Credentials, method: str, path: str, body: bytes | None = No
         raise ApiError(f"{method} {path}: the answer is not JSON") from None
 
 
-def label_node(creds: Credentials, node: str, labels: Mapping[str, str]) -> dict[str, str | None]:
-    """Make ``labels`` the node's labels of ours; the patch sent (empty: nothing changed)."""
+def node_labels(creds: Credentials, node: str) -> dict[str, str]:
+    """The labels of Node ``node`` (``GET /api/v1/nodes/NAME``)."""
     if not _NODE.match(node) or len(node) > 253:
         raise ApiError(f"{node!r} is not a node name (a DNS subdomain): check --node / $NODE_NAME")
-    path = f"/api/v1/nodes/{node}"
-    found = _request(creds, "GET", path)
+    found = _request(creds, "GET", f"/api/v1/nodes/{node}")
     metadata = found.get("metadata", {}) if isinstance(found, dict) else {}
-    current = metadata.get("labels") or {}
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
+def label_node(creds: Credentials, node: str, labels: Mapping[str, str]) -> dict[str, str | None]:
+    """Make ``labels`` the node's labels of ours; the patch sent (empty: nothing changed)."""
+    current = node_labels(creds, node)
+    path = f"/api/v1/nodes/{node}"
     patch = label_patch(current, labels)
     if patch:
         body = json.dumps({"metadata": {"labels": patch}}).encode()

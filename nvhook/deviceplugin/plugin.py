@@ -144,6 +144,8 @@ class DevicePlugin:
         health_interval: float = 5.0,
         log: Callable[[str], None] = lambda line: None,
         kubelet_socket: str | None = None,
+        config_source: Callable[[], PluginConfig | None] | None = None,
+        config_interval: float = 5.0,
     ) -> None:
         self.host = host
         self.config = config
@@ -158,6 +160,9 @@ class DevicePlugin:
         self.imex: tuple[int, ...] = ()
         self.monitor: HealthMonitor | None = None
         self.mps: MpsDaemons | None = None
+        self.config_source = config_source
+        self.config_interval = config_interval
+        self._gpus_of: list[tuple[str, str]] = []
         self._health_lock = threading.Lock()
         self._probed: dict[str, str] = {}
         self._gpus: tuple[GpuInfo, ...] = ()
@@ -198,20 +203,29 @@ class DevicePlugin:
             stop.wait()
             self.log("stopped")
             return
-        gpus_of = [(g.uuid, g.bus_id) for g in gpus]
+        try:
+            self._serve(resources, gpus, topology)
+            self.ready.set()
+            self._loop(stop)
+        finally:
+            self.state.close()
+            self._teardown()
+            self.log("stopped; sockets removed")
+
+    def _serve(
+        self, resources: tuple[Resource, ...], gpus: tuple[GpuInfo, ...], topology: Topology
+    ) -> None:
+        """Start the MPS daemons, the XID monitor and one registered server per resource."""
+        self._gpus_of = [(g.uuid, g.bus_id) for g in gpus]
         self._gpus = gpus
         if self.config.sharing_strategy == "mps":
             self.mps = MpsDaemons(self.host, self.config.mps_root, resources, log=self.log)
-            try:
-                self.mps.start()
-            except BaseException:
-                self.mps.stop()
-                raise
+            self.mps.start()
         self.monitor = HealthMonitor(
-            self.host, gpus_of, self.config.health, on_change=self._refresh, log=self.log
+            self.host, self._gpus_of, self.config.health, on_change=self._refresh, log=self.log
         )
         self.monitor.start()
-        self._check_health(gpus_of)
+        self._check_health(self._gpus_of)
         self.servers = [
             ResourceServer(
                 r,
@@ -226,25 +240,42 @@ class DevicePlugin:
         ]
         if not self.servers:
             self.log("no GPU to advertise on this node; waiting for SIGTERM")
+        for s in self.servers:
+            s.start()
+            register(self.kubelet_socket, s)
+            self.log(
+                f"serving {s.resource.name} ({len(s.resource.devices)} devices) on {s.path}, "
+                f"registered with {self.kubelet_socket}"
+            )
+
+    def _teardown(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
+            self.monitor = None
+        if self.mps is not None:
+            self.mps.stop()
+            self.mps = None
+        for s in self.servers:
+            s.stop()
+        self.servers = []
+
+    def _reconfigure(self, config: PluginConfig) -> None:
+        """Serve ``config`` instead, without a restart: its resources are discovered first
+        (a failure keeps the old ones serving), then the old servers stop and the new ones
+        register; allocations already made are the containers' and stay as they are."""
+        before = self.config
+        self.config = config
         try:
-            for s in self.servers:
-                s.start()
-                register(self.kubelet_socket, s)
-                self.log(
-                    f"serving {s.resource.name} ({len(s.resource.devices)} devices) on {s.path}, "
-                    f"registered with {self.kubelet_socket}"
-                )
-            self.ready.set()
-            self._loop(stop, gpus_of)
-        finally:
-            self.state.close()
-            if self.monitor is not None:
-                self.monitor.stop()
-            if self.mps is not None:
-                self.mps.stop()
-            for s in self.servers:
-                s.stop()
-            self.log("stopped; sockets removed")
+            resources, gpus, topology = self.discover()
+        except (DriverError, StrategyError) as e:
+            self.config = before
+            self.log(f"error: the new configuration cannot be served: {e.message}; kept the old")
+            return
+        for note in config.notes:
+            self.log(f"warning: {note}")
+        self.log("configuration changed: registering its resources again")
+        self._teardown()
+        self._serve(resources, gpus, topology)
 
     def _check_health(self, gpus: list[tuple[str, str]]) -> None:
         probed = probe(self.host, gpus)
@@ -288,13 +319,23 @@ class DevicePlugin:
                 self.log(f"warning: cannot write the health state file {path}: {e.strerror}")
                 self._state_warned = True
 
-    def _loop(self, stop: threading.Event, gpus: list[tuple[str, str]]) -> None:
+    def _loop(self, stop: threading.Event) -> None:
         kubelet = _identity(self.kubelet_socket)
         next_health = time.monotonic() + self.health_interval
+        next_config = time.monotonic() + self.config_interval
         pending = False  # a re-registration still to do
         while not stop.wait(min(_TICK, self.health_interval)):
+            if self.config_source is not None and time.monotonic() >= next_config:
+                config = self.config_source()
+                if config is not None and config != self.config:
+                    try:
+                        self._reconfigure(config)
+                    except RegistrationError as e:
+                        self.log(f"{e.message} (retrying)")
+                        pending = True
+                next_config = time.monotonic() + self.config_interval
             if time.monotonic() >= next_health:
-                self._check_health(gpus)
+                self._check_health(self._gpus_of)
                 next_health = time.monotonic() + self.health_interval
             now = _identity(self.kubelet_socket)
             if now != kubelet or any(not s.serving for s in self.servers):

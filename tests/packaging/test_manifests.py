@@ -104,7 +104,7 @@ def test_every_object_matches_the_api_schema(name: str, version: str) -> None:
 def test_the_schema_refuses_a_wrong_field(
     path: tuple[str | int, ...], key: str, value: Any
 ) -> None:
-    (_, ds) = load_all("device-plugin.yaml")
+    ds = load_all("device-plugin.yaml")[-1]
     node: Any = ds
     for step in path:
         node = node[step]
@@ -112,7 +112,7 @@ def test_the_schema_refuses_a_wrong_field(
     assert _errors(ds, KUBERNETES[-1]) != ""
 
 
-DAEMONSETS = [("installer-daemonset.yaml", 0), ("device-plugin.yaml", 1), ("labeller.yaml", 5)]
+DAEMONSETS = [("installer-daemonset.yaml", 0), ("device-plugin.yaml", 4), ("labeller.yaml", 5)]
 
 
 @pytest.mark.parametrize(("name", "at"), DAEMONSETS)
@@ -135,8 +135,8 @@ def test_daemonsets_are_safe_to_apply_to_a_whole_cluster(name: str, at: int) -> 
         assert "control-plane" not in t["key"] and "master" not in t["key"], t
         assert t["operator"] in ("Exists", "Equal"), t
     assert pod["priorityClassName"] == "system-node-critical"
-    # only the labeller talks to the API
-    assert pod["automountServiceAccountToken"] is (name == "labeller.yaml")
+    # the installer does not talk to the API
+    assert pod["automountServiceAccountToken"] is (name != "installer-daemonset.yaml")
     assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
     assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
     for c in pod["containers"]:
@@ -286,19 +286,30 @@ def test_manifest_names_are_dns_labels(name: str) -> None:
 
 def _device_plugin() -> tuple[Doc, Doc, Doc, Doc]:
     """The device plugin's ConfigMap and DaemonSet, its pod spec and its one container."""
-    cm, ds = load_all("device-plugin.yaml")
+    cm, account, role, binding, ds = load_all("device-plugin.yaml")
     assert (cm["apiVersion"], cm["kind"]) == ("v1", "ConfigMap")
+    assert [account["kind"], role["kind"], binding["kind"]] == [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    ]
+    # it reads its Node's label: get, nothing more
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert ds["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
     assert (ds["apiVersion"], ds["kind"]) == ("apps/v1", "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     return cm, ds, pod, container
 
 
-def test_device_plugin_config_is_valid_for_nvhook_device_plugin() -> None:
+def test_device_plugin_configs_are_valid_for_nvhook_device_plugin() -> None:
     cm, _, _, _ = _device_plugin()
-    config = parse_config(yaml.safe_load(cm["data"]["config.yaml"]), source="ConfigMap")
-    # the strategy nvhook-runtime reads without trusting image env (README, Kubernetes)
-    assert config.device_list_strategies == ("cdi-annotations",)
+    assert set(cm["data"]) == {"default", "time-sliced"}
+    for name, text in cm["data"].items():
+        config = parse_config(yaml.safe_load(text), source=f"ConfigMap {name}")
+        # the strategy nvhook-runtime reads without trusting image env (README, Kubernetes)
+        assert config.device_list_strategies == ("cdi-annotations",)
+        assert config.notes == ()
 
 
 def test_device_plugin_runs_on_gpu_nodes_only_and_tolerates_their_taint() -> None:
@@ -327,10 +338,14 @@ def test_device_plugin_mounts_its_config_and_the_host() -> None:
         "/var/lib/nvhook/device-plugin": "/host/var/lib/nvhook/device-plugin",
         os.path.dirname(DEFAULT_STATE_FILE): "/host" + os.path.dirname(DEFAULT_STATE_FILE),
     }
-    assert volumes[mounts["/config"]["name"]]["configMap"]["name"] == cm["metadata"]["name"]
+    configs = mounts["/host/var/lib/nvhook/device-plugin/configs"]
+    assert configs["readOnly"] is True
+    assert volumes[configs["name"]]["configMap"]["name"] == cm["metadata"]["name"]
     assert container["securityContext"]["privileged"] is True  # NVML opens /dev/nvidia*
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    assert cm["metadata"]["namespace"] == load_all("device-plugin.yaml")[1]["metadata"]["namespace"]
+    assert (
+        cm["metadata"]["namespace"] == load_all("device-plugin.yaml")[-1]["metadata"]["namespace"]
+    )
 
 
 def test_device_plugin_runs_the_installed_nvhook_on_kubelet_s_directory() -> None:
@@ -340,9 +355,9 @@ def test_device_plugin_runs_the_installed_nvhook_on_kubelet_s_directory() -> Non
     prefix = {e["name"]: e["value"] for e in installer["env"]}["PREFIX"]
     (script,) = container["args"]
     assert f"exec chroot /host {prefix}/bin/nvhook device-plugin" in script
-    assert "cp /config/config.yaml " in script
     assert f"--device-plugin-path {DEFAULT_DIRECTORY}" in script
-    assert '--config "$stage/config.yaml"' in script
+    assert "--config-dir /var/lib/nvhook/device-plugin/configs" in script
+    assert "--default-config default" in script and '--node "$NODE_NAME"' in script
     assert f"--health-state-file {DEFAULT_STATE_FILE}" in script
     assert "$(" not in script  # Kubernetes would expand it
     proc = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True, check=False)
