@@ -165,7 +165,7 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     help="With --config-dir: the Node label that names the node's config.",
 )
 @click.option(
-    "--node",
+    "--node-name",
     "node_name",
     envvar="NODE_NAME",
     default="",
@@ -175,14 +175,14 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
 @click.option(
     "--api-server",
     metavar="URL",
-    help="With --node: the API server (default: the pod's in-cluster one).",
+    help="With --node-name: the API server (default: the pod's in-cluster one).",
 )
 @click.option(
     "--service-account-dir",
     default="/var/run/secrets/kubernetes.io/serviceaccount",
     show_default=True,
     type=click.Path(file_okay=False),
-    help="With --node: where the pod's service account token and ca.crt are.",
+    help="With --node-name: where the pod's service account token and ca.crt are.",
 )
 @click.option(
     "--check-config",

@@ -357,7 +357,7 @@ def test_device_plugin_runs_the_installed_nvhook_on_kubelet_s_directory() -> Non
     assert f"exec chroot /host {prefix}/bin/nvhook device-plugin" in script
     assert f"--device-plugin-path {DEFAULT_DIRECTORY}" in script
     assert "--config-dir /var/lib/nvhook/device-plugin/configs" in script
-    assert "--default-config default" in script and '--node "$NODE_NAME"' in script
+    assert "--default-config default" in script and '--node-name "$NODE_NAME"' in script
     assert f"--health-state-file {DEFAULT_STATE_FILE}" in script
     assert "$(" not in script  # Kubernetes would expand it
     proc = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True, check=False)
