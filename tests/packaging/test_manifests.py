@@ -119,16 +119,18 @@ DAEMONSETS = [("installer-daemonset.yaml", 0), ("device-plugin.yaml", 4), ("labe
 def test_daemonsets_are_safe_to_apply_to_a_whole_cluster(name: str, at: int) -> None:
     ds = load_all(name)[at]
     pod = ds["spec"]["template"]["spec"]
-    # GPU nodes only, never a control-plane node (its label refused, its taint not tolerated)
-    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+    # GPU nodes only (nvhook's label, or NFD's PCI label), never a control-plane node (its
+    # label refused in every term, since terms are ORed; its taint not tolerated)
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
-    assert {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]} in term[
-        "matchExpressions"
-    ]
-    assert {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"} in term[
-        "matchExpressions"
-    ]
+    gpu_labels = ["nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"]
+    assert len(terms) == len(gpu_labels)
+    for term, label in zip(terms, gpu_labels, strict=True):
+        assert term["matchExpressions"] == [
+            {"key": label, "operator": "In", "values": ["true"]},
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"},
+        ]
     assert "nodeSelector" not in pod
     for t in pod["tolerations"]:
         assert t.get("key"), f"{name}: a toleration without a key tolerates every taint: {t}"
