@@ -119,3 +119,19 @@ def test_label_and_file_changes_apply_without_a_restart(
         kubelet.stop()
         shutil.rmtree(directory, ignore_errors=True)
     assert not thread.is_alive()
+
+
+def test_the_command_needs_a_config_to_start_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nvhook.cli import main
+
+    (tmp_path / "plain").write_text("version: v1\n")
+    (tmp_path / "other").write_text("version: v1\n")
+    argv = ["device-plugin", "--config-dir", str(tmp_path), "--device-plugin-path", str(tmp_path)]
+    assert main([*argv, "--default-config", "nope"]) == 8
+    err = capsys.readouterr().err
+    assert "nvidia.com/device-plugin.config=nope: no such config" in err
+    assert f"{tmp_path}: no configuration to start with" in err
+    assert main(argv) == 8  # two configs, no label, no default: which one is not guessed
+    assert "no default, and" in capsys.readouterr().err
