@@ -306,12 +306,14 @@ def _device_plugin() -> tuple[Doc, Doc, Doc, Doc]:
 
 def test_device_plugin_configs_are_valid_for_nvhook_device_plugin() -> None:
     cm, _, _, _ = _device_plugin()
-    assert set(cm["data"]) == {"default", "time-sliced"}
+    assert set(cm["data"]) == {"default", "time-sliced", "mps"}
     for name, text in cm["data"].items():
         config = parse_config(yaml.safe_load(text), source=f"ConfigMap {name}")
         # the strategy nvhook-runtime reads without trusting image env (README, Kubernetes)
         assert config.device_list_strategies == ("cdi-annotations",)
         assert config.notes == ()
+        if name == "mps":
+            assert (config.sharing_strategy, config.mps_root) == ("mps", "/run/nvhook/mps")
 
 
 def test_device_plugin_runs_on_gpu_nodes_only_and_tolerates_their_taint() -> None:
@@ -339,6 +341,7 @@ def test_device_plugin_mounts_its_config_and_the_host() -> None:
         DEFAULT_DIRECTORY.rstrip("/"): "/host" + DEFAULT_DIRECTORY.rstrip("/"),
         "/var/lib/nvhook/device-plugin": "/host/var/lib/nvhook/device-plugin",
         os.path.dirname(DEFAULT_STATE_FILE): "/host" + os.path.dirname(DEFAULT_STATE_FILE),
+        "/run/nvhook/mps": "/host/run/nvhook/mps",  # the MPS config's flags.mpsRoot
     }
     configs = mounts["/host/var/lib/nvhook/device-plugin/configs"]
     assert configs["readOnly"] is True
