@@ -71,6 +71,7 @@ class HealthMonitor:
 
     WAIT = 0.5
     MAX_LINE = 8192
+    RETRY = 5.0  # seconds before a reader that failed tries again
 
     def __init__(
         self,
@@ -119,6 +120,7 @@ class HealthMonitor:
         from nvhook.devices.nvml import EVENT_XID, open_nvml
         from nvhook.planner import nvml_library_dir
 
+        said = ""
         while not self._stop.is_set():
             try:
                 with open_nvml(nvml_library_dir(self.host.driver_root)) as nvml:
@@ -133,17 +135,22 @@ class HealthMonitor:
                     finally:
                         events.close()
             except DriverError as e:
-                self.log(f"NVML events: {e.message}; retrying in 5 s")
-                self._stop.wait(5)
+                if e.message != said:  # once per distinct failure, not every 5 s
+                    self.log(f"NVML events: {e.message}; retrying every {self.RETRY:g} s")
+                    said = e.message
+                self._stop.wait(self.RETRY)
 
     def _read_kmsg(self) -> None:
         path = self.policy.kmsg
+        said = ""
         while not self._stop.is_set():
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError as e:
-                self.log(f"kernel log {path}: {e.strerror}; retrying in 5 s")
-                self._stop.wait(5)
+                if e.strerror != said:
+                    self.log(f"kernel log {path}: {e.strerror}; retrying every {self.RETRY:g} s")
+                    said = e.strerror or ""
+                self._stop.wait(self.RETRY)
                 continue
             try:
                 os.lseek(fd, 0, os.SEEK_END)

@@ -237,3 +237,21 @@ def test_one_default_state_file() -> None:
 
     [option] = [p for p in labels_command.params if p.name == "health_state_file"]
     assert DEFAULT_HEALTH_STATE == option.default == DEFAULT_STATE_FILE
+
+
+def test_a_failing_reader_says_so_once(tmp_path: Path, dgx: Path) -> None:  # noqa: F811
+    from nvhook.deviceplugin.health import HealthMonitor
+    from nvhook.planner import Host
+
+    lines: list[str] = []
+    policy = XidPolicy(kmsg=str(tmp_path / "no-kmsg"))
+    monitor = HealthMonitor(
+        Host(root=str(dgx)), [(UUIDS[0], DGX.gpus[0].bus_id)], policy, log=lines.append
+    )
+    monitor.RETRY = 0.02
+    monitor.start()
+    time.sleep(0.5)  # some 25 attempts
+    monitor.stop()
+    assert [line for line in lines if line.startswith("kernel log")] == [
+        f"kernel log {tmp_path / 'no-kmsg'}: No such file or directory; retrying every 0.02 s"
+    ]
