@@ -84,7 +84,12 @@ except ImportError as e:  # the kubernetes extra
     raise MissingExtraError("nvhook's device plugin configuration", e, "kubernetes") from e
 
 from nvhook.deviceplugin.errors import PluginConfigError
-from nvhook.deviceplugin.model import NamedResource, PluginConfig, TimeSlicedResource
+from nvhook.deviceplugin.model import (
+    NamedResource,
+    PluginConfig,
+    TimeSlicedResource,
+    is_dns_subdomain,
+)
 from nvhook.deviceplugin.xid import DEFAULT_IGNORED, XidPolicy
 
 __all__ = [
@@ -101,7 +106,6 @@ __all__ = [
 #: (``api/config/v1/resources.go`` NewResourceName).
 _PREFIX = "nvidia.com/"
 _MAX_NAME = 63
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 #: The keys accepted without effect here, and why (one note each when set).
 NO_EFFECT: dict[str, str] = {
@@ -180,7 +184,7 @@ def _resource_name(value: str) -> str:
     if len(full) > _MAX_NAME:
         raise ValueError(f"the full resource name {full} is longer than {_MAX_NAME} characters")
     name = full.removeprefix(_PREFIX)
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+    if not is_dns_subdomain(name):
         raise ValueError(
             f"{full} is not a resource name: after nvidia.com/, lower-case letters, digits, "
             "'-' and '.' (such as nvidia.com/gpu.shared, or gpu.shared)"

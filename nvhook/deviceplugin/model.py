@@ -19,7 +19,18 @@ __all__ = [
     "PluginConfig",
     "Resource",
     "TimeSlicedResource",
+    "is_dns_subdomain",
 ]
+
+
+def is_dns_subdomain(name: str) -> bool:
+    """Kubernetes' DNS subdomain (RFC 1123): a node's name, a resource name's part after its
+    prefix (``validation.IsDNS1123Subdomain``)."""
+    import re
+
+    pattern = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    return len(name) <= 253 and re.fullmatch(pattern, name) is not None
+
 
 #: ``flags.migStrategy`` values, as NVIDIA's device plugin names them.
 MIG_STRATEGIES = ("none", "single", "mixed")

@@ -19,12 +19,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 
+from nvhook.deviceplugin.model import is_dns_subdomain
 from nvhook.errors import NvhookError
 from oci.errors import ExitCode
 
@@ -47,7 +47,6 @@ OWNED = (
     "nvidia.com/cuda.",
 )
 _ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-_NODE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _MAX = 4 << 20  # a Node object is a few KiB; refuse to read more than this
 
 
@@ -126,7 +125,7 @@ def _request(creds: Credentials, method: str, path: str, body: bytes | None = No
 
 def node_labels(creds: Credentials, node: str) -> dict[str, str]:
     """The labels of Node ``node`` (``GET /api/v1/nodes/NAME``)."""
-    if not _NODE.match(node) or len(node) > 253:
+    if not is_dns_subdomain(node):
         raise ApiError(f"{node!r} is not a node name (a DNS subdomain): check --node / $NODE_NAME")
     found = _request(creds, "GET", f"/api/v1/nodes/{node}")
     metadata = found.get("metadata", {}) if isinstance(found, dict) else {}
