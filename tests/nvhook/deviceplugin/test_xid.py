@@ -135,7 +135,7 @@ def test_fatal_xid_unhealthy_within_one_interval_then_recovered(
     run_plugin: Callable[..., Running],  # noqa: F811
     dgx: Path,  # noqa: F811
 ) -> None:
-    interval = 0.5
+    interval = 1.0  # the XID arrives far sooner: an event, not a poll
     running = run_plugin(PluginConfig(health=XidPolicy(recover_after=1.5)), interval)
     [request] = running.kubelet.wait_registered(1)
     client = running.kubelet.client(request)
