@@ -409,3 +409,47 @@ def test_the_labeller_may_patch_its_own_node_s_nvidia_labels_only() -> None:
         [shellcheck, "--shell=sh", "-"], input=script, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout
+
+
+def _admitted(request_user: str, node_of_token: str, old: Doc, new: Doc) -> bool | None:
+    """The labeller's ValidatingAdmissionPolicy on one Node UPDATE, its CEL evaluated by the
+    reference implementation (PyPI common-expression-language): None when it does not apply
+    (another user), else whether every validation holds."""
+    import cel
+
+    policy = load_all("labeller.yaml")[3]["spec"]
+    request = {
+        "userInfo": {
+            "username": request_user,
+            "extra": {"authentication.kubernetes.io/node-name": [node_of_token]},
+        }
+    }
+    context: dict[str, Any] = {"request": request, "object": new, "oldObject": old}
+    if not all(cel.evaluate(c["expression"], context) for c in policy["matchConditions"]):
+        return None
+    context["variables"] = {
+        v["name"]: cel.evaluate(v["expression"], context) for v in policy["variables"]
+    }
+    return all(cel.evaluate(v["expression"], context) is True for v in policy["validations"])
+
+
+def test_the_admission_policy_admits_only_its_own_node_s_nvidia_labels() -> None:
+    me = "system:serviceaccount:kube-system:nvhook-labeller"
+
+    def node(name: str, labels: dict[str, str], **more: Any) -> Doc:
+        return {"metadata": {"name": name, "labels": labels, **more}, "spec": {}}
+
+    old = node("gpu-1", {"kubernetes.io/hostname": "gpu-1", "nvidia.com/gpu.stale": "x"})
+    ours = node("gpu-1", {"kubernetes.io/hostname": "gpu-1", "nvidia.com/gpu.count": "8"})
+    assert _admitted(me, "gpu-1", old, ours) is True
+    assert _admitted(me, "gpu-2", old, ours) is False  # another node's token
+    renamed = node("gpu-1", {"kubernetes.io/hostname": "evil", "nvidia.com/gpu.count": "8"})
+    assert _admitted(me, "gpu-1", old, renamed) is False  # someone else's label changed
+    assert _admitted(me, "gpu-1", old, node("gpu-1", {})) is False  # …or removed
+    added = node("gpu-1", {**ours["metadata"]["labels"], "node-role.kubernetes.io/x": ""})
+    assert _admitted(me, "gpu-1", old, added) is False  # …or added
+    cordoned = {**ours, "spec": {"unschedulable": True}}
+    assert _admitted(me, "gpu-1", old, cordoned) is False  # not the spec
+    annotated = node("gpu-1", ours["metadata"]["labels"], annotations={"a": "b"})
+    assert _admitted(me, "gpu-1", old, annotated) is False  # not the annotations
+    assert _admitted("system:node:gpu-1", "gpu-1", old, renamed) is None  # others: not ours
