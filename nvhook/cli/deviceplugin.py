@@ -178,6 +178,14 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     help="With --node-name: the API server (default: the pod's in-cluster one).",
 )
 @click.option(
+    "--config-interval",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="With --config-dir: seconds between looks at the node's label and the configs (one "
+    "GET of its Node each: a thousand nodes at 30 s are some 33 requests a second).",
+)
+@click.option(
     "--service-account-dir",
     default="/var/run/secrets/kubernetes.io/serviceaccount",
     show_default=True,
@@ -222,6 +230,7 @@ def device_plugin(
     node_label: str,
     node_name: str,
     api_server: str | None,
+    config_interval: float,
     service_account_dir: str,
     check_file: str | None,
     node_profile: str | None,
@@ -309,5 +318,6 @@ def device_plugin(
         log=log,
         kubelet_socket=kubelet_socket,
         config_source=source,
+        config_interval=config_interval,
     )
     plugin.run(stop)
