@@ -2,21 +2,42 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from types import FrameType
+
 import click
 
-from nvhook.cli.options import host_options
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nvhook.deviceplugin.model import PluginConfig
+    from nvhook.planner import Host
 
 __all__ = ["labels"]
 
 
 @click.command()
-@host_options
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False),
+    help="The host's root (default: nvhook's settings, host.root, as nvhook device-plugin).",
+)
+@click.option(
+    "--driver-root",
+    type=click.Path(file_okay=False),
+    help="Where the driver's libraries are (default: --root, else the settings' host.driver_root).",
+)
+@click.option(
+    "--dev-root",
+    type=click.Path(file_okay=False),
+    help="Where the /dev/nvidia* nodes are (default: --root, else the settings' host.dev_root).",
+)
 @click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False),
     help="The device plugin's YAML configuration: its migStrategy and time-slicing shape the "
-    "labels (default: every default).",
+    "labels, its flags.gfd.outputFile is the default --output (default: every default).",
 )
 @click.option(
     "--output",
@@ -24,25 +45,122 @@ __all__ = ["labels"]
     help="Write the labels to this Node Feature Discovery feature file, atomically, instead of "
     "printing them (NFD reads /etc/kubernetes/node-feature-discovery/features.d/).",
 )
+@click.option(
+    "--health-state-file",
+    default="/run/nvhook/device-plugin/gpu-health.json",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The device plugin's health state file: where it exists, per-GPU health labels "
+    "(nvidia.com/gpu.health, nvidia.com/gpu.N.health, .xid) are added (the config's "
+    "health.stateFile wins).",
+)
+@click.option(
+    "--node",
+    envvar="NODE_NAME",
+    help="Apply the labels to this Node through the Kubernetes API (default: $NODE_NAME), with "
+    "the pod's service account, instead of printing them; only nvhook's labels under "
+    "nvidia.com/ are set or removed.",
+)
+@click.option(
+    "--api-server",
+    metavar="URL",
+    help="With --node: the API server (default: the pod's in-cluster one).",
+)
+@click.option(
+    "--service-account-dir",
+    default="/var/run/secrets/kubernetes.io/serviceaccount",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="With --node: where the pod's service account token and ca.crt are (the server is "
+    "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT).",
+)
+@click.option(
+    "--interval",
+    default=0.0,
+    type=click.FloatRange(min=0),
+    help="Label again every this many seconds until SIGTERM (0: once).",
+)
 def labels(
-    root: str,
+    root: str | None,
     driver_root: str | None,
     dev_root: str | None,
     config_file: str | None,
     output: str | None,
+    health_state_file: str,
+    node: str | None,
+    api_server: str | None,
+    service_account_dir: str,
+    interval: float,
 ) -> None:
     """Print GPU Feature Discovery's labels for this node (nvidia.com/gpu.product, .count,
     .memory, .family, MIG and time-slicing labels…), one key=value line each: the format of
-    Node Feature Discovery's local feature files."""
+    Node Feature Discovery's local feature files; or write them to such a file (--output), or
+    to this node's Node object (--node)."""
     from nvhook.deviceplugin.config import load_config
-    from nvhook.deviceplugin.labels import labels_text, node_labels, read_node, write_feature_file
     from nvhook.planner import Host
 
     config = load_config(config_file)
-    host = Host(root=root, driver_root=driver_root or "", dev_root=dev_root or "")
+    for note in config.notes:
+        click.echo(f"nvhook labels: warning: {note}", err=True)
+    output = output or config.gfd_output_file or None
+    if root is not None:
+        host = Host(root=root, driver_root=driver_root or "", dev_root=dev_root or "")
+    else:
+        from nvhook.settings import load_settings
+
+        host = Host.from_settings(load_settings())
+        host = host._replace(
+            driver_root=driver_root or host.driver_root, dev_root=dev_root or host.dev_root
+        )
+    stop = threading.Event()
+    if interval:
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    while True:
+        _once(host, config, output, health_state_file, node, api_server, service_account_dir)
+        if not interval or stop.wait(interval):
+            return
+
+
+def _once(
+    host: Host,
+    config: PluginConfig,
+    output: str | None,
+    health_state_file: str,
+    node: str | None,
+    api_server: str | None,
+    service_account_dir: str,
+) -> None:
+    from nvhook.deviceplugin.healthstate import read_health_state
+    from nvhook.deviceplugin.labels import (
+        health_labels,
+        labels_text,
+        node_labels,
+        read_node,
+        write_feature_file,
+    )
+
     driver, gpus = read_node(host)
     found = node_labels(driver, gpus, config)
-    if output is None:
+    state = read_health_state(config.health.state_file or health_state_file)
+    if state is not None:
+        found = dict(sorted((found | health_labels(state)).items()))
+    if node:
+        from nvhook.deviceplugin.nodeapi import Credentials, in_cluster, label_node
+
+        creds = Credentials(api_server) if api_server else in_cluster(service_account_dir)
+        patch = label_node(creds, node, found)
+        removed = sum(1 for v in patch.values() if v is None)
+        click.echo(
+            f"node {node}: {len(patch) - removed} labels set, {removed} removed "
+            f"({len(found)} of nvhook's)",
+            err=True,
+        )
+    elif output is None:
         click.echo(labels_text(found), nl=False)
     else:
         write_feature_file(output, found)

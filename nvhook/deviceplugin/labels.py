@@ -14,21 +14,29 @@ GFD's names and value conventions:
 - per resource (``nvidia.com/gpu``, and ``nvidia.com/mig-<profile>`` under ``mixed``):
   ``.count`` (physical devices), ``.product`` (the name, spaces as dashes; a MIG device's is
   ``<GPU>-MIG-<profile>``) and ``.memory`` (MiB) of its first device;
-- a time-sliced resource (``replicas`` > 1) adds ``.replicas`` and ``.sharing-strategy``
-  ``time-slicing``, and its product ends in ``-SHARED`` unless the resource is renamed.
+- a shared resource (``replicas`` > 1) adds ``.replicas`` and ``.sharing-strategy``
+  (``time-slicing``, or ``mps``), and its product ends in ``-SHARED`` unless the resource is
+  renamed.
 
 ``single`` labels the MIG devices as ``nvidia.com/gpu`` when every GPU is in MIG mode with
 devices of one profile, the GPUs as ``none`` does when no GPU is in MIG mode, and otherwise
 (a layout the device plugin refuses) ``nvidia.com/gpu.product=<GPU>-MIG-INVALID`` with count
 and memory 0, as GFD does. :func:`labels_text` is Node Feature Discovery's local feature-file
 format (``key=value`` lines); :func:`write_feature_file` writes it atomically.
+
+:func:`health_labels` (nvhook's own, not GFD's) adds the device plugin's view of each
+GPU's health from its state file (:mod:`nvhook.deviceplugin.healthstate`):
+``nvidia.com/gpu.health`` (``healthy`` when every GPU is, else ``unhealthy``), and per GPU
+(NVML index N) ``nvidia.com/gpu.N.health`` and, while a fatal XID counts against it,
+``nvidia.com/gpu.N.xid``.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.resources import GPU_RESOURCE, mig_resource_name
@@ -42,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FEATURE_FILE",
     "family",
+    "health_labels",
     "labels_text",
     "node_labels",
     "product",
@@ -172,9 +181,23 @@ def _resource(
         renamed = bool(shared.rename) or config.rename_by_default
         name = name if renamed else f"{name}-SHARED"
         labels[f"{resource}.replicas"] = str(shared.replicas)
-        labels[f"{resource}.sharing-strategy"] = "time-slicing"
+        labels[f"{resource}.sharing-strategy"] = config.sharing_strategy
     labels[f"{resource}.product"] = name
     return labels
+
+
+def health_labels(state: Mapping[str, Any]) -> dict[str, str]:
+    """The health labels of a health state document (see the module docstring)."""
+    gpus = state.get("gpus", [])
+    labels = {
+        "nvidia.com/gpu.health": "healthy" if all(g.get("healthy") for g in gpus) else "unhealthy"
+    }
+    for g in gpus:
+        index = g["index"]
+        labels[f"nvidia.com/gpu.{index}.health"] = "healthy" if g.get("healthy") else "unhealthy"
+        if isinstance(g.get("xid"), int):
+            labels[f"nvidia.com/gpu.{index}.xid"] = str(g["xid"])
+    return dict(sorted(labels.items()))
 
 
 def labels_text(labels: dict[str, str]) -> str:

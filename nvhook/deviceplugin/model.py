@@ -7,21 +7,53 @@
 
 from __future__ import annotations
 
+from nvhook.deviceplugin.xid import XidPolicy
 from oci._frozen import Frozen
 
 __all__ = [
+    "DEVICE_ID_STRATEGIES",
     "DEVICE_LIST_STRATEGIES",
     "MIG_STRATEGIES",
     "Device",
+    "NamedResource",
     "PluginConfig",
     "Resource",
     "TimeSlicedResource",
+    "is_dns_subdomain",
 ]
+
+
+def is_dns_subdomain(name: str) -> bool:
+    """Kubernetes' DNS subdomain (RFC 1123): a node's name, a resource name's part after its
+    prefix (``validation.IsDNS1123Subdomain``)."""
+    import re
+
+    pattern = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    return len(name) <= 253 and re.fullmatch(pattern, name) is not None
+
 
 #: ``flags.migStrategy`` values, as NVIDIA's device plugin names them.
 MIG_STRATEGIES = ("none", "single", "mixed")
 #: ``flags.plugin.deviceListStrategy`` values: how ``Allocate`` names the devices.
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+#: ``flags.plugin.deviceIDStrategy`` values: how ``Allocate`` names a device to the container.
+DEVICE_ID_STRATEGIES = ("uuid", "index")
+
+
+class NamedResource(Frozen):
+    """``resources.gpus[]`` / ``resources.mig[]``: devices whose GPU name (``NVIDIA A100-SXM4-
+    80GB``) or MIG profile (``1g.10gb``) matches ``pattern`` (``*`` any characters) are
+    advertised as ``name`` (a full resource name, ``nvidia.com/a100``)."""
+
+    pattern: str
+    name: str
+
+    def matches(self, value: str) -> bool:
+        """The pattern's meaning in NVIDIA's plugin: the whole value, ``*`` any run."""
+        import re
+
+        parts = (re.escape(p) for p in self.pattern.split("*"))
+        return re.fullmatch(".*".join(parts), value, re.DOTALL) is not None
 
 
 class TimeSlicedResource(Frozen):
@@ -31,6 +63,10 @@ class TimeSlicedResource(Frozen):
     name: str
     replicas: int
     rename: str = ""
+    #: which devices of ``name`` are replicated: every one (``None``), the first ``count``
+    #: (NVML order), or those listed by GPU index (``0``), MIG index (``0:1``) or UUID
+    count: int = 0
+    devices: tuple[str, ...] | None = None
 
 
 class PluginConfig(Frozen):
@@ -38,11 +74,31 @@ class PluginConfig(Frozen):
 
     mig_strategy: str = "none"
     device_list_strategies: tuple[str, ...] = ("envvar",)
+    device_id_strategy: str = "uuid"
     cdi_annotation_prefix: str = "cdi.k8s.io/"
     cdi_kind: str = "nvidia.com/gpu"  # the kind `nvhook cdi generate` writes
+    #: the replicated resources: ``sharing.timeSlicing``'s, or ``sharing.mps``'s under "mps"
     time_slicing: tuple[TimeSlicedResource, ...] = ()
+    sharing_strategy: str = "time-slicing"  # "time-slicing" | "mps"
+    mps_root: str = ""  # flags.mpsRoot: where the MPS daemons' pipe and log directories go
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
+    #: no GPU or no driver at start: False serves nothing and stays up (NVIDIA's ``false``)
+    fail_on_init_error: bool = True
+    #: ``Allocate`` also lists the device nodes (kubelet's ``DeviceSpec``), host paths under
+    #: ``dev_root`` (``flags.nvidiaDevRoot``, else ``flags.nvidiaDriverRoot``, else ``/``)
+    pass_device_specs: bool = False
+    dev_root: str = "/"
+    gpu_resources: tuple[NamedResource, ...] = ()  # before the default ``*`` → nvidia.com/gpu
+    mig_resources: tuple[NamedResource, ...] = ()  # before the strategy's defaults
+    #: ``NVIDIA_GDRCOPY`` / ``NVIDIA_GDS`` / ``NVIDIA_MOFED`` ``=enabled`` in every allocation
+    features: tuple[str, ...] = ()
+    imex_channel_ids: tuple[int, ...] = ()
+    imex_required: bool = False
+    gfd_output_file: str = ""  # flags.gfd.outputFile: nvhook labels' default --output
+    health: XidPolicy = XidPolicy()  # the ``health`` section (nvhook's own)
+    #: one line per key accepted without effect here, naming it and why (the CLI logs them)
+    notes: tuple[str, ...] = ()
 
     def time_sliced(self, resource: str) -> TimeSlicedResource | None:
         return next((t for t in self.time_slicing if t.name == resource), None)
@@ -57,6 +113,23 @@ class Device(Frozen):
     gpu_index: int  # its NVML index
     numa_node: int | None = None
     replica: int | None = None
+    index: str = ""  # "0", or "0:1" for MIG device 1 of GPU 0: deviceIDStrategy index's name
+    mig: int | None = None  # the MIG device's index under its GPU
+    memory_bytes: int = 0  # the device's memory (MPS: each replica's pinned-memory share)
+
+    def replica_of(self, device_id: str, n: int) -> Device:
+        """Replica ``n`` of this device, as ``device_id``."""
+        return Device(
+            device_id,
+            self.uuid,
+            self.gpu_uuid,
+            self.gpu_index,
+            numa_node=self.numa_node,
+            replica=n,
+            index=self.index,
+            mig=self.mig,
+            memory_bytes=self.memory_bytes,
+        )
 
 
 class Resource(Frozen):

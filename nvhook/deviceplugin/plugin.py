@@ -10,12 +10,25 @@ SIGINT):
    (:func:`~nvhook.deviceplugin.resources.build_resources`);
 2. one :class:`~nvhook.deviceplugin.server.ResourceServer` per resource on a socket in the
    device-plugin directory, each registered on ``kubelet.sock`` there;
-3. every ``health_interval`` seconds, :func:`~nvhook.deviceplugin.health.probe`: a change
-   wakes every ``ListAndWatch`` stream with the new list;
+3. every ``health_interval`` seconds, :func:`~nvhook.deviceplugin.health.probe`, merged
+   with the XID health of :class:`~nvhook.deviceplugin.health.HealthMonitor` (NVML events
+   and the kernel log, at once when a fatal XID arrives; its recovery rule on each tick): a
+   change wakes every ``ListAndWatch`` stream with the new list, is logged, and is written
+   to the health state file (``health.stateFile``, atomically: temp, fsync, rename) that
+   ``nvhook labels`` and ``nvhook doctor`` read;
 4. several times a second, whether ``kubelet.sock`` was recreated (kubelet restarted, and
    deleted the plugins' sockets) or a socket of ours vanished: then each server is
    restarted and registered again (retried until kubelet answers);
-5. on stop, the servers stop and their sockets are removed.
+5. under ``sharing.mps``, one MPS control daemon per shared GPU
+   (:class:`~nvhook.deviceplugin.mps.MpsDaemons`), started before the servers, checked on
+   every health tick (one that does not answer makes its GPU's replicas unhealthy and is
+   started again), stopped with the plugin;
+6. on stop, the servers stop and their sockets are removed.
+
+With ``failOnInitError: false`` (NVIDIA's legacy mode, for a DaemonSet on every node), a
+node whose driver or GPUs cannot be read at start (no driver, NVML failing, a MIG layout
+the strategy refuses) logs the error once and serves nothing until SIGTERM, instead of
+exiting (and crash-looping).
 """
 
 from __future__ import annotations
@@ -23,11 +36,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from nvhook.deviceplugin.errors import RegistrationError
-from nvhook.deviceplugin.health import probe
+from nvhook.deviceplugin.allocate import IMEX_CHANNEL_DIR
+from nvhook.deviceplugin.errors import RegistrationError, StrategyError
+from nvhook.deviceplugin.health import HealthMonitor, probe
+from nvhook.deviceplugin.healthstate import health_state, write_health_state
 from nvhook.deviceplugin.model import PluginConfig, Resource
+from nvhook.deviceplugin.mps import MpsDaemons
 from nvhook.deviceplugin.preferred import Topology
 from nvhook.deviceplugin.resources import build_resources
 from nvhook.deviceplugin.server import PluginState, ResourceServer, register
@@ -39,7 +55,14 @@ if TYPE_CHECKING:
     from nvhook.devices.nvml import GpuInfo
     from nvhook.planner import Host
 
-__all__ = ["DEFAULT_DIRECTORY", "KUBELET_SOCKET", "DevicePlugin", "read_gpus"]
+__all__ = [
+    "DEFAULT_DIRECTORY",
+    "KUBELET_SOCKET",
+    "DevicePlugin",
+    "device_nodes",
+    "imex_channels",
+    "read_gpus",
+]
 
 DEFAULT_DIRECTORY = "/var/lib/kubelet/device-plugins/"
 KUBELET_SOCKET = "kubelet.sock"
@@ -53,6 +76,52 @@ def read_gpus(host: Host) -> tuple[GpuInfo, ...]:
 
     with open_nvml(nvml_library_dir(host.driver_root)) as nvml:
         return nvml.gpus()
+
+
+def device_nodes(host: Host, gpus: Sequence[GpuInfo]) -> dict[str, tuple[str, ...]]:
+    """Each GPU's and MIG device's device nodes (container paths), by UUID: ``/dev/nvidia<minor>``,
+    and for a MIG device also its GPU and compute instance's ``/dev/nvidia-caps/nvidia-cap<N>``
+    (N from ``/proc/driver/nvidia-caps/mig-minors``), as NVIDIA's plugin passes them."""
+    from nvhook.devices.procfs import read_mig_minors
+
+    out: dict[str, tuple[str, ...]] = {}
+    minors: dict[str, int] | None = None
+    for g in gpus:
+        parent = f"/dev/nvidia{g.minor}"
+        out[g.uuid] = (parent,)
+        for m in g.migs:
+            if minors is None:
+                try:
+                    minors = read_mig_minors(host.root)
+                except (OSError, DriverError):
+                    minors = {}
+            caps = [
+                minors.get(f"gpu{g.minor}/gi{m.gi}/access"),
+                minors.get(f"gpu{g.minor}/gi{m.gi}/ci{m.ci}/access"),
+            ]
+            out[m.uuid] = (
+                parent,
+                *(f"/dev/nvidia-caps/nvidia-cap{c}" for c in caps if c is not None),
+            )
+    return out
+
+
+def imex_channels(host: Host, config: PluginConfig, warnings: list[str]) -> tuple[int, ...]:
+    """The configured IMEX channels the host has; a missing one is an error when
+    ``imex.required``, else a warning (NVIDIA's ``internal/imex``)."""
+    found = []
+    for c in config.imex_channel_ids:
+        path = os.path.join(host.dev_root, IMEX_CHANNEL_DIR.lstrip("/"), f"channel{c}")
+        if os.path.exists(path):
+            found.append(c)
+        elif config.imex_required:
+            raise DriverError(
+                f"imex.channelIDs: IMEX channel {c} is required but {path} does not exist; "
+                "create the channel (nvidia-imex), or set imex.required: false"
+            )
+        else:
+            warnings.append(f"imex.channelIDs: IMEX channel {c} ({path}) does not exist: not given")
+    return tuple(found)
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -74,21 +143,37 @@ class DevicePlugin:
         *,
         health_interval: float = 5.0,
         log: Callable[[str], None] = lambda line: None,
+        kubelet_socket: str | None = None,
+        config_source: Callable[[], PluginConfig | None] | None = None,
+        config_interval: float = 5.0,
     ) -> None:
         self.host = host
         self.config = config
         self.directory = directory
-        self.kubelet_socket = os.path.join(directory, KUBELET_SOCKET)
+        self.kubelet_socket = kubelet_socket or os.path.join(directory, KUBELET_SOCKET)
         self.health_interval = health_interval
         self.log = log
         self.state = PluginState()
         self.servers: list[ResourceServer] = []
         self.ready = threading.Event()  # set once every server is registered
+        self.nodes: dict[str, tuple[str, ...]] = {}
+        self.imex: tuple[int, ...] = ()
+        self.monitor: HealthMonitor | None = None
+        self.mps: MpsDaemons | None = None
+        self.config_source = config_source
+        self.config_interval = config_interval
+        self._gpus_of: list[tuple[str, str]] = []
+        self._health_lock = threading.Lock()
+        self._probed: dict[str, str] = {}
+        self._gpus: tuple[GpuInfo, ...] = ()
+        self._state_warned = False
 
     def discover(self) -> tuple[tuple[Resource, ...], tuple[GpuInfo, ...], Topology]:
         """The resources to advertise, the GPUs and their topology."""
         gpus = read_gpus(self.host)
         warnings: list[str] = []
+        self.nodes = device_nodes(self.host, gpus)
+        self.imex = imex_channels(self.host, self.config, warnings)
         try:
             topology = read_topology(self.host, gpus)
         except DriverError as e:  # a preferred allocation is a hint: serve without links
@@ -103,46 +188,154 @@ class DevicePlugin:
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set; raises :class:`RegistrationError` when kubelet
         refuses the first registration."""
-        resources, gpus, topology = self.discover()
-        gpus_of = [(g.uuid, g.bus_id) for g in gpus]
-        self._check_health(gpus_of)
+        for note in self.config.notes:
+            self.log(f"warning: {note}")
+        try:
+            resources, gpus, topology = self.discover()
+        except (DriverError, StrategyError) as e:
+            if self.config.fail_on_init_error:
+                raise
+            self.log(
+                f"error: {e.message}; failOnInitError is false: serving nothing on this node, "
+                "waiting for SIGTERM"
+            )
+            self.ready.set()
+            stop.wait()
+            self.log("stopped")
+            return
+        try:
+            self._serve(resources, gpus, topology)
+            self.ready.set()
+            self._loop(stop)
+        finally:
+            self.state.close()
+            self._teardown()
+            self.log("stopped; sockets removed")
+
+    def _serve(
+        self, resources: tuple[Resource, ...], gpus: tuple[GpuInfo, ...], topology: Topology
+    ) -> None:
+        """Start the MPS daemons, the XID monitor and one registered server per resource."""
+        self._gpus_of = [(g.uuid, g.bus_id) for g in gpus]
+        self._gpus = gpus
+        if self.config.sharing_strategy == "mps":
+            self.mps = MpsDaemons(self.host, self.config.mps_root, resources, log=self.log)
+            self.mps.start()
+        self.monitor = HealthMonitor(
+            self.host, self._gpus_of, self.config.health, on_change=self._refresh, log=self.log
+        )
+        self.monitor.start()
+        self._check_health(self._gpus_of)
         self.servers = [
-            ResourceServer(r, self.config, topology, self.state, self.directory) for r in resources
+            ResourceServer(
+                r,
+                self.config,
+                topology,
+                self.state,
+                self.directory,
+                nodes=self.nodes,
+                imex=self.imex,
+            )
+            for r in resources
         ]
         if not self.servers:
             self.log("no GPU to advertise on this node; waiting for SIGTERM")
+        for s in self.servers:
+            s.start()
+            register(self.kubelet_socket, s)
+            self.log(
+                f"serving {s.resource.name} ({len(s.resource.devices)} devices) on {s.path}, "
+                f"registered with {self.kubelet_socket}"
+            )
+
+    def _teardown(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
+            self.monitor = None
+        if self.mps is not None:
+            self.mps.stop()
+            self.mps = None
+        for s in self.servers:
+            s.stop()
+        self.servers = []
+
+    def _reconfigure(self, config: PluginConfig) -> None:
+        """Serve ``config`` instead, without a restart: its resources are discovered first
+        (a failure keeps the old ones serving), then the old servers stop and the new ones
+        register; allocations already made are the containers' and stay as they are."""
+        before = self.config
+        self.config = config
         try:
-            for s in self.servers:
-                s.start()
-                register(self.kubelet_socket, s)
-                self.log(
-                    f"serving {s.resource.name} ({len(s.resource.devices)} devices) on {s.path}, "
-                    f"registered with {self.kubelet_socket}"
-                )
-            self.ready.set()
-            self._loop(stop, gpus_of)
-        finally:
-            self.state.close()
-            for s in self.servers:
-                s.stop()
-            self.log("stopped; sockets removed")
+            resources, gpus, topology = self.discover()
+        except (DriverError, StrategyError) as e:
+            self.config = before
+            self.log(f"error: the new configuration cannot be served: {e.message}; kept the old")
+            return
+        for note in config.notes:
+            self.log(f"warning: {note}")
+        self.log("configuration changed: registering its resources again")
+        self._teardown()
+        self._serve(resources, gpus, topology)
 
     def _check_health(self, gpus: list[tuple[str, str]]) -> None:
-        unhealthy = probe(self.host, gpus)
-        _, before = self.state.snapshot()
-        if self.state.update(unhealthy):
-            for uuid in sorted(unhealthy.keys() - before.keys()):
-                self.log(f"GPU {uuid} is unhealthy: {unhealthy[uuid]}")
-            for uuid in sorted(before.keys() - unhealthy.keys()):
-                self.log(f"GPU {uuid} is healthy again")
+        probed = probe(self.host, gpus)
+        if self.mps is not None:
+            for uuid, why in self.mps.check().items():
+                probed.setdefault(uuid, why)
+        with self._health_lock:
+            self._probed = probed
+        self._refresh()
 
-    def _loop(self, stop: threading.Event, gpus: list[tuple[str, str]]) -> None:
+    def _refresh(self) -> None:
+        """Merge the last probe and the XID health into the state; log and save a change."""
+        with self._health_lock:
+            unhealthy = dict(self._probed)
+            if self.monitor is not None:
+                answering = [g.uuid for g in self._gpus if g.uuid not in unhealthy]
+                for uuid, why in self.monitor.unhealthy(answering).items():
+                    unhealthy.setdefault(uuid, why)
+            _, before = self.state.snapshot()
+            if unhealthy.keys() != before.keys() or not self._saved:
+                self._save(unhealthy)  # before the streams hear of it: readers agree with them
+            if self.state.update(unhealthy):
+                for uuid in sorted(unhealthy.keys() - before.keys()):
+                    self.log(f"GPU {uuid} is unhealthy: {unhealthy[uuid]}")
+                for uuid in sorted(before.keys() - unhealthy.keys()):
+                    self.log(f"GPU {uuid} is healthy again (was: {before[uuid]})")
+
+    _saved = False
+
+    def _save(self, unhealthy: dict[str, str]) -> None:
+        path = self.config.health.state_file
+        if not path:
+            return
+        xids = self.monitor.tracker.xids() if self.monitor is not None else {}
+        state = health_state(self._gpus, unhealthy, xids)
+        try:
+            write_health_state(path, state)
+            self._saved = True
+        except OSError as e:
+            if not self._state_warned:
+                self.log(f"warning: cannot write the health state file {path}: {e.strerror}")
+                self._state_warned = True
+
+    def _loop(self, stop: threading.Event) -> None:
         kubelet = _identity(self.kubelet_socket)
         next_health = time.monotonic() + self.health_interval
+        next_config = time.monotonic() + self.config_interval
         pending = False  # a re-registration still to do
         while not stop.wait(min(_TICK, self.health_interval)):
+            if self.config_source is not None and time.monotonic() >= next_config:
+                config = self.config_source()
+                if config is not None and config != self.config:
+                    try:
+                        self._reconfigure(config)
+                    except RegistrationError as e:
+                        self.log(f"{e.message} (retrying)")
+                        pending = True
+                next_config = time.monotonic() + self.config_interval
             if time.monotonic() >= next_health:
-                self._check_health(gpus)
+                self._check_health(self._gpus_of)
                 next_health = time.monotonic() + self.health_interval
             now = _identity(self.kubelet_socket)
             if now != kubelet or any(not s.serving for s in self.servers):

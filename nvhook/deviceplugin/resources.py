@@ -13,9 +13,18 @@ are those of NVIDIA's device plugin (``flags.migStrategy``):
   ``nvidia.com/mig-<profile>`` (``nvidia.com/mig-3g.40gb``); a GPU in MIG mode without MIG
   devices is advertised under no resource (a warning says so).
 
+Renaming (``resources.gpus[]`` / ``resources.mig[]``, NVIDIA's ``internal/rm/device_map.go``):
+a GPU goes to the first entry whose pattern matches its NVML name (``NVIDIA A100-SXM4-80GB``),
+a MIG device to the first whose pattern matches its profile (``1g.10gb``); after the
+configured entries come NVIDIA's defaults (``AddDefaultResourcesToConfig``): ``*`` →
+``nvidia.com/gpu`` for GPUs, and for MIG devices ``*`` → ``nvidia.com/gpu`` under ``single``,
+each profile → ``nvidia.com/mig-<profile>`` (``+`` as ``.``) under ``mixed``.
+
 Time-slicing (``sharing.timeSlicing.resources[]``) replaces each device of a named resource
-by ``replicas`` IDs ``<uuid>::<n>`` (n from 0), all mapping to the same device, under
-``rename`` when given (or ``<name>.shared`` with ``renameByDefault``).
+(``devices``: all of them, the first N in NVML order, or those listed by index or UUID) by
+``replicas`` IDs ``<uuid>::<n>`` (n from 0), all mapping to the same device, under
+``rename`` when given (or ``<name>.shared`` with ``renameByDefault``); the devices not
+listed stay under the resource's name, one ID each.
 """
 
 from __future__ import annotations
@@ -23,21 +32,44 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from nvhook.deviceplugin.errors import StrategyError
-from nvhook.deviceplugin.model import Device, PluginConfig, Resource
+from nvhook.deviceplugin.model import Device, PluginConfig, Resource, TimeSlicedResource
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nvhook.devices.nvml import GpuInfo
+    from nvhook.devices.nvml import GpuInfo, MigInfo
 
-__all__ = ["GPU_RESOURCE", "REPLICA_SEPARATOR", "build_resources", "mig_resource_name"]
+__all__ = [
+    "GPU_RESOURCE",
+    "REPLICA_SEPARATOR",
+    "build_resources",
+    "gpu_resource",
+    "mig_resource",
+    "mig_resource_name",
+]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 REPLICA_SEPARATOR = "::"
 
 
 def mig_resource_name(profile: str) -> str:
-    """``3g.40gb`` → ``nvidia.com/mig-3g.40gb`` (the mixed strategy's resource)."""
-    return f"nvidia.com/mig-{profile}"
+    """``3g.40gb`` → ``nvidia.com/mig-3g.40gb`` (the mixed strategy's resource; a ``+`` in
+    a profile such as ``1g.10gb+me`` becomes ``.``, as in NVIDIA's plugin)."""
+    return "nvidia.com/mig-" + profile.replace("+", ".")
+
+
+def gpu_resource(g: GpuInfo, config: PluginConfig) -> str:
+    """The resource a whole GPU is advertised under: the first ``resources.gpus[]`` pattern
+    matching its name, else ``nvidia.com/gpu``."""
+    return next((r.name for r in config.gpu_resources if r.matches(g.name)), GPU_RESOURCE)
+
+
+def mig_resource(m: MigInfo, config: PluginConfig, *, single: bool) -> str:
+    """The resource a MIG device is advertised under (``resources.mig[]``, then the
+    strategy's default)."""
+    for r in config.mig_resources:
+        if r.matches(m.profile):
+            return r.name
+    return GPU_RESOURCE if single else mig_resource_name(m.profile)
 
 
 def build_resources(
@@ -57,16 +89,32 @@ def build_resources(
     warn = warnings if warnings is not None else []
     grouped: dict[str, list[Device]] = {}
 
-    def whole(g: GpuInfo, name: str = GPU_RESOURCE) -> None:
-        grouped.setdefault(name, []).append(
-            Device(g.uuid, g.uuid, g.uuid, g.index, numa_node=numa.get(g.uuid))
+    def whole(g: GpuInfo) -> None:
+        grouped.setdefault(gpu_resource(g, config), []).append(
+            Device(
+                g.uuid,
+                g.uuid,
+                g.uuid,
+                g.index,
+                numa_node=numa.get(g.uuid),
+                index=str(g.index),
+                memory_bytes=g.memory_bytes,
+            )
         )
 
     def migs(g: GpuInfo, single: bool) -> None:
         for m in g.migs:
-            name = GPU_RESOURCE if single else mig_resource_name(m.profile)
-            grouped.setdefault(name, []).append(
-                Device(m.uuid, m.uuid, g.uuid, g.index, numa_node=numa.get(g.uuid))
+            grouped.setdefault(mig_resource(m, config, single=single), []).append(
+                Device(
+                    m.uuid,
+                    m.uuid,
+                    g.uuid,
+                    g.index,
+                    numa_node=numa.get(g.uuid),
+                    index=f"{g.index}:{m.index}",
+                    mig=m.index,
+                    memory_bytes=m.memory_bytes,
+                )
             )
 
     strategy = config.mig_strategy
@@ -98,7 +146,18 @@ def build_resources(
                 f"sharing.timeSlicing: resource {t.name} is not advertised on this node "
                 f"(advertised: {', '.join(order) or 'nothing'}); its replicas are unused"
             )
-    return tuple(_time_sliced(name, grouped[name], config) for name in order)
+    out: dict[str, Resource] = {}
+    for name in order:
+        for r in _time_sliced(name, grouped[name], config):
+            if r.name in out:  # renamed onto an existing name: NVIDIA's map merges them
+                before = out[r.name]
+                merged = sorted(
+                    before.devices + r.devices,
+                    key=lambda d: (d.gpu_index, d.mig or 0, d.replica or 0),
+                )
+                r = Resource(r.name, tuple(merged), max(before.replicas, r.replicas))
+            out[r.name] = r
+    return tuple(out[n] for n in sorted(out, key=lambda n: (n != GPU_RESOURCE, n)))
 
 
 def _check_single(gpus: Sequence[GpuInfo]) -> None:
@@ -126,21 +185,46 @@ def _check_single(gpus: Sequence[GpuInfo]) -> None:
                 )
 
 
-def _time_sliced(name: str, devices: list[Device], config: PluginConfig) -> Resource:
+def _chosen(name: str, devices: list[Device], shared: TimeSlicedResource) -> list[Device]:
+    """The devices of ``name`` that ``shared.devices`` picks (NVIDIA's
+    ``getIDsOfDevicesToReplicate``): a ref that is no device of it is a :class:`StrategyError`."""
+    if shared.count:
+        if shared.count > len(devices):
+            raise StrategyError(
+                f"sharing.timeSlicing: {name}: devices: {shared.count} asked for, the node has "
+                f"{len(devices)}; lower the count"
+            )
+        return devices[: shared.count]
+    if shared.devices is None:
+        return devices
+    chosen = []
+    for ref in shared.devices:
+        found = next((d for d in devices if ref in (d.uuid, d.index)), None)
+        if found is None:
+            raise StrategyError(
+                f"sharing.timeSlicing: {name}: devices: {ref} is not a device of {name} on "
+                f"this node (it has {', '.join(d.index for d in devices)})"
+            )
+        chosen.append(found)
+    return [d for d in devices if d in chosen]
+
+
+def _time_sliced(name: str, devices: list[Device], config: PluginConfig) -> list[Resource]:
     shared = config.time_sliced(name)
     if shared is None or shared.replicas <= 1:
-        return Resource(name, tuple(devices))
+        return [Resource(name, tuple(devices))]
+    chosen = _chosen(name, devices, shared)
+    if config.sharing_strategy == "mps" and any(d.mig is not None for d in chosen):
+        raise StrategyError(
+            f"sharing.mps: {name} holds MIG devices, which MPS cannot share (NVIDIA's rule); "
+            "share whole GPUs, or use sharing.timeSlicing"
+        )
     renamed = shared.rename or (f"{name}.shared" if config.rename_by_default else name)
     replicated = tuple(
-        Device(
-            f"{d.id}{REPLICA_SEPARATOR}{n}",
-            d.uuid,
-            d.gpu_uuid,
-            d.gpu_index,
-            numa_node=d.numa_node,
-            replica=n,
-        )
-        for d in devices
+        d.replica_of(f"{d.id}{REPLICA_SEPARATOR}{n}", n)
+        for d in chosen
         for n in range(shared.replicas)
     )
-    return Resource(renamed, replicated, replicas=shared.replicas)
+    rest = tuple(d for d in devices if d not in chosen)
+    out = [Resource(name, rest)] if rest else []
+    return [*out, Resource(renamed, replicated, replicas=shared.replicas)]

@@ -159,11 +159,16 @@ class ResourceServer:
         topology: Topology,
         state: PluginState,
         directory: str,
+        *,
+        nodes: Mapping[str, tuple[str, ...]] | None = None,
+        imex: tuple[int, ...] = (),
     ) -> None:
         self.resource = resource
         self.config = config
         self.topology = topology
         self.state = state
+        self.nodes = dict(nodes or {})
+        self.imex = imex
         self.path = os.path.join(directory, resource.socket_name)
         self._server: Any = None
         self._stopped = threading.Event()
@@ -264,7 +269,14 @@ class ResourceServer:
         responses = []
         for c in request.container_requests:
             try:
-                a = allocate(self.resource, list(c.devices_ids), self.config, unhealthy=unhealthy)
+                a = allocate(
+                    self.resource,
+                    list(c.devices_ids),
+                    self.config,
+                    unhealthy=unhealthy,
+                    nodes=self.nodes,
+                    imex=self.imex,
+                )
             except AllocationError as e:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)  # raises
                 raise
@@ -281,6 +293,14 @@ class ResourceServer:
                     ],
                     annotations=dict(a.annotations),
                     cdi_devices=[pb.CDIDevice(name=n) for n in a.cdi_devices],
+                    devices=[
+                        pb.DeviceSpec(
+                            container_path=d.container_path,
+                            host_path=d.host_path,
+                            permissions=d.permissions,
+                        )
+                        for d in a.devices
+                    ],
                 )
             )
         return pb.AllocateResponse(container_responses=responses)

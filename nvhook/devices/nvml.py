@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -39,13 +39,16 @@ from nvhook.errors import DriverError
 from oci._frozen import Frozen
 
 __all__ = [
+    "EVENT_XID",
     "LIBRARY",
     "DriverInfo",
+    "EventSet",
     "GpuInfo",
     "GpuTopology",
     "MigInfo",
     "NvLink",
     "Nvml",
+    "NvmlEvent",
     "open_nvml",
 ]
 
@@ -133,6 +136,62 @@ class Nvml(Protocol):
 
     def topology(self) -> tuple[GpuTopology, ...]: ...
 
+    def events(self, uuids: Sequence[str]) -> EventSet: ...
+
+
+class NvmlEvent(Frozen):
+    """One NVML event: the GPU's UUID, ``nvmlEventType*``, its data (the XID of an
+    ``XidCriticalError``) and the GPU/compute instance (None: the whole GPU)."""
+
+    gpu_uuid: str
+    event_type: int
+    data: int
+    gi: int | None = None
+    ci: int | None = None
+
+
+#: ``nvmlEventTypeXidCriticalError``
+EVENT_XID = 0x8
+_NOT_AVAILABLE = 0xFFFFFFFF
+
+
+class EventSet:
+    """An NVML event set with the XID events of some GPUs registered; valid while the
+    :func:`open_nvml` block that made it runs. :meth:`wait` returns the next event or None
+    after ``timeout`` seconds."""
+
+    def __init__(self, nvml: _PynvmlNvml, handle: Any, uuids: dict[int, str]) -> None:
+        self._nvml, self._handle, self.uuids = nvml, handle, uuids
+        self.unsupported: list[str] = []  # GPUs that cannot report XIDs (NOT_SUPPORTED)
+
+    def wait(self, timeout: float) -> NvmlEvent | None:
+        nv = self._nvml._nv
+        try:
+            data = nv.nvmlEventSetWait_v2(self._handle, max(0, int(timeout * 1000)))
+        except nv.NVMLError as e:
+            if e.value == nv.NVML_ERROR_TIMEOUT:
+                return None
+            raise DriverError(
+                f"NVML nvmlEventSetWait_v2 failed: {e} (NVML error {e.value}, "
+                f"library {self._nvml._library})"
+            ) from e
+        uuid = self._nvml._call(
+            "nvmlDeviceGetUUID", " for an event", nv.nvmlDeviceGetUUID, data.device
+        )
+        gi, ci = data.gpuInstanceId, data.computeInstanceId
+        return NvmlEvent(
+            _text(uuid),
+            data.eventType,
+            data.eventData,
+            None if gi == _NOT_AVAILABLE else gi,
+            None if ci == _NOT_AVAILABLE else ci,
+        )
+
+    def close(self) -> None:
+        nv = self._nvml._nv
+        with contextlib.suppress(nv.NVMLError):
+            nv.nvmlEventSetFree(self._handle)
+
 
 _T = TypeVar("_T")
 
@@ -163,6 +222,36 @@ class _PynvmlNvml:
             cuda_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
             nvml_version=_text(nvml),
         )
+
+    def events(self, uuids: Sequence[str]) -> EventSet:
+        """An event set with XID events registered for each GPU of ``uuids`` that supports
+        them (as NVIDIA's plugin does: ``nvmlDeviceGetSupportedEventTypes`` masks the
+        request; a GPU answering NOT_SUPPORTED is listed in ``unsupported``)."""
+        nv = self._nv
+        handle = self._call("nvmlEventSetCreate", "", nv.nvmlEventSetCreate)
+        events = EventSet(self, handle, {})
+        try:
+            for uuid in uuids:
+                at = f" for GPU {uuid}"
+                h = self._call("nvmlDeviceGetHandleByUUID", at, nv.nvmlDeviceGetHandleByUUID, uuid)
+                supported = self._optional(
+                    "nvmlDeviceGetSupportedEventTypes", at, nv.nvmlDeviceGetSupportedEventTypes, h
+                )
+                if supported is None or not supported & EVENT_XID:
+                    events.unsupported.append(uuid)
+                    continue
+                self._call(
+                    "nvmlDeviceRegisterEvents",
+                    at,
+                    nv.nvmlDeviceRegisterEvents,
+                    h,
+                    EVENT_XID,
+                    handle,
+                )
+        except BaseException:
+            events.close()
+            raise
+        return events
 
     def gpus(self) -> tuple[GpuInfo, ...]:
         nv = self._nv

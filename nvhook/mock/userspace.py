@@ -260,9 +260,17 @@ def _units(prof: Profile) -> dict[str, build.Unit]:
         compile=("tool.c",),
         args=("-O2", "-g0", "-Wall", "-static", "-s", f'-DMOCK_DRIVER_VERSION="{version}"'),
     )
+    mps = build.Unit(
+        output="nvidia-cuda-mps-control",
+        sources=(("mps.c", build.csource("mps.c")),),
+        compile=("mps.c",),
+        args=("-O2", "-g0", "-Wall", "-static", "-s", f'-DMOCK_DRIVER_VERSION="{version}"'),
+    )
     for binary in files.binaries:
         wanted = {None: True, "nvswitch": prof.nvswitches > 0, "imex": prof.imex_channels > 0}
-        if binary.name != "nvidia-smi" and wanted.get(binary.when, False):
+        if binary.name == "nvidia-cuda-mps-control":
+            units[f"usr/bin/{binary.name}"] = mps  # the MPS control daemon stand-in (mps.c)
+        elif binary.name != "nvidia-smi" and wanted.get(binary.when, False):
             units[f"usr/bin/{binary.name}"] = tool
     return units
 

@@ -13,10 +13,18 @@ mounts, devices, annotations, CDI devices). containerd runs it with runtime hand
 annotation's CDI names through the spec ``nvhook cdi generate`` wrote for the mock. The
 container's ``nvidia-smi -L`` lists exactly the two allocated GPUs; a second container
 allocated the other four sees only those.
+
+A renamed, MPS-shared resource takes the same chain: ``resources.gpus`` renames the A100s
+``nvidia.com/a100``, ``sharing.mps`` shares GPU 2 as two replicas of ``nvidia.com/a100.mps``
+through the mock's ``nvidia-cuda-mps-control`` daemon; the container given one replica sees
+that GPU only, its ``CUDA_MPS_PIPE_DIRECTORY`` and limits, and the daemon's pipe directory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -26,12 +34,12 @@ import pytest
 
 from nvhook.cli import main
 from nvhook.cri.client import CriClient
-from nvhook.deviceplugin.model import PluginConfig
+from nvhook.deviceplugin.model import NamedResource, PluginConfig, TimeSlicedResource
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_config
 from nvhook.mock import Profile
 from nvhook.planner import Host
-from tests.e2e.conftest import Shim, parse_probe
+from tests.e2e.conftest import PROBE, Shim, parse_probe
 from tests.e2e.test_cri import containerd_with_nvidia, run_pod
 from tests.support.containers import Containerd, unique_id
 
@@ -56,22 +64,24 @@ def k8s_containerd(
         yield helper
 
 
-@pytest.fixture
-def plugin(k8s_shim: Shim) -> Iterator[tuple[Kubelet, PluginClient]]:
-    """The device plugin on the mock, registered with a kubelet stand-in; its GPU client."""
+@contextlib.contextmanager
+def serving(
+    shim: Shim, config: PluginConfig, count: int, resource: str
+) -> Iterator[tuple[Kubelet, PluginClient]]:
+    """The device plugin on the mock with ``config``, registered with a kubelet stand-in
+    (``count`` resources); the client of ``resource``."""
     directory = Path("/tmp") / unique_id("nvh-k8s")
     directory.mkdir()
     kubelet = Kubelet(directory)
     kubelet.start()
-    config = PluginConfig(mig_strategy="mixed", device_list_strategies=("cdi-annotations",))
-    dp = DevicePlugin(Host(root=str(k8s_shim.machine)), config, str(directory))
+    dp = DevicePlugin(Host(root=str(shim.machine)), config, str(directory))
     stop = threading.Event()
     thread = threading.Thread(target=dp.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        requests = kubelet.wait_registered(3)
-        gpu = next(r for r in requests if r.resource_name == "nvidia.com/gpu")
-        yield kubelet, kubelet.client(gpu)
+        requests = kubelet.wait_registered(count)
+        wanted = next(r for r in requests if r.resource_name == resource)
+        yield kubelet, kubelet.client(wanted)
     finally:
         stop.set()
         thread.join(10)
@@ -79,6 +89,14 @@ def plugin(k8s_shim: Shim) -> Iterator[tuple[Kubelet, PluginClient]]:
         for entry in directory.iterdir():
             entry.unlink()
         directory.rmdir()
+
+
+@pytest.fixture
+def plugin(k8s_shim: Shim) -> Iterator[tuple[Kubelet, PluginClient]]:
+    """The device plugin on the mock, registered with a kubelet stand-in; its GPU client."""
+    config = PluginConfig(mig_strategy="mixed", device_list_strategies=("cdi-annotations",))
+    with serving(k8s_shim, config, 3, "nvidia.com/gpu") as served:
+        yield served
 
 
 def test_allocated_gpus_are_the_container_s_gpus(
@@ -113,3 +131,45 @@ def test_allocated_gpus_are_the_container_s_gpus(
     assert seen_one.gpu_nodes == {f"/dev/nvidia{by_uuid[u]}" for u in first}
     assert seen_two.gpu_nodes == {f"/dev/nvidia{by_uuid[u]}" for u in rest}
     print(f"k8s chain: {time.monotonic() - started:.1f}s")
+
+
+def test_a_renamed_mps_shared_resource_reaches_the_container(
+    k8s_containerd: Containerd, k8s_shim: Shim, profile: Profile, tmp_path: Path
+) -> None:
+    mps_root = Path(tempfile.mkdtemp(prefix="nvh-mps-", dir="/tmp"))  # unix sockets: short
+    shared = TimeSlicedResource("nvidia.com/a100", 2, "nvidia.com/a100.mps", devices=("2",))
+    config = PluginConfig(
+        device_list_strategies=("cdi-annotations",),
+        gpu_resources=(NamedResource("*A100*", "nvidia.com/a100"),),
+        sharing_strategy="mps",
+        mps_root=str(mps_root),
+        time_slicing=(shared,),
+        fail_requests_greater_than_one=True,
+    )
+    gpu2 = profile.gpus[2].uuid
+    try:
+        with serving(k8s_shim, config, 2, "nvidia.com/a100.mps") as (kubelet, replicas):
+            assert sorted(r.resource_name for r in kubelet.requests) == [
+                "nvidia.com/a100",
+                "nvidia.com/a100.mps",
+            ]
+            replicas.watch()
+            ids = [d.ID for d in replicas.wait_for(lambda d: len(d) == 2)]
+            assert ids == [f"{gpu2}::0", f"{gpu2}::1"]
+            allocation = create_container_config(replicas.allocate(ids[:1]).container_responses[0])
+            assert allocation["annotations"] == {
+                next(iter(allocation["annotations"])): f"nvidia.com/gpu={gpu2}"
+            }
+            command = f"{PROBE}; echo '--- mps'; ls \"$CUDA_MPS_PIPE_DIRECTORY\""
+            with CriClient(k8s_containerd.address) as client:
+                *_, out = run_pod(
+                    client, "nvidia", tmp_path / "mps", {}, allocation=allocation, command=command
+                )
+        seen = parse_probe(out)
+        assert seen.gpu_uuids == [gpu2]
+        assert seen.env["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/nvidia.com/a100.mps/pipe"
+        assert seen.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+        assert seen.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=40960M"
+        assert out.split("--- mps\n", 1)[1].split() == ["control", "nvidia-cuda-mps-control.pid"]
+    finally:
+        shutil.rmtree(mps_root, ignore_errors=True)

@@ -6,31 +6,36 @@ installer from where its image (the Dockerfile) puts it. The device plugin's Dae
 nvhook the installer put on the node, with the configuration of its ConfigMap (valid for
 ``nvhook device-plugin``), on nodes labelled as ``nvhook labels`` labels them.
 
-Every object is checked against ``kubernetes-schema.json`` (jsonschema, offline): a JSON Schema
-written for these objects after the Kubernetes API reference, refusing unknown keys, so a
-misspelt or misplaced field fails here rather than at ``kubectl apply``.
+Every object is checked against the real Kubernetes OpenAPI schemas of the oldest and newest
+release the README names (:data:`KUBERNETES`), as PyPI's ``kubernetes-validate`` ships them
+(strict: unknown keys refused), offline, so a misspelt or misplaced field fails here rather
+than at ``kubectl apply``. What a schema cannot say is checked below: a cluster-wide apply
+touches GPU nodes only and never a control-plane node, every DaemonSet carries requests,
+limits, a priority class and a rolling update, and every host path is explained in its
+manifest's header.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import subprocess
-from pathlib import Path
 from typing import Any
 
-import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
 from nvhook.deviceplugin.config import parse_config
+from nvhook.deviceplugin.healthstate import DEFAULT_STATE_FILE
 from nvhook.deviceplugin.plugin import DEFAULT_DIRECTORY
 from nvhook.engines import DEFAULT_NAME
 from tests.packaging.conftest import PACKAGING
 from tests.support.containers import require
 
 KUBE = PACKAGING / "kubernetes"
-SCHEMA = Path(__file__).parent / "kubernetes-schema.json"
+#: the oldest and the newest Kubernetes release the README says the manifests are for
+KUBERNETES = ("1.30.0", "1.37.0")
 
 Doc = dict[str, Any]
 
@@ -58,6 +63,7 @@ MANIFESTS = [
     "example-pod.yaml",
     "installer-daemonset.yaml",
     "nri-plugin.yaml",
+    "labeller.yaml",
     "runtimeclass.yaml",
 ]
 
@@ -71,21 +77,36 @@ def test_every_manifest_is_checked_here() -> None:
     assert sorted(p.name for p in KUBE.glob("*.yaml")) == sorted(MANIFESTS + DRA_MANIFESTS)
 
 
-def _validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads(SCHEMA.read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+def _errors(doc: Doc, version: str) -> str:
+    try:
+        kubernetes_validate.validate(doc, version, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return f"{'/'.join(map(str, e.path))}: {e.message}"
+    return ""
 
 
+def test_the_readme_names_the_releases_checked() -> None:
+    readme = " ".join((PACKAGING.parent / "README.md").read_text().split())
+    oldest, newest = (v.rsplit(".", 1)[0] for v in KUBERNETES)
+    assert f"Kubernetes {oldest} to {newest}" in readme
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
 @pytest.mark.parametrize("name", MANIFESTS)
-def test_every_object_matches_the_api_schema(name: str) -> None:
-    validator = _validator()
+def test_every_object_matches_the_api_schema(name: str, version: str) -> None:
     for doc in load_all(name):
-        errors = [
-            f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in validator.iter_errors(doc)
-        ]
-        assert errors == [], f"{name}: {doc.get('kind')}: " + "; ".join(errors)
+        assert _errors(doc, version) == "", f"{name}: {doc.get('kind')} (Kubernetes {version})"
+
+
+#: resource.k8s.io/v1 (DeviceClass, ResourceClaimTemplate) is served from Kubernetes 1.34 on.
+DRA_KUBERNETES = ("1.34.0", KUBERNETES[-1])
+
+
+@pytest.mark.parametrize("version", DRA_KUBERNETES)
+@pytest.mark.parametrize("name", DRA_MANIFESTS)
+def test_every_dra_object_matches_the_api_schema(name: str, version: str) -> None:
+    for doc in load_all(name):
+        assert _errors(doc, version) == "", f"{name}: {doc.get('kind')} (Kubernetes {version})"
 
 
 @pytest.mark.parametrize(
@@ -93,19 +114,93 @@ def test_every_object_matches_the_api_schema(name: str) -> None:
     [
         (("spec", "template", "spec"), "nodeSelecter", {"a": "b"}),  # misspelt
         (("spec", "template", "spec", "containers", 0), "hostPID", True),  # misplaced
-        (("spec", "template", "spec", "tolerations", 0), "operator", "Exist"),  # bad value
-        (("spec", "template", "spec", "volumes", 0, "hostPath"), "path", "relative"),
+        (("spec", "template", "spec"), "hostPID", "yes"),  # not a boolean
+        (("spec", "template", "spec"), "containers", {"name": "x"}),  # not a list
     ],
 )
 def test_the_schema_refuses_a_wrong_field(
     path: tuple[str | int, ...], key: str, value: Any
 ) -> None:
-    (_, ds) = load_all("device-plugin.yaml")
+    ds = load_all("device-plugin.yaml")[-1]
     node: Any = ds
     for step in path:
         node = node[step]
     node[key] = value
-    assert not _validator().is_valid(ds)
+    assert _errors(ds, KUBERNETES[-1]) != ""
+
+
+DAEMONSETS = [
+    ("installer-daemonset.yaml", 0),
+    ("device-plugin.yaml", 4),
+    ("labeller.yaml", 5),
+    ("nri-plugin.yaml", 0),
+    ("dra-driver.yaml", 3),
+]
+#: The DaemonSets that talk to the API with the token kubelet mounts (the DRA driver's is
+#: projected where its chroot reads it; the installer and the NRI plugin talk to none).
+AUTOMOUNTED_TOKEN = {"device-plugin.yaml", "labeller.yaml"}
+#: One node, one inventory: the label that gives a GPU node to the DRA driver, whose
+#: DaemonSet requires it and the device plugin's refuses it.
+DRA_NODE = {"key": "nvidia.com/gpu.dra", "operator": "In", "values": ["true"]}
+NOT_DRA_NODE = {"key": "nvidia.com/gpu.dra", "operator": "NotIn", "values": ["true"]}
+SPLIT = {"dra-driver.yaml": [DRA_NODE], "device-plugin.yaml": [NOT_DRA_NODE]}
+
+
+@pytest.mark.parametrize(("name", "at"), DAEMONSETS)
+def test_daemonsets_are_safe_to_apply_to_a_whole_cluster(name: str, at: int) -> None:
+    ds = load_all(name)[at]
+    pod = ds["spec"]["template"]["spec"]
+    # GPU nodes only (nvhook's label, or NFD's PCI label), never a control-plane node (its
+    # label refused in every term, since terms are ORed; its taint not tolerated)
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    gpu_labels = ["nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"]
+    assert len(terms) == len(gpu_labels)
+    for term, label in zip(terms, gpu_labels, strict=True):
+        assert term["matchExpressions"] == [
+            {"key": label, "operator": "In", "values": ["true"]},
+            *SPLIT.get(name, []),
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"},
+        ]
+    assert "nodeSelector" not in pod
+    for t in pod["tolerations"]:
+        assert t.get("key"), f"{name}: a toleration without a key tolerates every taint: {t}"
+        assert "control-plane" not in t["key"] and "master" not in t["key"], t
+        assert t["operator"] in ("Exists", "Equal"), t
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert pod["automountServiceAccountToken"] is (name in AUTOMOUNTED_TOKEN)
+    assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
+    for c in pod["containers"]:
+        resources = c["resources"]
+        assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}, name
+    assert not pod.get("hostNetwork")
+
+
+@pytest.mark.parametrize(("name", "at"), DAEMONSETS)
+def test_every_host_path_is_explained_in_the_header(name: str, at: int) -> None:
+    text = (KUBE / name).read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    pod = load_all(name)[at]["spec"]["template"]["spec"]
+    mounts = {m["name"]: m for c in pod["containers"] for m in c["volumeMounts"]}
+    for v in pod["volumes"]:
+        if "hostPath" not in v:
+            continue
+        path = v["hostPath"]["path"]
+        assert v["hostPath"]["path"].startswith("/"), v
+        mode = "read-only" if mounts[v["name"]].get("readOnly") else "read-write"
+        said = f"#   hostPath {path} at {mounts[v['name']]['mountPath']}"
+        assert said in header, f"{name}: {path} is not explained ({said!r})"
+        lines = header.splitlines()
+        at_line = next(i for i, x in enumerate(lines) if x.startswith(said))
+        block = [lines[at_line]]
+        for x in lines[at_line + 1 :]:
+            if not x.startswith("#     "):  # the next item, or the end of the list
+                break
+            block.append(x)
+        explained = " ".join(block).lower()
+        assert mode in explained, f"{name}: {path}: the header does not say {mode}"
 
 
 def test_runtimeclass_handler_is_the_configure_default() -> None:
@@ -149,8 +244,8 @@ def test_daemonset_reaches_the_host() -> None:
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert volumes[mounts["/host"]]["hostPath"]["path"] == "/"
-    tolerations = pod["tolerations"]
-    assert {"operator": "Exists"} in tolerations  # GPU nodes are usually tainted
+    tolerations = pod["tolerations"]  # GPU nodes are usually tainted
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tolerations
 
 
 def test_daemonset_installs_with_the_runtimeclass_name() -> None:
@@ -224,24 +319,36 @@ def test_manifest_names_are_dns_labels(name: str) -> None:
 
 def _device_plugin() -> tuple[Doc, Doc, Doc, Doc]:
     """The device plugin's ConfigMap and DaemonSet, its pod spec and its one container."""
-    cm, ds = load_all("device-plugin.yaml")
+    cm, account, role, binding, ds = load_all("device-plugin.yaml")
     assert (cm["apiVersion"], cm["kind"]) == ("v1", "ConfigMap")
+    assert [account["kind"], role["kind"], binding["kind"]] == [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    ]
+    # it reads its Node's label: get, nothing more
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert ds["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
     assert (ds["apiVersion"], ds["kind"]) == ("apps/v1", "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     return cm, ds, pod, container
 
 
-def test_device_plugin_config_is_valid_for_nvhook_device_plugin() -> None:
+def test_device_plugin_configs_are_valid_for_nvhook_device_plugin() -> None:
     cm, _, _, _ = _device_plugin()
-    config = parse_config(yaml.safe_load(cm["data"]["config.yaml"]), source="ConfigMap")
-    # the strategy nvhook-runtime reads without trusting image env (README, Kubernetes)
-    assert config.device_list_strategies == ("cdi-annotations",)
+    assert set(cm["data"]) == {"default", "time-sliced", "mps"}
+    for name, text in cm["data"].items():
+        config = parse_config(yaml.safe_load(text), source=f"ConfigMap {name}")
+        # the strategy nvhook-runtime reads without trusting image env (README, Kubernetes)
+        assert config.device_list_strategies == ("cdi-annotations",)
+        assert config.notes == ()
+        if name == "mps":
+            assert (config.sharing_strategy, config.mps_root) == ("mps", "/run/nvhook/mps")
 
 
 def test_device_plugin_runs_on_gpu_nodes_only_and_tolerates_their_taint() -> None:
     _, ds, pod, _ = _device_plugin()
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}  # as `nvhook labels` says
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
     ]
@@ -253,11 +360,28 @@ def test_device_plugin_runs_on_gpu_nodes_only_and_tolerates_their_taint() -> Non
 def test_device_plugin_mounts_its_config_and_the_host() -> None:
     cm, _, pod, container = _device_plugin()
     volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    assert volumes[mounts["/host"]]["hostPath"]["path"] == "/"
-    assert volumes[mounts["/config"]]["configMap"]["name"] == cm["metadata"]["name"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert volumes[mounts["/host"]["name"]]["hostPath"]["path"] == "/"
+    assert mounts["/host"]["readOnly"] is True  # the plugin writes only where it must:
+    writable = {
+        volumes[m["name"]]["hostPath"]["path"]: path
+        for path, m in mounts.items()
+        if not m.get("readOnly") and "hostPath" in volumes[m["name"]]
+    }
+    assert writable == {
+        DEFAULT_DIRECTORY.rstrip("/"): "/host" + DEFAULT_DIRECTORY.rstrip("/"),
+        "/var/lib/nvhook/device-plugin": "/host/var/lib/nvhook/device-plugin",
+        os.path.dirname(DEFAULT_STATE_FILE): "/host" + os.path.dirname(DEFAULT_STATE_FILE),
+        "/run/nvhook/mps": "/host/run/nvhook/mps",  # the MPS config's flags.mpsRoot
+    }
+    configs = mounts["/host/var/lib/nvhook/device-plugin/configs"]
+    assert configs["readOnly"] is True
+    assert volumes[configs["name"]]["configMap"]["name"] == cm["metadata"]["name"]
     assert container["securityContext"]["privileged"] is True  # NVML opens /dev/nvidia*
-    assert cm["metadata"]["namespace"] == load_all("device-plugin.yaml")[1]["metadata"]["namespace"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert (
+        cm["metadata"]["namespace"] == load_all("device-plugin.yaml")[-1]["metadata"]["namespace"]
+    )
 
 
 def test_device_plugin_runs_the_installed_nvhook_on_kubelet_s_directory() -> None:
@@ -267,9 +391,10 @@ def test_device_plugin_runs_the_installed_nvhook_on_kubelet_s_directory() -> Non
     prefix = {e["name"]: e["value"] for e in installer["env"]}["PREFIX"]
     (script,) = container["args"]
     assert f"exec chroot /host {prefix}/bin/nvhook device-plugin" in script
-    assert "cp /config/config.yaml " in script
     assert f"--device-plugin-path {DEFAULT_DIRECTORY}" in script
-    assert '--config "$stage/config.yaml"' in script
+    assert "--config-dir /var/lib/nvhook/device-plugin/configs" in script
+    assert "--default-config default" in script and '--node-name "$NODE_NAME"' in script
+    assert f"--health-state-file {DEFAULT_STATE_FILE}" in script
     assert "$(" not in script  # Kubernetes would expand it
     proc = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -298,9 +423,9 @@ def test_nri_plugin_daemonset_runs_the_plugin_with_least_privilege() -> None:
     assert container["command"] == ["/bin/chroot"]
     assert container["args"][:3] == ["/host", "/opt/nvhook/bin/nvhook", "nri-plugin"]
     assert container["args"][3:] == ["--socket", defaults().nri_socket]
-    assert (
-        pod["nodeSelector"]
-        == load_all("device-plugin.yaml")[1]["spec"]["template"]["spec"]["nodeSelector"]
+    assert (  # every GPU node, DRA's too (the shim's decision serves either allocation)
+        pod["affinity"]
+        == load_all("installer-daemonset.yaml")[0]["spec"]["template"]["spec"]["affinity"]
     )
 
 
@@ -407,3 +532,84 @@ def test_the_device_classes_select_the_driver_s_device_types() -> None:
     for claim in load_all("dra-example-claims.yaml"):
         for request in claim["spec"]["spec"]["devices"]["requests"]:
             assert request["exactly"]["deviceClassName"] in classes
+
+
+def test_the_labeller_may_patch_its_own_node_s_nvidia_labels_only() -> None:
+    account, role, binding, policy, policy_binding, ds = load_all("labeller.yaml")
+    assert (account["kind"], role["kind"], binding["kind"]) == (
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    )
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    subject = binding["subjects"][0]
+    assert (subject["name"], subject["namespace"]) == ("nvhook-labeller", "kube-system")
+    assert ds["spec"]["template"]["spec"]["serviceAccountName"] == "nvhook-labeller"
+    assert policy_binding["spec"] == {
+        "policyName": "nvhook-labeller",
+        "validationActions": ["Deny"],
+    }
+    spec = policy["spec"]
+    assert (
+        "system:serviceaccount:kube-system:nvhook-labeller"
+        in spec["matchConditions"][0]["expression"]
+    )
+    checks = " ".join(v["expression"] for v in spec["validations"])
+    assert "authentication.kubernetes.io/node-name" in checks and "object.metadata.name" in checks
+    assert "startsWith('nvidia.com/')" in checks and "object.spec == oldObject.spec" in checks
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    (script,) = container["args"]
+    assert 'nvhook labels --node "$NODE_NAME"' in script and "$(" not in script
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    proc = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    shellcheck = require("shellcheck")
+    proc = subprocess.run(
+        [shellcheck, "--shell=sh", "-"], input=script, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+def _admitted(request_user: str, node_of_token: str, old: Doc, new: Doc) -> bool | None:
+    """The labeller's ValidatingAdmissionPolicy on one Node UPDATE, its CEL evaluated by the
+    reference implementation (PyPI common-expression-language): None when it does not apply
+    (another user), else whether every validation holds."""
+    import cel
+
+    policy = load_all("labeller.yaml")[3]["spec"]
+    request = {
+        "userInfo": {
+            "username": request_user,
+            "extra": {"authentication.kubernetes.io/node-name": [node_of_token]},
+        }
+    }
+    context: dict[str, Any] = {"request": request, "object": new, "oldObject": old}
+    if not all(cel.evaluate(c["expression"], context) for c in policy["matchConditions"]):
+        return None
+    context["variables"] = {
+        v["name"]: cel.evaluate(v["expression"], context) for v in policy["variables"]
+    }
+    return all(cel.evaluate(v["expression"], context) is True for v in policy["validations"])
+
+
+def test_the_admission_policy_admits_only_its_own_node_s_nvidia_labels() -> None:
+    me = "system:serviceaccount:kube-system:nvhook-labeller"
+
+    def node(name: str, labels: dict[str, str], **more: Any) -> Doc:
+        return {"metadata": {"name": name, "labels": labels, **more}, "spec": {}}
+
+    old = node("gpu-1", {"kubernetes.io/hostname": "gpu-1", "nvidia.com/gpu.stale": "x"})
+    ours = node("gpu-1", {"kubernetes.io/hostname": "gpu-1", "nvidia.com/gpu.count": "8"})
+    assert _admitted(me, "gpu-1", old, ours) is True
+    assert _admitted(me, "gpu-2", old, ours) is False  # another node's token
+    renamed = node("gpu-1", {"kubernetes.io/hostname": "evil", "nvidia.com/gpu.count": "8"})
+    assert _admitted(me, "gpu-1", old, renamed) is False  # someone else's label changed
+    assert _admitted(me, "gpu-1", old, node("gpu-1", {})) is False  # …or removed
+    added = node("gpu-1", {**ours["metadata"]["labels"], "node-role.kubernetes.io/x": ""})
+    assert _admitted(me, "gpu-1", old, added) is False  # …or added
+    cordoned = {**ours, "spec": {"unschedulable": True}}
+    assert _admitted(me, "gpu-1", old, cordoned) is False  # not the spec
+    annotated = node("gpu-1", ours["metadata"]["labels"], annotations={"a": "b"})
+    assert _admitted(me, "gpu-1", old, annotated) is False  # not the annotations
+    assert _admitted("system:node:gpu-1", "gpu-1", old, renamed) is None  # others: not ours

@@ -17,6 +17,8 @@ warn / fail, one line saying what is wrong, and the exact command that fixes it)
   configure`` would write it, the binary it names is there, the daemon started after the
   config last changed, and the runtime is still the default where ``--set-as-default``
   made it so;
+- ``gpu-health``: where ``nvhook device-plugin`` runs, each GPU it holds unhealthy (an
+  XID and its meaning, NVML's error) from its health state file;
 - ``cgroups``: v1, v2 or hybrid, which engines use the systemd cgroup driver, and whether
   this node is exposed to GPU access lost on ``systemctl daemon-reload``.
 
@@ -34,6 +36,7 @@ from nvhook.tools.doctor.cdi import check_cdi
 from nvhook.tools.doctor.cgroups import cgroup_layout, check_cgroups
 from nvhook.tools.doctor.driver import check_driver
 from nvhook.tools.doctor.engines import check_engines
+from nvhook.tools.doctor.gpuhealth import check_gpu_health
 from nvhook.tools.doctor.server import check_shim_server
 from nvhook.tools.doctor.settings import check_cache_dir, check_launchers, load_checked_settings
 
@@ -59,6 +62,7 @@ def diagnose(opts: Options) -> list[Check]:
     checks += check_shim_server(opts)
     checks += check_cdi(opts, settings)
     checks += check_engines(opts)
+    checks += check_gpu_health(opts)
     checks += check_cgroups(opts)
     return checks
 

@@ -50,6 +50,9 @@ class Options(Frozen):
     runtime_name: str = "nvidia"
     backup_dir: str = ""  # default: <root>/var/lib/nvhook/backups
     cache_dir: str = ""  # default: $NVHOOK_CACHE_DIR, else /run/nvhook, under root
+    health_state_file: str = (
+        ""  # the device plugin's; default /run/nvhook/device-plugin/gpu-health.json
+    )
 
 
 def under(root: str, path: str) -> str:

@@ -48,7 +48,7 @@ def test_a_full_file(tmp_path: Path) -> None:
         ({"flags": {"migStrategy": "all"}},
          "flags.migStrategy: input should be 'none', 'single' or 'mixed' (got 'all')"),
         ({"flags": {"migstrategy": "none"}},
-         "flags.migstrategy: unknown key; allowed: migStrategy, plugin"),
+         "flags.migstrategy: unknown key; allowed: migStrategy, failOnInitError, mpsRoot, "),
         ({"flags": {"plugin": {"deviceListStrategy": ["envvar", "env"]}}},
          "flags.plugin.deviceListStrategy[1]: input should be 'envvar', 'volume-mounts', "
          "'cdi-annotations' or 'cdi-cri' (got 'env')"),

@@ -62,18 +62,22 @@ class Running:
 
 
 @pytest.fixture
-def run_plugin(dgx: Path, tmp_path: Path) -> Iterator[Callable[[PluginConfig], Running]]:
+def run_plugin(dgx: Path, tmp_path: Path) -> Iterator[Callable[..., Running]]:
     started: list[Running] = []
     directory = Path("/tmp") / f"nvh-dp-{tmp_path.name[-12:]}"  # unix sockets: short paths
     directory.mkdir()
 
-    def start(config: PluginConfig) -> Running:
+    def start(config: PluginConfig, health_interval: float = 0.2) -> Running:
         stop = threading.Event()
         kubelet = Kubelet(directory)
         kubelet.start()
         lines: list[str] = []
         plugin = DevicePlugin(
-            Host(root=str(dgx)), config, str(directory), health_interval=0.2, log=lines.append
+            Host(root=str(dgx)),
+            config,
+            str(directory),
+            health_interval=health_interval,
+            log=lines.append,
         )
         errors: list[BaseException] = []
 
@@ -317,3 +321,56 @@ def test_a_socket_reaches_its_path_0600_and_serving(
         os.umask(old)
         shutil.rmtree(directory)
     assert at_rename == [(0o600, 0o700)]
+
+
+def test_pass_device_specs_index_ids_and_features_in_allocate(
+    run_plugin: Callable[[PluginConfig], Running],
+) -> None:
+    config = PluginConfig(
+        mig_strategy="mixed",
+        device_id_strategy="index",
+        pass_device_specs=True,
+        dev_root="/run/nvidia/driver",
+        features=("NVIDIA_GDS",),
+    )
+    running = run_plugin(config)
+    running.kubelet.wait_registered(3)
+    got = create_container_config(
+        running.client("nvidia.com/gpu").allocate([UUIDS[3]]).container_responses[0]
+    )
+    assert got["envs"] == {"NVIDIA_VISIBLE_DEVICES": "3", "NVIDIA_GDS": "enabled"}
+    assert got["devices"] == [("/dev/nvidia3", "/run/nvidia/driver/dev/nvidia3", "rw")]
+    mig = running.client("nvidia.com/mig-3g.40gb").allocate([MIG_3G]).container_responses[0]
+    assert dict(mig.envs)["NVIDIA_VISIBLE_DEVICES"] == "0:0"
+    # the parent GPU's node, then its GPU and compute instance's access nodes (mig-minors)
+    paths = [d.container_path for d in mig.devices]
+    assert paths[0] == "/dev/nvidia0" and len(paths) == 3, paths
+    assert all(p.startswith("/dev/nvidia-caps/nvidia-cap") for p in paths[1:]), paths
+
+
+def test_fail_on_init_error_false_serves_nothing_and_stays_up(tmp_path: Path) -> None:
+    from nvhook.errors import DriverError
+    from nvhook.mock import create
+
+    root = tmp_path / "root"
+    create("no-gpu", root, nodes="file")
+    lines: list[str] = []
+    stop = threading.Event()
+    plugin = DevicePlugin(
+        Host(root=str(root)),
+        PluginConfig(fail_on_init_error=False),
+        str(tmp_path),
+        log=lines.append,
+    )
+    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
+    thread.start()
+    assert plugin.ready.wait(10)
+    time.sleep(0.3)
+    assert thread.is_alive() and plugin.servers == []
+    assert not any(p.suffix == ".sock" for p in tmp_path.iterdir())
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert "failOnInitError is false: serving nothing" in lines[0]
+    with pytest.raises(DriverError, match="Driver Not Loaded"):
+        DevicePlugin(Host(root=str(root)), PluginConfig(), str(tmp_path)).run(threading.Event())

@@ -174,6 +174,24 @@ static int call(const char *name, void *fn, int *expect)
     if (IS(nvmlDeviceGetPersistenceMode) || IS(nvmlDeviceGetPerformanceState) ||
         IS(nvmlDeviceGetComputeMode))
         return F(handle, int *)(d2, &i);
+    /* events (nvml.h: nvmlEventData_t is device, eventType, eventData, GI id, CI id) */
+    if (IS(nvmlDeviceGetSupportedEventTypes)) {
+        unsigned long long types = 0;
+        return F(handle, unsigned long long *)(d2, &types) || !(types & 0x8);
+    }
+    if (IS(nvmlEventSetCreate))
+        return F(handle *)(&h) || !h;
+    if (IS(nvmlDeviceRegisterEvents) || IS(nvmlEventSetWait_v2) || IS(nvmlEventSetFree)) {
+        void *create = dlsym(RTLD_DEFAULT, "nvmlEventSetCreate");
+        if (!create || ((int (*)(handle *))create)(&h) || !h)
+            return -2;
+        if (IS(nvmlDeviceRegisterEvents))
+            return F(handle, unsigned long long, handle)(d2, 0x8, h);
+        if (IS(nvmlEventSetFree))
+            return F(handle)(h);
+        *expect = 10; /* nothing posted: NVML_ERROR_TIMEOUT */
+        return F(handle, void *, unsigned)(h, &buf, 1);
+    }
     return -1;
 }
 

@@ -1,0 +1,137 @@
+"""Per-node configs: the plugin on a dgx-a100 mock with a directory of named configs, the node's
+``nvidia.com/device-plugin.config`` label read from the Node API stand-in
+(tests/support/nodeapi.py); a label change and a config file change are each applied without
+a restart (the resource registered again with its new devices); a bad name or a bad file is
+logged and changes nothing."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nvhook.deviceplugin.nodeapi import Credentials
+from nvhook.deviceplugin.plugin import DevicePlugin
+from nvhook.deviceplugin.selector import ConfigSelector
+from nvhook.deviceplugin.server import Kubelet
+from nvhook.planner import Host
+from tests.nvhook.deviceplugin.test_server import dgx  # noqa: F401 (fixture)
+from tests.support.nodeapi import NodeApi
+
+SLICED = (
+    "version: v1\nsharing:\n  timeSlicing:\n"
+    "    resources: [{{name: nvidia.com/gpu, replicas: {n}}}]\n"
+)
+
+
+@pytest.fixture
+def api() -> Iterator[NodeApi]:
+    server = NodeApi({"gpu-1": {"kubernetes.io/hostname": "gpu-1"}})
+    yield server
+    server.stop()
+
+
+def _set_label(api: NodeApi, value: str | None) -> None:
+    labels = api.nodes["gpu-1"]["metadata"]["labels"]
+    if value is None:
+        labels.pop("nvidia.com/device-plugin.config", None)
+    else:
+        labels["nvidia.com/device-plugin.config"] = value
+
+
+def _wait(predicate: object, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_label_and_file_changes_apply_without_a_restart(
+    dgx: Path,  # noqa: F811
+    api: NodeApi,
+    tmp_path: Path,
+) -> None:
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "plain").write_text("version: v1\n")
+    (configs / "sliced").write_text(SLICED.format(n=2))
+    lines: list[str] = []
+    selector = ConfigSelector(
+        str(configs),
+        default="plain",
+        node="gpu-1",
+        credentials=Credentials(api.url),
+        log=lines.append,
+    )
+    initial = selector()
+    assert initial is not None and initial.time_slicing == ()
+    directory = Path("/tmp") / f"nvh-sel-{tmp_path.name[-10:]}"
+    directory.mkdir()
+    kubelet = Kubelet(directory)
+    kubelet.start()
+    plugin = DevicePlugin(
+        Host(root=str(dgx)),
+        initial,
+        str(directory),
+        health_interval=0.2,
+        log=lines.append,
+        config_source=selector,
+        config_interval=0.2,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+
+        def devices() -> int:
+            [request] = kubelet.wait_registered(len(kubelet.requests))[-1:]
+            client = kubelet.client(request)
+            client.watch()
+            return len(client.wait_for(lambda d: True))
+
+        kubelet.wait_registered(1)
+        assert devices() == 8
+        _set_label(api, "sliced")  # the label names another config: 2 replicas each
+        _wait(lambda: len(kubelet.requests) >= 2)
+        assert kubelet.requests[-1].resource_name == "nvidia.com/gpu"
+        assert devices() == 16
+        (configs / "sliced").write_text(SLICED.format(n=3))  # the config itself changes
+        _wait(lambda: len(kubelet.requests) >= 3)
+        assert devices() == 24
+        registered = len(kubelet.requests)
+        (configs / "sliced").write_text("version: v1\nflags: {migStrategy: all}\n")  # bad
+        _wait(lambda: any("flags.migStrategy: input should be" in line for line in lines))
+        _set_label(api, "nope")  # no such config
+        _wait(lambda: any("device-plugin.config=nope: no such config" in line for line in lines))
+        time.sleep(0.5)
+        assert len(kubelet.requests) == registered  # nothing changed: still 24 replicas
+        assert thread.is_alive()
+        _set_label(api, None)  # back to the default
+        _wait(lambda: len(kubelet.requests) > registered)
+        assert devices() == 8
+    finally:
+        stop.set()
+        thread.join(10)
+        kubelet.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not thread.is_alive()
+
+
+def test_the_command_needs_a_config_to_start_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nvhook.cli import main
+
+    (tmp_path / "plain").write_text("version: v1\n")
+    (tmp_path / "other").write_text("version: v1\n")
+    argv = ["device-plugin", "--config-dir", str(tmp_path), "--device-plugin-path", str(tmp_path)]
+    assert main([*argv, "--default-config", "nope"]) == 8
+    err = capsys.readouterr().err
+    assert "nvidia.com/device-plugin.config=nope: no such config" in err
+    assert f"{tmp_path}: no configuration to start with" in err
+    assert main(argv) == 8  # two configs, no label, no default: which one is not guessed
+    assert "no default, and" in capsys.readouterr().err
