@@ -460,9 +460,10 @@ def test_dnf_refuses_another_key_then_installs(
     require("mmdebstrap")
     with scratch_copy(debian_root("trixie", DNF_ROOT), tmp_path / "overlay") as root:
         try:
-            dnf_install_and_remove(root, repos, served, keys)
+            signature = dnf_install_and_remove(root, repos, served, keys)
         finally:
             stop_inside(root)  # the gpg-agent librepo starts for repo_gpgcheck, and stays
+    assert signature.endswith(f"Key ID {keys.good[-16:].lower()}"), signature  # the good key's
 
 
 def stop_inside(root: Path) -> None:
@@ -476,7 +477,9 @@ def stop_inside(root: Path) -> None:
 
 def dnf_install_and_remove(
     root: Path, repos: dict[str, Path], served: tuple[Path, str], keys: Keys
-) -> None:
+) -> str:
+    """dnf refuses the repository signed by another key, then installs nvhook from the good
+    one and removes it; the installed package's signature line (rpm's RSAHEADER)."""
     print(ok(chroot(root, "dnf --version | head -n 1")))  # what this run ran
     (root / "etc/yum.repos.d").mkdir(exist_ok=True)
     shutil.copy(repos["dnf"] / "nvhook.repo", root / "etc/yum.repos.d/nvhook.repo")
@@ -502,3 +505,4 @@ def dnf_install_and_remove(
     ok(chroot(root, "dnf -y remove nvhook", timeout=600))
     assert not (root / "opt/nvhook").exists()
     assert not (root / "usr/bin/nvhook").exists()
+    return info
