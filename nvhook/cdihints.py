@@ -38,6 +38,7 @@ __all__ = [
     "GENERATE_HINT",
     "generated_by_nvhook",
     "regenerate_command",
+    "stale_layout_error",
     "stale_spec_error",
     "under_root",
     "with_hint",
@@ -103,6 +104,39 @@ def stale_spec_error(
     return CdiApplyError(
         f"CDI spec {file} is stale (the host changed since it was written): {what}; {fix}"
     )
+
+
+def stale_layout_error(
+    stale: Sequence[tuple[int, str, str | None]],
+    spec_dirs: Sequence[str],
+    names: Iterable[str],
+    *,
+    root: str = "/",
+) -> CdiApplyError:
+    """The error of a create whose MIG devices come from a spec written for another MIG
+    layout (:func:`nvhook.devices.miglayout.stale_layouts`): which GPU, the layout then and
+    now, the spec file and the command that rewrites it, and when to retry."""
+    from nvhook.devices.miglayout import LAYOUT_ENV
+    from oci.cdi.registry import Registry
+
+    minor, then, now = stale[0]
+    state = "MIG mode is off or the GPU is gone" if now is None else f"now {now or 'none'}"
+    what = (
+        f"GPU {minor}'s MIG layout changed since it was written (GPU.compute instances "
+        f"{then} then, {state}), so its MIG device names mean other instances"
+    )
+    prefix = f"{LAYOUT_ENV}{minor}="
+    registry = Registry(spec_dirs)
+    for name in names:
+        definition = registry.devices.get(name)
+        if definition is None or not any(e.startswith(prefix) for e in definition.device.edits.env):
+            continue
+        fix = regenerate_command(definition.path, definition.spec, root)
+        return CdiApplyError(
+            f"CDI spec {definition.path} is stale: {what}; run: {fix} (nvhook watch rewrites "
+            "it within a second of the change), then retry"
+        )
+    return CdiApplyError(f"a CDI spec in {', '.join(spec_dirs)} is stale: {what}; {GENERATE_HINT}")
 
 
 def _culprit(

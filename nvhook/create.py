@@ -270,6 +270,13 @@ def _resolve_cdi(names: tuple[str, ...], settings: Settings, warnings: list[str]
         from nvhook.cdihints import stale_spec_error
 
         raise stale_spec_error(missing, spec_dirs, names, root=settings.host_root)
+    from nvhook.devices.miglayout import stale_layouts
+
+    stale = stale_layouts(edits.env)
+    if stale:  # a MIG device name would mean another instance now (docs/cdi.md)
+        from nvhook.cdihints import stale_layout_error
+
+        raise stale_layout_error(stale, spec_dirs, names, root=settings.host_root)
     return edits
 
 
