@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "labels": "nvhook.cli.labels:labels",
     "mock": "nvhook.cli.mock:mock",
     "runtime": "nvhook.cli.engines:runtime",
+    "watch": "nvhook.cli.watch:watch",
 }
 
 
