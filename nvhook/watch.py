@@ -84,11 +84,12 @@ class Snapshot(Frozen, kw_only=True):
     majors: tuple[tuple[str, int], ...] = ()  # the NVIDIA names of /proc/devices, sorted
     files: tuple[tuple[str, int, int], ...] = ()  # (path, inode or 0: missing, mtime_ns)
     nvml: str = ""  # "" not asked, "ok", or why NVML could not be asked
+    nvml_gpus: tuple[str, ...] | None = None  # the UUIDs NVML lists; None: not asked
 
     def procfs_part(self) -> Snapshot:
         """This snapshot without what NVML added."""
         gpus = tuple(g._replace(mig_uuids=None) for g in self.gpus)
-        return self._replace(gpus=gpus, nvml="")
+        return self._replace(gpus=gpus, nvml="", nvml_gpus=None)
 
 
 class Change(Frozen):
@@ -186,7 +187,7 @@ def _with_nvml(host: Host, snap: Snapshot) -> Snapshot:
         if ids is not None:
             uuids = tuple(m.uuid for m in sorted(ids.migs, key=lambda m: (m.gi, m.ci)))
         gpus.append(g._replace(mig_uuids=uuids))
-    return snap._replace(gpus=tuple(gpus), nvml="ok")
+    return snap._replace(gpus=tuple(gpus), nvml="ok", nvml_gpus=tuple(sorted(found)))
 
 
 def _gpu_name(g: GpuFacts) -> str:
@@ -231,6 +232,14 @@ def diff(old: Snapshot, new: Snapshot) -> tuple[Change, ...]:
             )
         elif o.mig_uuids is not None and g.mig_uuids is not None and o.mig_uuids != g.mig_uuids:
             out.append(Change("mig-uuids", _gpu_name(g), "MIG devices re-created (new UUIDs)"))
+    if old.nvml_gpus is not None and new.nvml_gpus is not None and old.nvml_gpus != new.nvml_gpus:
+        lost = sorted(set(old.nvml_gpus) - set(new.nvml_gpus))
+        back = sorted(set(new.nvml_gpus) - set(old.nvml_gpus))
+        detail = "; ".join(
+            [f"no longer lists {', '.join(lost)}"] * bool(lost)
+            + [f"lists {', '.join(back)}"] * bool(back)
+        )
+        out.append(Change("nvml-gpus", "NVML", detail))
     if old.imex_channels != new.imex_channels:
         out.append(
             Change("imex", "IMEX channels", f"{len(old.imex_channels)} -> {len(new.imex_channels)}")
@@ -320,7 +329,7 @@ class Watcher:
         elif self.current.nvml:  # keep what NVML said until it is asked again
             by_uuid = {g.uuid: g.mig_uuids for g in self.current.gpus}
             gpus = tuple(g._replace(mig_uuids=by_uuid.get(g.uuid)) for g in new.gpus)
-            new = new._replace(gpus=gpus, nvml=self.current.nvml)
+            new = new._replace(gpus=gpus, nvml=self.current.nvml, nvml_gpus=self.current.nvml_gpus)
         changes = diff(self.current, new)
         old, self.current = self.current, new
         if not changes:

@@ -64,6 +64,21 @@ def test_diff_names_each_change(tmp_path: Path) -> None:
     assert "mig-layout" not in changes
 
 
+def test_a_gpu_that_nvml_no_longer_lists(tmp_path: Path) -> None:
+    """XID 79: the driver keeps the GPU's /proc entry, NVML stops listing it (here: its line
+    taken out of the mock's NVML data, by rename as the mock changes files)."""
+    root = _machine(tmp_path)
+    host = Host(root=str(root))
+    before = snapshot(host, nvml=True)
+    lost = before.gpus[4].uuid
+    data = root / "etc/nvhook-mock/nvml.txt"
+    kept = [line for line in data.read_text().splitlines(True) if f"\t{lost}\t" not in line]
+    (root / "nvml.tmp").write_text("".join(kept))
+    os.rename(root / "nvml.tmp", data)
+    (change,) = diff(before, snapshot(host, nvml=True))
+    assert str(change) == f"NVML: no longer lists {lost}"
+
+
 def test_imex_channels_and_unloaded_driver(tmp_path: Path) -> None:
     root = _machine(tmp_path, "gb200-imex")
     host = Host(root=str(root))
@@ -185,3 +200,33 @@ def test_intervals_must_be_positive(tmp_path: Path, interval: float) -> None:
 
     with pytest.raises(NvhookError, match="must be positive"):
         Watcher(Host(root=str(tmp_path)), interval=interval)
+
+
+def test_labels_follow_the_spec_on_a_change(tmp_path: Path) -> None:
+    """With a labels file configured, a GPU loss rewrites the spec, then the NFD feature file
+    (its gpu.count), each step logged in that order."""
+    root = _machine(tmp_path, "l40s-x4")
+    host = Host(root=str(root))
+    labels = tmp_path / "features.d" / "gfd"
+    lines: list[str] = []
+    watcher = Watcher(host, log=lines.append)
+    refresher = Refresher(
+        host,
+        output=str(tmp_path / "cdi" / "nvidia.json"),
+        labels_output=str(labels),
+        watcher=watcher,
+        log=lines.append,
+    )
+    watcher.subscribe(refresher)
+    refresher.refresh()
+    assert "nvidia.com/gpu.count=4\n" in labels.read_text()
+    lines.clear()
+    remove_gpu(root, 2)
+    assert watcher.poll() is not None
+    assert "nvidia.com/gpu.count=3\n" in labels.read_text()
+    assert [line.split(" ")[0] for line in lines] == [
+        "changed:",
+        str(tmp_path / "cdi" / "nvidia.json"),
+        str(labels),
+    ]
+    assert " rewritten (" in lines[2] and lines[2].endswith(", gpu.count 3)")
