@@ -290,7 +290,8 @@ def _sync(new: Path, top: Path) -> None:
         if not stat.S_ISDIR(st.st_mode)
         and (rel not in have or not _same(new / rel, st, top / rel, have[rel]))
     ]
-    for rel in sorted(moves, key=lambda r: (_rank(r), r)):
+    # within a part, files before links, so that no link names a file not there yet
+    for rel in sorted(moves, key=lambda r: (_rank(r), stat.S_ISLNK(want[r].st_mode), r)):
         target = top / rel
         for parent in reversed(Path(rel).parents[:-1]):
             if not (top / parent).is_dir():

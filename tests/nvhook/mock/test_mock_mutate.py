@@ -168,6 +168,35 @@ def test_a_concurrent_reader_never_sees_a_file_absent_or_torn(tmp_path: Path) ->
     assert reads > 100 and seen == []
 
 
+def test_no_link_dangles_during_a_driver_upgrade(tmp_path: Path) -> None:
+    """libcuda.so.1 and libnvidia-ml.so.1 always open while the driver is replaced: the new
+    files are moved in before the links that name them, the old ones removed after."""
+    root = _dgx(tmp_path)
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    links = [lib / "libcuda.so.1", lib / "libnvidia-ml.so.1", lib / "libnvidia-ptxjitcompiler.so.1"]
+    dangling: list[str] = []
+    stop = threading.Event()
+    checks = 0
+
+    def reader() -> None:
+        nonlocal checks
+        while not stop.is_set():
+            for link in links:
+                if not link.exists():
+                    dangling.append(f"{link} -> {os.readlink(link) if link.is_symlink() else '?'}")
+                checks += 1
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        set_driver(root, "550.90.07")
+        set_driver(root, "550.54.15")
+    finally:
+        stop.set()
+        thread.join()
+    assert checks > 100 and dangling == []
+
+
 def test_cli_changes_a_live_mock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = _dgx(tmp_path)
     assert main(["mock", "mig", str(root), "--gpu", "0", "--layout", "1g.10gb*3,2g.20gb"]) == 0
