@@ -1,4 +1,5 @@
-"""A GPU's MIG layout identity: recorded in a generated CDI spec, checked at each create.
+"""A GPU's MIG layout identity and its presence: recorded in a generated CDI spec, checked at
+each create.
 
 MIG device names (``0:1``, the second MIG device of GPU 0) mean what the layout made them
 mean: after a re-layout, ``0:1`` is another instance, and the nodes a stale spec names
@@ -26,6 +27,15 @@ re-made with the same ids (the same profiles at the same placements, on an A100 
 follow profile and placement) passes; its devices mean what they meant, only their MIG UUIDs
 changed, which the watcher sees through NVML and rewrites the spec for.
 
+Each GPU a device gives (whole, or as a MIG device's parent) is recorded too, as the GPU's
+``/proc`` entry::
+
+    NVHOOK_GPU_<minor>=<uuid>@<root>/proc/driver/nvidia/gpus/<bus id>
+
+runc makes a spec's device node from its type and numbers, never from the host's node, so a
+GPU that fell off the bus would still be given to a container of a stale spec; the entry is
+checked (one ``stat``) before the layout (:func:`gone_gpus`).
+
 Stdlib only, no regular expressions: this is on the create path (rank 4).
 """
 
@@ -37,12 +47,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from nvhook.devices.gpus import HostGpus, Mig, Selected
+    from nvhook.devices.gpus import Gpu, HostGpus, Mig, Selected
     from oci.cdi.edits import Edits
 
 __all__ = [
+    "GPU_ENV",
     "LAYOUT_ENV",
     "caps_directory",
+    "gone_gpus",
+    "gpu_entry",
     "layout_entry",
     "layout_of",
     "read_layout",
@@ -50,6 +63,7 @@ __all__ = [
 ]
 
 LAYOUT_ENV = "NVHOOK_MIG_LAYOUT_"
+GPU_ENV = "NVHOOK_GPU_"
 
 
 def layout_of(migs: Iterable[Mig]) -> str:
@@ -66,15 +80,48 @@ def layout_entry(root: str, minor: int, migs: Iterable[Mig]) -> str:
     return f"{LAYOUT_ENV}{minor}={layout_of(migs)}@{caps_directory(root, minor)}"
 
 
+def gpu_entry(root: str, gpu: Gpu) -> str:
+    """The environment entry that records ``gpu``'s presence (its ``/proc`` entry)."""
+    from nvhook.devices.procfs import normalize_bus_id
+
+    where = os.path.join(root, "proc/driver/nvidia/gpus", normalize_bus_id(gpu.bus_id))
+    return f"{GPU_ENV}{gpu.minor}={gpu.uuid}@{where}"
+
+
 def layout_edits(selected: Iterable[Selected], gpus: HostGpus, *, root: str) -> Edits:
-    """The layout entries of the GPUs whose MIG devices are in ``selected`` (jit mode and
+    """The entries of the GPUs in ``selected`` (whole, or parents of its MIG devices): each
+    GPU's presence, then, for a GPU whose MIG devices are selected, its layout (jit mode and
     ``nvhook cdi generate`` alike, so that both give a container the same env: D1)."""
     from nvhook.devices.gpus import Mig
     from oci.cdi.edits import Edits
 
     by_index = {g.index: g for g in gpus.gpus}
-    parents = dict.fromkeys(by_index[s.gpu_index] for s in selected if isinstance(s, Mig))
-    return Edits(env=tuple(layout_entry(root, g.minor, g.migs) for g in parents))
+    parents: dict[Gpu, bool] = {}
+    for s in selected:
+        gpu = by_index[s.gpu_index] if isinstance(s, Mig) else s
+        parents[gpu] = parents.get(gpu, False) or isinstance(s, Mig)
+    env: list[str] = []
+    for g, mig in parents.items():
+        env.append(gpu_entry(root, g))
+        if mig:
+            env.append(layout_entry(root, g.minor, g.migs))
+    return Edits(env=tuple(env))
+
+
+def gone_gpus(env: Iterable[str]) -> list[tuple[int, str, str]]:
+    """The recorded GPUs in ``env`` whose ``/proc`` entry is gone: (minor, UUID, entry)."""
+    out = []
+    seen: set[str] = set()
+    for entry in env:
+        if not entry.startswith(GPU_ENV) or entry in seen:
+            continue
+        seen.add(entry)
+        name, _, value = entry.partition("=")
+        uuid, at, where = value.partition("@")
+        minor = name[len(GPU_ENV) :]
+        if at and minor.isdigit() and not os.path.isdir(where):
+            out.append((int(minor), uuid, where))
+    return out
 
 
 def _numbered(names: list[str], prefix: str) -> list[int]:

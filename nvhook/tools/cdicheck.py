@@ -239,9 +239,10 @@ def _check_spec(file: str, spec: Spec, root: str, loaded: str | None) -> list[Fi
 def _layout_findings(
     file: str, spec: Spec, lookup: Callable[[str], str], fix: str
 ) -> list[Finding]:
-    """One finding per GPU whose MIG layout differs from the one the spec records
+    """One finding per GPU the spec records that is gone, or whose MIG layout differs from
+    the one the spec records
     (:mod:`nvhook.devices.miglayout`: the check a cdi-mode create makes)."""
-    from nvhook.devices.miglayout import stale_layouts
+    from nvhook.devices.miglayout import gone_gpus, stale_layouts
 
     entries: dict[str, None] = {}
     for d in spec.devices:
@@ -250,6 +251,9 @@ def _layout_findings(
             if at:
                 entries[f"{layout}@{lookup(directory)}"] = None
     out = []
+    for minor, uuid, where in gone_gpus(entries):
+        message = f"records GPU {uuid}, which is gone ({where} is missing)"
+        out.append(Finding(file, None, "", f"GPU {minor}", message, fix))
     for minor, then, now in stale_layouts(entries):
         state = "MIG mode is off or the GPU is gone" if now is None else f"now {now or 'none'}"
         message = f"written for GPU.compute instances {then}, {state}: its MIG names mean others"

@@ -187,3 +187,28 @@ def test_after_a_mig_relayout_a_mig_name_fails_with_the_change_not_another_insta
     relayout_mig(start.root, 0, None)
     result, _ = start.create("nvidia.com/gpu=all")
     assert "MIG mode is off or the GPU is gone" in result.stderr
+
+
+def test_a_gpu_gone_since_the_spec_fails_even_though_runc_needs_no_host_node(
+    tmp_path: Path, make_mock_machine: Callable[..., Path]
+) -> None:
+    """runc makes /dev/nvidia5 from its numbers, so without the recorded presence a spec
+    written before the GPU fell off would still hand it out: the create fails, naming it."""
+    from nvhook.mock import load_profile
+    from nvhook.mock.mutate import add_gpu, remove_gpu
+
+    gpu = load_profile("dgx-a100").gpus[5]
+    start = Start(tmp_path, make_mock_machine("dgx-a100"))
+    file = start.generate()
+    remove_gpu(start.root, 5)
+    result, unchanged = start.create(f"nvidia.com/gpu={gpu.uuid}")
+    assert result.returncode == ExitCode.DEVICE and unchanged, result.stderr
+    assert not start.record.exists()
+    assert result.stderr == (
+        f"nvhook-runtime: CDI spec {file} is stale: GPU {gpu.uuid} (minor {gpu.minor}) is gone "
+        f"since it was written ({start.root}/proc/driver/nvidia/gpus/{gpu.bus_id} is missing); "
+        f"run: nvhook cdi generate --root {start.root} --output {file} (nvhook watch rewrites "
+        "it within a second of the change), then retry\n"
+    )
+    add_gpu(start.root, 5)
+    assert start.create(f"nvidia.com/gpu={gpu.uuid}")[0].returncode == 0

@@ -341,3 +341,21 @@ def test_a_mig_relayout_makes_the_spec_stale_once_per_gpu(generated: tuple[Path,
     assert "MIG mode is off or the GPU is gone" in finding.message
     write_spec(spec_dir / "nvidia.json", generate_spec(Host(root=str(root))).spec)
     assert check_specs([str(spec_dir)], root=str(root)) == []
+
+
+def test_a_gpu_gone_since_the_spec_is_a_finding(generated: tuple[Path, Path]) -> None:
+    """GPU 5 off the bus: its node is gone (the device node finding) and the recorded
+    presence says which GPU (the check a create makes)."""
+    from nvhook.mock import load_profile
+    from nvhook.mock.mutate import remove_gpu
+
+    gpu = load_profile("dgx-a100").gpus[5]
+    root, spec_dir = generated
+    remove_gpu(root, 5)
+    findings = check_specs([str(spec_dir)], root=str(root))
+    (gone,) = [f for f in findings if f.what == f"GPU {gpu.minor}"]
+    assert gone.message == (
+        f"records GPU {gpu.uuid}, which is gone ({root}/proc/driver/nvidia/gpus/{gpu.bus_id} "
+        "is missing)"
+    )
+    assert gone.fix.startswith(f"run: nvhook cdi generate --root {root} --output ")
