@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 __all__ = [
     "GENERATE_HINT",
     "generated_by_nvhook",
+    "gone_gpu_error",
     "regenerate_command",
+    "stale_layout_error",
     "stale_spec_error",
     "under_root",
     "with_hint",
@@ -103,6 +105,63 @@ def stale_spec_error(
     return CdiApplyError(
         f"CDI spec {file} is stale (the host changed since it was written): {what}; {fix}"
     )
+
+
+def gone_gpu_error(
+    gone: Sequence[tuple[int, str, str]],
+    spec_dirs: Sequence[str],
+    names: Iterable[str],
+    *,
+    root: str = "/",
+) -> CdiApplyError:
+    """The error of a create whose devices come from a spec that records a GPU the driver no
+    longer shows (:func:`nvhook.devices.miglayout.gone_gpus`): which GPU, the spec file, the
+    command that rewrites it, and when to retry."""
+    from nvhook.devices.miglayout import GPU_ENV
+
+    minor, uuid, where = gone[0]
+    what = f"GPU {uuid} (minor {minor}) is gone since it was written ({where} is missing)"
+    return _recorded_error(f"{GPU_ENV}{minor}=", what, spec_dirs, names, root)
+
+
+def _recorded_error(
+    prefix: str, what: str, spec_dirs: Sequence[str], names: Iterable[str], root: str
+) -> CdiApplyError:
+    """The stale-spec error of ``what``, naming the spec whose device records ``prefix``."""
+    from oci.cdi.registry import Registry
+
+    registry = Registry(spec_dirs)
+    for name in names:
+        definition = registry.devices.get(name)
+        if definition is None or not any(e.startswith(prefix) for e in definition.device.edits.env):
+            continue
+        fix = regenerate_command(definition.path, definition.spec, root)
+        return CdiApplyError(
+            f"CDI spec {definition.path} is stale: {what}; run: {fix} (nvhook watch rewrites "
+            "it within a second of the change), then retry"
+        )
+    return CdiApplyError(f"a CDI spec in {', '.join(spec_dirs)} is stale: {what}; {GENERATE_HINT}")
+
+
+def stale_layout_error(
+    stale: Sequence[tuple[int, str, str | None]],
+    spec_dirs: Sequence[str],
+    names: Iterable[str],
+    *,
+    root: str = "/",
+) -> CdiApplyError:
+    """The error of a create whose MIG devices come from a spec written for another MIG
+    layout (:func:`nvhook.devices.miglayout.stale_layouts`): which GPU, the layout then and
+    now, the spec file and the command that rewrites it, and when to retry."""
+    from nvhook.devices.miglayout import LAYOUT_ENV
+
+    minor, then, now = stale[0]
+    state = "MIG mode is off or the GPU is gone" if now is None else f"now {now or 'none'}"
+    what = (
+        f"GPU {minor}'s MIG layout changed since it was written (GPU.compute instances "
+        f"{then} then, {state}), so its MIG device names mean other instances"
+    )
+    return _recorded_error(f"{LAYOUT_ENV}{minor}=", what, spec_dirs, names, root)
 
 
 def _culprit(

@@ -24,6 +24,7 @@ import os
 
 from nvhook.constants import DEVICE_VOID, ENV_VISIBLE_DEVICES
 from nvhook.devices.gpus import Gpu, HostGpus, Selected, from_nvml, from_procfs, needs_nvml, resolve
+from nvhook.devices.miglayout import layout_edits
 from nvhook.devices.procfs import read_driver, read_mig_minors
 from nvhook.discover import discover_driver_files
 from nvhook.discover.hooks import create_container_hook
@@ -146,6 +147,7 @@ def plan(
     majors = driver.majors
     edits = control_nodes(dev_root=host.dev_root, majors=majors)
     edits += gpu_nodes(selected, gpus, dev_root=host.dev_root, majors=majors)
+    edits += layout_edits(selected, gpus, root=host.root)
     device_links: tuple[tuple[str, str], ...] = ()
     graphics = bool(GRAPHICS_CAPABILITIES.intersection(requests.capabilities))
     if graphics:

@@ -121,6 +121,7 @@ PRELOAD = (
     "nvhook.constants",
     "nvhook.create",
     "nvhook.devices.gpus",
+    "nvhook.devices.miglayout",
     "nvhook.devices.procfs",
     "nvhook.discover.arch",
     "nvhook.discover.catalog",

@@ -23,7 +23,10 @@
 #           to DRIVER_ROOT) into SYSTEMD_UNIT_DIR, enabled when systemd runs: they regenerate
 #           the spec at boot and when the driver's files change, then run `nvhook cdi check`;
 #           and nvhook-shim-server.service (its path set to PREFIX), enabled and (re)started:
-#           the pre-forked shim the native front-end hands GPU creates to (docs D12)
+#           the pre-forked shim the native front-end hands GPU creates to (docs D12); and
+#           nvhook-watch.service (its paths set as the refresh service's), installed but not
+#           enabled: `systemctl enable --now nvhook-watch.service` where MIG layouts or the GPU
+#           set change while the node runs (docs/watch.md)
 #   engine  `nvhook runtime configure --runtime containerd --name RUNTIME_NAME` on
 #           CONTAINERD_CONFIG (the originals kept in BACKUP_DIR); containerd has no reload, so
 #           when that changed anything, containerd is restarted through systemd when systemd
@@ -74,7 +77,8 @@ BUNDLE="" # the bundled Python's directory, when it makes the venv (choose_inter
 
 CONFIG_TEMPLATE="$HERE/config.toml"
 CDI_SPEC="nvidia.json"
-UNITS=(nvhook-cdi-refresh.service nvhook-cdi-refresh.path nvhook-shim-server.service)
+UNITS=(nvhook-cdi-refresh.service nvhook-cdi-refresh.path nvhook-shim-server.service
+    nvhook-watch.service)
 # Written into PREFIX right after the venv is made: only a PREFIX holding it is ever removed
 # or reinstalled over.
 MARKER=".nvhook-install"
@@ -281,7 +285,8 @@ step_units() {
     if [[ -n "$driver_root" && "$driver_root" != / ]]; then
         # the driver's files (every watched path but /dev's) and the generate command
         driver=(-e "/^PathChanged=\/dev\//!s|^PathChanged=|PathChanged=${driver_root%/}|"
-            -e "s|cdi generate --output|cdi generate --driver-root ${driver_root%/} --output|")
+            -e "s|cdi generate --output|cdi generate --driver-root ${driver_root%/} --output|"
+            -e "s|nvhook watch --output|nvhook watch --driver-root ${driver_root%/} --output|")
     fi
     for unit in "${UNITS[@]}"; do
         sed -e "s|/opt/nvhook|$PREFIX|g" -e "s|/var/run/cdi|$CDI_DIR|g" "${driver[@]}" \
@@ -366,7 +371,7 @@ unstep_units() {
     ((present)) || return 0
     if systemd_runs; then
         systemctl disable --now nvhook-shim-server.service nvhook-cdi-refresh.path \
-            nvhook-cdi-refresh.service
+            nvhook-cdi-refresh.service nvhook-watch.service
     fi
     for unit in "${UNITS[@]}"; do
         rm -f "$SYSTEMD_UNIT_DIR/$unit"

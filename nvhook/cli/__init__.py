@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "mock": "nvhook.cli.mock:mock",
     "nri-plugin": "nvhook.cli.nri:nri_plugin",
     "runtime": "nvhook.cli.engines:runtime",
+    "watch": "nvhook.cli.watch:watch",
 }
 
 

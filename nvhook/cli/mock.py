@@ -1,10 +1,12 @@
-"""``nvhook mock``: list the mock machine's profiles and lay one out as a fake host."""
+"""``nvhook mock``: list the mock machine's profiles, lay one out as a fake host, and change a
+laid-out one while it is in use (:mod:`nvhook.mock.mutate`): MIG layout, a GPU lost or
+back, the driver version."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -12,6 +14,9 @@ from nvhook.errors import MockOptionError
 from nvhook.mock import NodeMode, list_profiles, load_profile
 from nvhook.mock import create as create_machine
 from nvhook.mock.model import Gpu, Profile
+
+if TYPE_CHECKING:
+    from nvhook.mock.layout import MockMachine
 
 __all__ = ["mock"]
 
@@ -86,6 +91,88 @@ def create(
     click.echo(f"  NVML:       LD_LIBRARY_PATH={machine.lib_dir} python3 -c 'import pynvml; …'")
     click.echo(f"  nvidia-smi: {machine.bin_dir / 'nvidia-smi'} -L")
     click.echo(f"  ld cache:   ldconfig -p -C {machine.ldcache}")
+
+
+_ROOT = click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
+_SLOT = click.option(
+    "--gpu",
+    "slot",
+    type=click.IntRange(min=0),
+    required=True,
+    help="The GPU's slot: its index in the profile (a removed GPU does not shift it).",
+)
+
+
+def _changed(machine: MockMachine, what: str) -> None:
+    p = machine.profile
+    migs = sum(len(g.mig_devices) for g in p.gpus)
+    click.echo(
+        f"mock machine at {machine.root}: {what}; now {len(p.gpus)} GPU(s), {migs} MIG "
+        f"device(s), driver {p.driver.version}"
+    )
+
+
+@mock.command()
+@_ROOT
+@_SLOT
+@click.option(
+    "--layout",
+    metavar="PROFILES",
+    help="GPU-instance profiles, comma-separated, P*N (or N*P) for N of P: 1g.10gb*7, "
+    "3g.40gb,2g.20gb*2; empty: MIG mode without instances.",
+)
+@click.option("--off", is_flag=True, help="Turn MIG mode off.")
+def mig(directory: Path, slot: int, layout: str | None, off: bool) -> None:
+    """Re-make the MIG layout of a GPU of the mock at DIRECTORY (new MIG UUIDs), in place."""
+    from nvhook.mock.mutate import relayout_mig
+
+    if off == (layout is not None):
+        raise click.UsageError("give exactly one of --layout PROFILES and --off")
+    names: list[str] | None = None
+    if layout is not None:
+        names = []
+        for item in filter(None, (w.strip() for w in layout.split(","))):
+            left, star, right = item.partition("*")
+            name, count = (right, left) if left.isdigit() else (left, right if star else "1")
+            if not count.isdigit() or not name:
+                raise click.UsageError(f"--layout: {item!r} is not PROFILE, PROFILE*N or N*PROFILE")
+            names += [name] * int(count)
+    machine = relayout_mig(directory, slot, names)
+    _changed(
+        machine,
+        f"GPU slot {slot} MIG {'off' if names is None else ','.join(names) or 'on, no instances'}",
+    )
+
+
+@mock.command("remove-gpu")
+@_ROOT
+@_SLOT
+def remove_gpu(directory: Path, slot: int) -> None:
+    """Take a GPU off the mock at DIRECTORY (node, procfs entry, NVML record), in place."""
+    from nvhook.mock.mutate import remove_gpu as remove
+
+    _changed(remove(directory, slot), f"GPU slot {slot} removed")
+
+
+@mock.command("add-gpu")
+@_ROOT
+@_SLOT
+def add_gpu(directory: Path, slot: int) -> None:
+    """Bring a removed GPU back to the mock at DIRECTORY, in place."""
+    from nvhook.mock.mutate import add_gpu as add
+
+    _changed(add(directory, slot), f"GPU slot {slot} added")
+
+
+@mock.command()
+@_ROOT
+@click.option("--version", "version", required=True, help="The new driver version (570.86.15).")
+@click.option("--cuda", help="The CUDA version it reports (default: unchanged).")
+def driver(directory: Path, version: str, cuda: str | None) -> None:
+    """Replace the driver of the mock at DIRECTORY by another version, in place."""
+    from nvhook.mock.mutate import set_driver
+
+    _changed(set_driver(directory, version, cuda=cuda), f"driver {version}")
 
 
 def _gpu_text(g: Gpu) -> str:

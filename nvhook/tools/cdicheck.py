@@ -56,7 +56,7 @@ from oci.errors import CdiError, CdiTrustError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from oci.cdi.edits import Edits
 
@@ -232,7 +232,33 @@ def _check_spec(file: str, spec: Spec, root: str, loaded: str | None) -> list[Fi
             findings.append(
                 Finding(file, device, field, problem.what, message, _fix(problem, ours, fix))
             )
+    findings += _layout_findings(file, spec, lookup, fix)
     return findings
+
+
+def _layout_findings(
+    file: str, spec: Spec, lookup: Callable[[str], str], fix: str
+) -> list[Finding]:
+    """One finding per GPU the spec records that is gone, or whose MIG layout differs from
+    the one the spec records
+    (:mod:`nvhook.devices.miglayout`: the check a cdi-mode create makes)."""
+    from nvhook.devices.miglayout import gone_gpus, stale_layouts
+
+    entries: dict[str, None] = {}
+    for d in spec.devices:
+        for entry in d.edits.env:
+            layout, at, directory = entry.partition("@")
+            if at:
+                entries[f"{layout}@{lookup(directory)}"] = None
+    out = []
+    for minor, uuid, where in gone_gpus(entries):
+        message = f"records GPU {uuid}, which is gone ({where} is missing)"
+        out.append(Finding(file, None, "", f"GPU {minor}", message, fix))
+    for minor, then, now in stale_layouts(entries):
+        state = "MIG mode is off or the GPU is gone" if now is None else f"now {now or 'none'}"
+        message = f"written for GPU.compute instances {then}, {state}: its MIG names mean others"
+        out.append(Finding(file, None, "", f"MIG layout of GPU {minor}", message, fix))
+    return out
 
 
 def _fix(problem: HostProblem, ours: bool, regenerate: str) -> str:

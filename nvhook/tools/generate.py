@@ -94,6 +94,7 @@ from collections.abc import Collection
 
 from nvhook.constants import ALL_CAPABILITIES, CDI_CLASS, CDI_OUTPUT, CDI_VENDOR
 from nvhook.devices.gpus import Gpu, HostGpus, Selected, from_procfs, resolve
+from nvhook.devices.miglayout import layout_edits
 from nvhook.devices.procfs import read_driver
 from nvhook.discover.nodes import (
     caps_nodes,
@@ -282,6 +283,7 @@ def _gpu(
         out = gpu_nodes(selected, gpus, dev_root=host.dev_root, majors=driver.majors)
         if graphics:
             out += dri_nodes(selected, gpus, dev_root=host.dev_root)
+        out += layout_edits(selected, gpus, root=host.root)  # docs/cdi.md: the MIG layout
         return with_host_access(out)
 
     devices: list[Device] = []

@@ -156,3 +156,59 @@ def test_cdi_untrusted_specs_setting_reaches_the_registry(tmp_path: Path) -> Non
     warned = decide_spec(config, settings._replace(cdi_untrusted_specs="warn"))
     assert warned.error is None and warned.edits is not None and warned.edits.env == ("G=1",)
     assert any("used anyway" in w for w in warned.warnings)
+
+
+def test_after_a_mig_relayout_a_mig_name_fails_with_the_change_not_another_instance(
+    tmp_path: Path, make_mock_machine: Callable[..., Path]
+) -> None:
+    """GPU 0 of a DGX A100 re-laid from 3g.40gb + 2x2g.20gb to 7x1g.10gb: the old spec's
+    ``0:1`` names nodes that still exist (nvidia-caps nodes stay) but another instance; the
+    create fails with the change and the command, config.json untouched. The GPU itself and
+    the MIG devices of other GPUs are not affected; a rewritten spec starts again."""
+    from nvhook.mock.mutate import relayout_mig
+
+    start = Start(tmp_path, make_mock_machine("dgx-a100"))
+    file = start.generate()
+    relayout_mig(start.root, 0, ["1g.10gb"] * 7)
+    result, unchanged = start.create("nvidia.com/gpu=0:1")
+    assert result.returncode == ExitCode.DEVICE and unchanged, result.stderr
+    assert not start.record.exists()
+    assert result.stderr == (
+        f"nvhook-runtime: CDI spec {file} is stale: GPU 0's MIG layout changed since it was "
+        "written (GPU.compute instances 2.0,3.0,4.0 then, now 7.0,8.0,9.0,10.0,11.0,12.0,13.0), "
+        "so its MIG device names mean other instances; run: nvhook cdi generate --root "
+        f"{start.root} --output {file} (nvhook watch rewrites it within a second of the "
+        "change), then retry\n"
+    )
+    assert start.create("nvidia.com/gpu=1")[0].returncode == 0  # whole GPUs: no layout
+    start.generate()
+    result, _ = start.create("nvidia.com/gpu=0:6")
+    assert result.returncode == 0, result.stderr
+    relayout_mig(start.root, 0, None)
+    result, _ = start.create("nvidia.com/gpu=all")
+    assert "MIG mode is off or the GPU is gone" in result.stderr
+
+
+def test_a_gpu_gone_since_the_spec_fails_even_though_runc_needs_no_host_node(
+    tmp_path: Path, make_mock_machine: Callable[..., Path]
+) -> None:
+    """runc makes /dev/nvidia5 from its numbers, so without the recorded presence a spec
+    written before the GPU fell off would still hand it out: the create fails, naming it."""
+    from nvhook.mock import load_profile
+    from nvhook.mock.mutate import add_gpu, remove_gpu
+
+    gpu = load_profile("dgx-a100").gpus[5]
+    start = Start(tmp_path, make_mock_machine("dgx-a100"))
+    file = start.generate()
+    remove_gpu(start.root, 5)
+    result, unchanged = start.create(f"nvidia.com/gpu={gpu.uuid}")
+    assert result.returncode == ExitCode.DEVICE and unchanged, result.stderr
+    assert not start.record.exists()
+    assert result.stderr == (
+        f"nvhook-runtime: CDI spec {file} is stale: GPU {gpu.uuid} (minor {gpu.minor}) is gone "
+        f"since it was written ({start.root}/proc/driver/nvidia/gpus/{gpu.bus_id} is missing); "
+        f"run: nvhook cdi generate --root {start.root} --output {file} (nvhook watch rewrites "
+        "it within a second of the change), then retry\n"
+    )
+    add_gpu(start.root, 5)
+    assert start.create(f"nvidia.com/gpu={gpu.uuid}")[0].returncode == 0

@@ -12,6 +12,7 @@ UNITS = PACKAGING / "systemd"
 SERVICE = "nvhook-cdi-refresh.service"
 PATH_UNIT = "nvhook-cdi-refresh.path"
 SERVER = "nvhook-shim-server.service"
+WATCH = "nvhook-watch.service"
 
 Unit = dict[str, list[tuple[str, str]]]
 
@@ -37,7 +38,23 @@ def values(unit: Unit, section: str, key: str) -> list[str]:
 
 
 def test_only_these_units() -> None:
-    assert sorted(p.name for p in UNITS.iterdir()) == [PATH_UNIT, SERVICE, SERVER]
+    assert sorted(p.name for p in UNITS.iterdir()) == [PATH_UNIT, SERVICE, SERVER, WATCH]
+
+
+def test_watch_keeps_the_refresh_services_spec_current() -> None:
+    """`nvhook watch` on the spec the refresh service writes, restarted when it fails; shipped
+    but enabled by no installer (the operator's choice: docs/watch.md)."""
+    unit = parse(WATCH)
+    assert values(unit, "Service", "ExecStart") == [
+        "/opt/nvhook/bin/nvhook watch --output /var/run/cdi/nvidia.json"
+    ]
+    assert values(unit, "Service", "Type") == ["simple"]
+    assert values(unit, "Service", "Restart") == ["on-failure"]
+    assert values(unit, "Install", "WantedBy") == ["multi-user.target"]
+    for script in ("deb/postinst", "rpm/post"):
+        assert WATCH not in (PACKAGING / script).read_text(), script
+    for script in ("deb/prerm", "deb/postrm", "rpm/preun", "install.sh"):
+        assert WATCH in (PACKAGING / script).read_text(), script
 
 
 def test_shim_server_runs_the_launcher_as_root_where_the_engines_run() -> None:

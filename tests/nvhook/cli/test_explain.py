@@ -119,7 +119,14 @@ def test_jit_request_explained_and_bundle_untouched(
     params = f"--params {dgx}/proc/driver/nvidia/params"  # ModifyDeviceFiles: 0 in the container
     assert hook.startswith(f"    createContainer: {HOOK} create-container {params} --link ")
     assert hook.endswith(" --folder /usr/lib/x86_64-linux-gnu")
-    assert lines[lines.index("  env (1):") + 1] == "    NVIDIA_VISIBLE_DEVICES=void"
+    # each GPU's presence and the MIG layout 0:1 comes from (docs/cdi.md), then void
+    env = lines.index("  env (4):")
+    assert lines[env + 1].startswith("    NVHOOK_GPU_0=GPU-ac376f35-")
+    assert lines[env + 2] == (
+        f"    NVHOOK_MIG_LAYOUT_0=2.0,3.0,4.0@{dgx}/proc/driver/nvidia/capabilities/gpu0/mig"
+    )
+    assert lines[env + 3].startswith("    NVHOOK_GPU_3=GPU-17297365-")
+    assert lines[env + 4] == "    NVIDIA_VISIBLE_DEVICES=void"
     assert lines[-3].startswith("Device files: the container's /proc/driver/nvidia/params ")
     assert lines[-2] == (
         "After injection: the container's env says NVIDIA_VISIBLE_DEVICES=void: a second "

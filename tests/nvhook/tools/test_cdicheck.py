@@ -320,3 +320,42 @@ def test_a_file_made_untrusted_after_the_listing_is_judged_as_opened(
     assert check_specs([str(tmp_path / "cdi")], untrusted="warn") == []  # warned of as listed
     with pytest.raises(ValueError, match="untrusted must be one of refuse, warn, not 'ignore'"):
         check_specs([str(tmp_path / "cdi")], untrusted="ignore")
+
+
+def test_a_mig_relayout_makes_the_spec_stale_once_per_gpu(generated: tuple[Path, Path]) -> None:
+    """The layout the create path checks (nvhook.devices.miglayout): 7 devices carry GPU 0's
+    record, one finding names it; MIG off says so; regenerating mends it."""
+    from nvhook.mock.mutate import relayout_mig
+
+    root, spec_dir = generated
+    relayout_mig(root, 0, ["1g.10gb"] * 7)
+    (finding,) = check_specs([str(spec_dir)], root=str(root))
+    assert (finding.what, finding.kind) == ("MIG layout of GPU 0", "stale")
+    assert finding.message == (
+        "written for GPU.compute instances 2.0,3.0,4.0, now 7.0,8.0,9.0,10.0,11.0,12.0,13.0: "
+        "its MIG names mean others"
+    )
+    assert finding.fix.startswith(f"run: nvhook cdi generate --root {root} --output ")
+    relayout_mig(root, 0, None)
+    (finding,) = check_specs([str(spec_dir)], root=str(root))
+    assert "MIG mode is off or the GPU is gone" in finding.message
+    write_spec(spec_dir / "nvidia.json", generate_spec(Host(root=str(root))).spec)
+    assert check_specs([str(spec_dir)], root=str(root)) == []
+
+
+def test_a_gpu_gone_since_the_spec_is_a_finding(generated: tuple[Path, Path]) -> None:
+    """GPU 5 off the bus: its node is gone (the device node finding) and the recorded
+    presence says which GPU (the check a create makes)."""
+    from nvhook.mock import load_profile
+    from nvhook.mock.mutate import remove_gpu
+
+    gpu = load_profile("dgx-a100").gpus[5]
+    root, spec_dir = generated
+    remove_gpu(root, 5)
+    findings = check_specs([str(spec_dir)], root=str(root))
+    (gone,) = [f for f in findings if f.what == f"GPU {gpu.minor}"]
+    assert gone.message == (
+        f"records GPU {gpu.uuid}, which is gone ({root}/proc/driver/nvidia/gpus/{gpu.bus_id} "
+        "is missing)"
+    )
+    assert gone.fix.startswith(f"run: nvhook cdi generate --root {root} --output ")

@@ -93,7 +93,9 @@ def test_device_edits_are_the_device_nodes_by_minor(
             device = spec.device(name)
             assert device is not None
             assert _nodes(device.edits) == [node]
-            assert not (device.edits.mounts or device.edits.hooks or device.edits.env)
+            assert not (device.edits.mounts or device.edits.hooks)
+            # only the GPU's presence, which the create checks (nvhook.devices.miglayout)
+            assert [e.partition("=")[0] for e in device.edits.env] == [f"NVHOOK_GPU_{gpu.minor}"]
         for mig in gpu.mig_devices:
             gi = mig_caps_minor(gpu.minor, mig.gi)
             ci = mig_caps_minor(gpu.minor, mig.gi, mig.ci)
