@@ -100,10 +100,12 @@ def prestart(state: State, *, log: Callable[[str], None]) -> bool:
 
     environ = container_env(spec)
     steps = [_hook_step(hook, settings.hook_ldconfig, environ) for hook in edits.hooks]
+    from nvhook.devices.miglayout import GPU_ENV, LAYOUT_ENV
     from nvhook.planner import INJECTED_ENV  # "served": a process's env cannot change now
 
     env = added_entries(spec.get("process", {}).get("env"), result.get("process", {}).get("env"))
-    if [e for e in env if e != INJECTED_ENV]:
+    records = (GPU_ENV, LAYOUT_ENV)  # for the shim's create check; nothing here reads them
+    if [e for e in env if e != INJECTED_ENV and not e.startswith(records)]:
         log("the environment of the devices' edits is not applied in hook mode")
     devices = added_entries(_linux(spec, "devices"), _linux(result, "devices"))
     rules = added_entries(

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -85,7 +86,8 @@ class Victim:
     of its own; ``own_ns``: in a mount namespace of its own, as a container's init;
     ``grandchild``: started through ``unshare --fork``, so not this process's child."""
 
-    def __init__(self, *, own_ns: bool, grandchild: bool) -> None:
+    def __init__(self, *, own_ns: bool, grandchild: bool, tmp: Path) -> None:
+        self.tmp = str(tmp)
         argv = [require("sleep"), "600"]
         if own_ns or grandchild:
             fork = ["--fork", "--kill-child"] if grandchild else []
@@ -140,8 +142,20 @@ class Victim:
         return {
             "devices.list": (self.v1 / "devices.list").read_bytes(),
             "programs": self.programs(),
-            "mountinfo": Path(f"/proc/{self.pid}/mountinfo").read_bytes(),
+            "mountinfo": self.mounts(),
         }
+
+    def mounts(self) -> list[str]:
+        """The victim's mountinfo, less the mounts of other tests' temp dirs (engines that
+        other pytest workers run mount and unmount there meanwhile): what the hook would
+        mount is under this test's bundle, or anywhere else but another test's dir."""
+        text = Path(f"/proc/{self.pid}/mountinfo").read_text()
+        theirs = tempfile.gettempdir() + "/pytest-of-"
+        return [
+            line
+            for line in text.splitlines()
+            if not (point := line.split()[4]).startswith(theirs) or point.startswith(self.tmp)
+        ]
 
     def close(self) -> None:
         for pid in {self.pid, self.proc.pid}:
@@ -157,13 +171,13 @@ class Victim:
 
 
 @pytest.fixture
-def victim_of() -> Iterator[Callable[..., Victim]]:
+def victim_of(tmp_path: Path) -> Iterator[Callable[..., Victim]]:
     if not (DEVICES_V1 / "devices.allow").exists() or not (UNIFIED / "cgroup.procs").exists():
         pytest.skip("needs the hybrid layout: a v1 devices hierarchy and cgroup2 at unified")
     made: list[Victim] = []
 
     def make(*, own_ns: bool = True, grandchild: bool = True) -> Victim:
-        made.append(Victim(own_ns=own_ns, grandchild=grandchild))
+        made.append(Victim(own_ns=own_ns, grandchild=grandchild, tmp=tmp_path))
         return made[-1]
 
     try:
@@ -259,6 +273,7 @@ def test_a_child_of_the_hooks_parent_in_its_own_namespace_is_served(
     after = victim.snapshot()
     assert b"c 195:0 rwm" in after["devices.list"]  # type: ignore[operator]
     assert after["devices.list"] != before["devices.list"]
+    assert after["mountinfo"] != before["mountinfo"]  # its mounts, under this test's bundle
 
 
 def test_a_gone_process_and_no_pid_change_nothing(shim: Shim, bundle: Path) -> None:
