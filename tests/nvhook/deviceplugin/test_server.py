@@ -64,7 +64,7 @@ class Running:
 @pytest.fixture
 def run_plugin(dgx: Path, tmp_path: Path) -> Iterator[Callable[..., Running]]:
     started: list[Running] = []
-    directory = Path("/tmp") / f"nvh-dp-{tmp_path.name[-12:]}"  # unix sockets: short paths
+    directory = Path("/tmp") / f"nvh-dp-{os.getpid()}-{tmp_path.name[-12:]}"  # short: sockets
     directory.mkdir()
 
     def start(config: PluginConfig, health_interval: float = 0.2) -> Running:
@@ -240,7 +240,7 @@ def test_every_socket_is_0600_whatever_the_umask_and_never_wider(
     """The plugin's sockets and the kubelet stand-in's: 0600 from the moment they are at
     their path (a watcher lstat()s both directories while they start), none left staged."""
     kubelet_only = Path("/tmp") / f"nvh-dp-umask-{os.getpid()}"
-    plugin_dir = Path("/tmp") / f"nvh-dp-{tmp_path.name[-12:]}"  # run_plugin's
+    plugin_dir = Path("/tmp") / f"nvh-dp-{os.getpid()}-{tmp_path.name[-12:]}"  # run_plugin's
     seen: dict[str, set[int]] = {}
     stop = threading.Event()
 
