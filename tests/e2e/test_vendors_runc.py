@@ -140,3 +140,36 @@ def test_mixed_node_serves_nvidia_and_amd_side_by_side(
     assert _smi(nv)[0].startswith("GPU 0: NVIDIA H100 PCIe")
     assert set(_nodes(am)) == {"/dev/kfd", "/dev/dri/card2", "/dev/dri/renderD129"}
     assert _smi(am) == ["GPU[1] : 0000:a6:00.0 renderD129 SPX/NPS1 partition 0"]
+
+
+def test_amd_cdi_name_through_the_generated_spec(
+    shim: Shim, vendor_root: Callable[[str], Path], tmp_path: Path, busybox_copy: Path
+) -> None:
+    """``cdi.k8s.io/…: amd.com/gpu=9`` (what a device plugin annotates): mode auto takes it
+    from ``nvhook cdi generate --vendor amd``'s spec, with the same nodes as jit mode."""
+    from nvhook.cli import main
+
+    root = vendor_root("mi300x-8")
+    specs = tmp_path / "cdi"
+    argv = ["cdi", "generate", "--root", str(root), "--vendor", "amd", "-o", f"{specs}/amd.json"]
+    assert main(argv) == 0
+    config = shim.with_config("amd-cdi", host={"root": str(root)}, cdi={"spec_dirs": [str(specs)]})
+    runc = config.runc_for(tmp_path / "state")
+    rootfs = probe_rootfs(tmp_path / "c" / "rootfs", busybox_copy)
+    shutil.copy2(root / "opt/rocm/bin/rocm-smi", rootfs / "bin/rocm-smi")
+    bundle = make_bundle(
+        tmp_path / "c",
+        ["sh", "-c", LOOK.format(smi="rocm-smi")],
+        rootfs=rootfs,
+        annotations={"cdi.k8s.io/amd": "amd.com/gpu=9"},
+    )
+    cid = unique_id("amdcdi")
+    try:
+        result = runc.run(bundle, cid)
+    finally:
+        runc.cleanup()
+    assert result.returncode == 0, result.stderr
+    assert set(_nodes(result.stdout)) == {"/dev/kfd", "/dev/dri/card10", "/dev/dri/renderD137"}
+    assert _smi(result.stdout) == ["GPU[9] : 0000:26:00.0 renderD137 CPX/NPS1 partition 1"]
+    (record,) = config.log_records(cid)
+    assert record["mode"] == "cdi"
