@@ -10,7 +10,7 @@ import pytest
 
 from nvhook.cli import main
 from nvhook.mock.vendors import create
-from oci.cdi.validate import check_spec
+from oci.cdi.parse import check_spec
 
 
 @pytest.fixture(scope="module")
