@@ -62,3 +62,18 @@ def test_an_unknown_amd_device_fails_the_create_in_one_line(mixed: Settings) -> 
 def test_the_front_end_hands_vendor_requests_to_the_shim() -> None:
     found = triggers(defaults())
     assert "AMD_VISIBLE_DEVICES" in found and "ASCEND_VISIBLE_DEVICES" in found
+
+
+def test_mode_cdi_takes_the_variables_names_from_the_vendors_spec(
+    mixed: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from nvhook.cli import main
+
+    specs = tmp_path_factory.mktemp("cdi")
+    argv = ["cdi", "generate", "--root", mixed.host_root, "--vendor", "amd"]
+    assert main([*argv, "-o", str(specs / "amd.json")]) == 0
+    settings = mixed._replace(runtime_mode="cdi", cdi_spec_dirs=(str(specs),))
+    d = decide_spec(_spec("AMD_VISIBLE_DEVICES=1"), settings)
+    assert d.error is None, d.error
+    assert d.mode == "cdi" and d.cdi_names == ("amd.com/gpu=1",)
+    assert set(_paths(d)) == {"/dev/dri/card2", "/dev/dri/renderD129", "/dev/kfd"}
