@@ -89,6 +89,10 @@ def allocate(
     """One container's allocation of ``ids`` of ``resource`` (see the module docstring)."""
     if not ids:
         raise AllocationError(f"an allocation of {resource.name} names no device ID")
+    from nvhook.deviceplugin.vendors import allocate_vendor, is_vendor_resource
+
+    if is_vendor_resource(resource.name):  # another vendor's: its own variable or CDI names
+        return allocate_vendor(resource, ids, config)
     devices = devices_for(resource, ids, unhealthy=unhealthy or {})
     if resource.replicas > 1 and config.fail_requests_greater_than_one and len(ids) > 1:
         raise AllocationError(

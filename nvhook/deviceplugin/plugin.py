@@ -32,7 +32,7 @@ from nvhook.deviceplugin.preferred import Topology
 from nvhook.deviceplugin.resources import build_resources
 from nvhook.deviceplugin.server import PluginState, ResourceServer, register
 from nvhook.deviceplugin.topology import read_numa_node, read_topology
-from nvhook.errors import DriverError
+from nvhook.errors import DriverError, NvhookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -100,14 +100,32 @@ class DevicePlugin:
             self.log(f"warning: {w}")
         return resources, gpus, topology
 
+    def discover_vendors(self) -> tuple[tuple[Resource, Topology], ...]:
+        """AMD's, Intel's and Ascend's devices under their plugins' resource names
+        (:mod:`nvhook.deviceplugin.vendors`)."""
+        from nvhook.deviceplugin.vendors import vendor_resources
+        from nvhook.vendors.model import Host as VendorHost
+
+        return vendor_resources(VendorHost(root=self.host.root, dev_root=self.host.dev_root))
+
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set; raises :class:`RegistrationError` when kubelet
         refuses the first registration."""
-        resources, gpus, topology = self.discover()
+        others = self.discover_vendors()
+        try:
+            resources, gpus, topology = self.discover()
+        except NvhookError as e:  # no NVIDIA driver: serve the other vendors' devices alone
+            if not others:
+                raise
+            self.log(f"no NVIDIA GPU advertised: {e}")
+            resources, gpus, topology = (), (), Topology(numa=())
         gpus_of = [(g.uuid, g.bus_id) for g in gpus]
         self._check_health(gpus_of)
         self.servers = [
             ResourceServer(r, self.config, topology, self.state, self.directory) for r in resources
+        ]
+        self.servers += [
+            ResourceServer(r, self.config, t, self.state, self.directory) for r, t in others
         ]
         if not self.servers:
             self.log("no GPU to advertise on this node; waiting for SIGTERM")
