@@ -213,11 +213,16 @@ def decide_spec(spec: dict[str, Any], settings: Settings, *, bundle: str = "") -
                 edits = _resolve_cdi(names, settings, warnings)
             else:
                 from nvhook.planner import Host, plan
-                from nvhook.requests.vendors import split_vendor_names
                 from oci.cdi.edits import Edits
 
                 host = Host.from_settings(settings)
-                nvidia, vendor_names = split_vendor_names(requests)
+                nvidia: Requests = requests
+                vendor_names: tuple[str, ...] = ()
+                ids = requests.devices.ids if isinstance(requests.devices, Devices) else ()
+                if any(isinstance(i, (VendorName, CdiName)) for i in ids):
+                    from nvhook.requests.vendors import split_vendor_names  # only then
+
+                    nvidia, vendor_names = split_vendor_names(requests)
                 if not nvidia.wants_anything:  # only other vendors' devices
                     pass
                 elif nvidia.requirements and not nvidia.disable_require:
