@@ -3,7 +3,8 @@
 What the container sees, from the inside: an AMD container exactly ``/dev/kfd`` and its
 device's card and render nodes, the mock ``rocm-smi`` (which the image would carry) listing
 that device alone; an Ascend container its ``davinci`` node, the manager nodes and the
-driver tree (``npu-smi`` from the host's); a mixed node one NVIDIA and one AMD container
+driver tree (``npu-smi`` from the host's); an Intel container its card's nodes and by-path
+links; a mixed node one NVIDIA and one AMD container
 running side by side.
 """
 
@@ -173,3 +174,39 @@ def test_amd_cdi_name_through_the_generated_spec(
     assert _smi(result.stdout) == ["GPU[9] : 0000:26:00.0 renderD137 CPX/NPS1 partition 1"]
     (record,) = config.log_records(cid)
     assert record["mode"] == "cdi"
+
+
+def test_intel_card_with_its_by_path_links_in_jit_mode(
+    shim: Shim, vendor_root: Callable[[str], Path], tmp_path: Path, busybox_copy: Path
+) -> None:
+    """``intel.com/gpu=<uid>`` (Intel has no variable) in mode jit: the card's nodes, and its
+    ``/dev/dri/by-path`` links made as real links by nvhook's createContainer hook (runc
+    makes nodes, not links); the mock ``xpu-smi`` lists that card alone."""
+    root = vendor_root("max-1550")
+    config = shim.with_config("intel", host={"root": str(root)}, runtime={"mode": "jit"})
+    runc = config.runc_for(tmp_path / "state")
+    rootfs = probe_rootfs(tmp_path / "i" / "rootfs", busybox_copy)
+    shutil.copy2(root / "usr/bin/xpu-smi", rootfs / "bin/xpu-smi")
+    look = "ls -l /dev /dev/dri /dev/dri/by-path 2>/dev/null; echo '--- smi'; xpu-smi"
+    bundle = make_bundle(
+        tmp_path / "i",
+        ["sh", "-c", look],
+        rootfs=rootfs,
+        annotations={"cdi.k8s.io/intel": "intel.com/gpu=0000-3a-00-0-0x0bd5"},
+    )
+    try:
+        result = runc.run(bundle, unique_id("intel"))
+    finally:
+        runc.cleanup()
+    assert result.returncode == 0, result.stderr
+    assert set(_nodes(result.stdout)) == {"/dev/dri/card1", "/dev/dri/renderD129"}
+    links = {
+        line.split()[-3]: line.split()[-1]
+        for line in result.stdout.split("--- smi")[0].splitlines()
+        if line.startswith("l") and "pci-" in line
+    }
+    assert links == {
+        "pci-0000:3a:00.0-card": "../card1",
+        "pci-0000:3a:00.0-render": "../renderD129",
+    }
+    assert _smi(result.stdout) == ["Device 1: 0000:3a:00.0 card1 xe"]
