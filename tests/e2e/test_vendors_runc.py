@@ -4,8 +4,8 @@ What the container sees, from the inside: an AMD container exactly ``/dev/kfd`` 
 device's card and render nodes, the mock ``rocm-smi`` (which the image would carry) listing
 that device alone; an Ascend container its ``davinci`` node, the manager nodes and the
 driver tree (``npu-smi`` from the host's); an Intel container its card's nodes and by-path
-links; a mixed node one NVIDIA and one AMD container
-running side by side.
+links; a mixed node one NVIDIA and one AMD container running side by side; and cdi mode
+from ``nvhook cdi generate --vendor amd``'s spec.
 """
 
 from __future__ import annotations
