@@ -1,8 +1,8 @@
 """Other vendors' devices as kubelet resources, under the names their own plugins use.
 
 So that a cluster moves to nvhook without changing its pod specs, each vendor's devices are
-advertised under its own plugin's resource names: ``amd.com/gpu`` (ROCm/k8s-device-plugin's
-default, single resource naming), ``gpu.intel.com/i915`` or ``gpu.intel.com/xe`` by driver
+advertised under its own plugin's resource names: ``amd.com/gpu`` (ROCm/k8s-device-plugin's),
+``gpu.intel.com/i915`` or ``gpu.intel.com/xe`` by driver
 (intel/intel-device-plugins-for-kubernetes ``cmd/gpu_plugin``: ``devProps.driver()``), and
 ``huawei.com/Ascend910`` (``Ascend310P``…) by chip, as Ascend's device plugin names them. A
 device's ID is its CDI name (``9``, ``0000-29-00-0-0x0bd5``); its ``uuid`` the qualified

@@ -10,10 +10,9 @@ writes per device and at spec level, so the two modes give a container the same 
 
 Each node is written fully specified from the host's node (``type``, ``major``, ``minor``;
 ``hostPath`` under the dev root), with the host's ``fileMode`` and, where its group may do
-what others may not (``/dev/kfd`` ``root:render 0660``, a card ``root:video 0660``,
-``davinci<N>`` of ``HwHiAiUser``), its ``uid``/``gid`` and that group in
-``additionalGids``, so that a container user other than root may open it (as ROCm's docs
-ask of a user: the ``video`` and ``render`` groups).
+what others may not (the mocks' ``/dev/kfd`` ``root:render 0660``, a card ``root:video
+0660``, ``davinci<N>`` of ``HwHiAiUser``), its ``uid``/``gid`` and that group in
+``additionalGids``, so that a container user other than root may open it.
 """
 
 from __future__ import annotations
