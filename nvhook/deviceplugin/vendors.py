@@ -4,7 +4,8 @@ So that a cluster moves to nvhook without changing its pod specs, each vendor's 
 advertised under its own plugin's resource names: ``amd.com/gpu`` (ROCm/k8s-device-plugin's),
 ``gpu.intel.com/i915`` or ``gpu.intel.com/xe`` by driver
 (intel/intel-device-plugins-for-kubernetes ``cmd/gpu_plugin``: ``devProps.driver()``), and
-``huawei.com/Ascend910`` (``Ascend310P``…) by chip, as Ascend's device plugin names them. A
+``huawei.com/Ascend910`` (``Ascend310P``…) by chip (the name Ascend's device plugin is
+documented to advertise; its code was not read here, unlike AMD's and Intel's). A
 device's ID is its CDI name (``9``, ``0000-29-00-0-0x0bd5``); its ``uuid`` the qualified
 name (``amd.com/gpu=9``), which the allocation hands on.
 
