@@ -36,6 +36,7 @@ __all__ = [
     "ENV_REQUIRE_CUDA",
     "ENV_REQUIRE_IGNORED",
     "ENV_REQUIRE_PREFIX",
+    "ENV_VENDOR_DEVICES",
     "ENV_VISIBLE_DEVICES",
     "FALLBACK_RUNTIMES",
     "FEATURE_DISABLED",
@@ -50,6 +51,8 @@ __all__ = [
 
 #: Which GPUs: ``all``, ``none``, ``void``, indices, UUIDs, MIG ids, CDI names.
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+#: Other vendors' request variables (:mod:`nvhook.requests.vendors`, their grammars).
+ENV_VENDOR_DEVICES = ("AMD_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES")
 #: Which parts of the driver: a comma list of :data:`ALL_CAPABILITIES` or ``all``.
 ENV_DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
 #: Every variable with this prefix is a requirement (``cuda>=12.4 brand=tesla,driver>=470``).

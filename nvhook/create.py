@@ -31,7 +31,7 @@ Modes (``runtime.mode``):
 from __future__ import annotations
 
 from nvhook.errors import RequestError, RequirementError
-from nvhook.requests.ids import All, CdiName, Devices, NoGpus, Requests, Void
+from nvhook.requests.ids import All, CdiName, Devices, NoGpus, Requests, VendorName, Void
 from nvhook.requests.parse import parse_requests
 from nvhook.requests.policy import Policy
 from oci._frozen import Frozen
@@ -42,6 +42,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from nvhook.planner import Host as PlannerHost
     from nvhook.planner import Plan
     from nvhook.requests.requirements import Requirement
     from nvhook.settings import Settings
@@ -212,17 +213,29 @@ def decide_spec(spec: dict[str, Any], settings: Settings, *, bundle: str = "") -
                 edits = _resolve_cdi(names, settings, warnings)
             else:
                 from nvhook.planner import Host, plan
+                from oci.cdi.edits import Edits
 
                 host = Host.from_settings(settings)
-                if requests.requirements and not requests.disable_require:
+                nvidia: Requests = requests
+                vendor_names: tuple[str, ...] = ()
+                ids = requests.devices.ids if isinstance(requests.devices, Devices) else ()
+                if any(isinstance(i, (VendorName, CdiName)) for i in ids):
+                    from nvhook.requests.vendors import split_vendor_names  # only then
+
+                    nvidia, vendor_names = split_vendor_names(requests)
+                if not nvidia.wants_anything:  # only other vendors' devices
+                    pass
+                elif nvidia.requirements and not nvidia.disable_require:
                     # the compat libcuda's CUDA counts
                     from nvhook.rootfs.spec import container_env, rootfs_path
 
                     env = container_env(spec)
-                    planned = plan(requests, host, rootfs=rootfs_path(spec, bundle), env=env)
+                    planned = plan(nvidia, host, rootfs=rootfs_path(spec, bundle), env=env)
                 else:
-                    planned = plan(requests, host)
-                edits = planned.edits
+                    planned = plan(nvidia, host)
+                edits = planned.edits if planned is not None else Edits()
+                if vendor_names:
+                    edits += _vendor_edits(vendor_names, host)
             from oci.cdi.apply import apply  # copy, weakref: not for creates that ask for nothing
 
             result = apply(edits, spec)
@@ -285,6 +298,15 @@ def _resolve_cdi(names: tuple[str, ...], settings: Settings, warnings: list[str]
     return edits
 
 
+def _vendor_edits(names: tuple[str, ...], host: PlannerHost) -> Edits:
+    """Other vendors' devices from their discovery (:mod:`nvhook.vendors.registry`)."""
+    from nvhook.vendors.model import Host as VendorHost
+    from nvhook.vendors.registry import resolve
+
+    where = VendorHost(root=host.root, dev_root=host.dev_root)
+    return resolve(names, where, hook_path=host.hook_path)
+
+
 def choose_mode(configured: str, requests: Requests) -> tuple[str, str]:
     """The mode for ``requests`` under ``runtime.mode`` = ``configured``, and why."""
     if configured != "auto":
@@ -305,4 +327,6 @@ def cdi_names(requests: Requests, kind: str) -> tuple[str, ...]:
             f"runtime mode cdi cannot inject {devices} (driver files without a device): "
             "name a CDI device, or use mode jit or auto"
         )
-    return tuple(i.value if isinstance(i, CdiName) else f"{kind}={i}" for i in devices.ids)
+    return tuple(
+        i.value if isinstance(i, (CdiName, VendorName)) else f"{kind}={i}" for i in devices.ids
+    )

@@ -113,6 +113,8 @@ RANKS: dict[str, int] = {
     # the jit planner; what to do about a CDI failure
     "nvhook.planner": 6,
     "nvhook.cdihints": 6,
+    # other vendors' discovery and edits (beside the planner; discover's hooks below it)
+    "nvhook.vendors": 6,
     # the create path: requests, then devices and edits, applied in memory
     "nvhook.create": 7,
     # one runtime call up to its exec: argv, settings, the create, the messages

@@ -70,7 +70,9 @@ def _kind_part(ctx: click.Context, param: click.Parameter, value: str | None) ->
     default="nvidia.com",
     show_default=True,
     callback=_kind_part,
-    help="Vendor part of the kind.",
+    help="Vendor part of the kind; or amd, intel, ascend: that vendor's spec instead "
+    "(amd.com/gpu, intel.com/gpu, huawei.com/npu); auto: one for each of them present "
+    "[/var/run/cdi/<vendor>.json].",
 )
 @click.option(
     "--class",

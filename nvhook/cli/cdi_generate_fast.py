@@ -170,6 +170,8 @@ class Job:
 
 def check(params: dict[str, Any]) -> Job:
     """The command body's usage checks, in its order; :class:`UsageProblem` for the first."""
+    if params["vendor"] in _OTHER_VENDORS:
+        return _other_vendor_job(params)
     _kind_choices(
         params["kind"], params["strategies"], params["no_all_device"], params["capabilities"]
     )
@@ -180,8 +182,58 @@ def check(params: dict[str, Any]) -> Job:
     return Job(params, path, fmt, _capabilities(params["capabilities"]))
 
 
+#: ``--vendor`` values naming another vendor's spec (``nvhook.tools.vendor_specs``).
+_OTHER_VENDORS = ("amd", "intel", "ascend", "auto")
+
+
+def _other_vendor_job(params: dict[str, Any]) -> Job:
+    """``--vendor amd|intel|ascend|auto``: only the host and output flags apply."""
+    for name, flag in (
+        ("class_name", "--class"),
+        ("strategies", "--device-name-strategy"),
+        ("capabilities", "--capabilities"),
+    ):
+        if params[name]:
+            raise UsageProblem(f"does not apply to --vendor {params['vendor']}", flag)
+    if params["kind"] != "gpu" or params["no_all_device"]:
+        flag = "--kind" if params["kind"] != "gpu" else "--no-all-device"
+        raise UsageProblem(f"does not apply to --vendor {params['vendor']}", flag)
+    output, fmt = params["output"], params["fmt"]
+    if params["vendor"] == "auto":
+        if output == "-":
+            raise UsageProblem(
+                "--vendor auto writes one file per vendor: give a directory", "--output"
+            )
+        fmt = fmt or "json"
+    else:
+        output, fmt = output_and_format(output, fmt) if output else (None, fmt or "json")
+    hook_path = params["hook_path"]
+    if hook_path is not None and not os.path.isabs(hook_path):
+        raise UsageProblem(f"{hook_path!r} is not absolute", "--hook-path")
+    return Job(params, output or "", fmt, None)
+
+
+def _run_other_vendor(job: Job) -> str | None:
+    from nvhook.discover.hooks import default_hook_path
+    from nvhook.tools.vendor_specs import write_vendor_specs
+    from nvhook.vendors.model import Host
+
+    p = job.params
+    host = Host(root=p["root"], dev_root=p["dev_root"] or p["root"])
+    lines = write_vendor_specs(
+        p["vendor"],
+        host,
+        output=job.path or None,
+        fmt=job.format,
+        hook_path=p["hook_path"] or default_hook_path(),
+    )
+    return "\n".join(lines) or None
+
+
 def run(job: Job) -> str | None:
     """Generate and write the spec; the summary line for stderr (None: written to stdout)."""
+    if job.params["vendor"] in _OTHER_VENDORS:
+        return _run_other_vendor(job)
     from nvhook.planner import Host
     from nvhook.tools.generate import generate_spec, summary
     from oci.cdi.version import minimum_version

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
+from typing import Any
 
 import click
 
@@ -80,6 +81,13 @@ __all__ = ["labels"]
     type=click.FloatRange(min=0),
     help="Label again every this many seconds until SIGTERM (0: once).",
 )
+@click.option(
+    "--all-vendors",
+    is_flag=True,
+    help="Also AMD's, Intel's and Ascend's devices: their labellers' labels and the "
+    "vendor-neutral accelerator.nvhook.io/ set (vendor, product, memory-mib, class…); NVIDIA's "
+    "labels only where its driver is loaded.",
+)
 def labels(
     root: str | None,
     driver_root: str | None,
@@ -91,6 +99,7 @@ def labels(
     api_server: str | None,
     service_account_dir: str,
     interval: float,
+    all_vendors: bool,
 ) -> None:
     """Print GPU Feature Discovery's labels for this node (nvidia.com/gpu.product, .count,
     .memory, .family, MIG and time-slicing labels…), one key=value line each: the format of
@@ -121,7 +130,16 @@ def labels(
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
     while True:
-        _once(host, config, output, health_state_file, node, api_server, service_account_dir)
+        _once(
+            host,
+            config,
+            output,
+            health_state_file,
+            node,
+            api_server,
+            service_account_dir,
+            all_vendors,
+        )
         if not interval or stop.wait(interval):
             return
 
@@ -134,6 +152,7 @@ def _once(
     node: str | None,
     api_server: str | None,
     service_account_dir: str,
+    all_vendors: bool,
 ) -> None:
     from nvhook.deviceplugin.healthstate import read_health_state
     from nvhook.deviceplugin.labels import (
@@ -144,8 +163,11 @@ def _once(
         write_feature_file,
     )
 
-    driver, gpus = read_node(host)
-    found = node_labels(driver, gpus, config)
+    if all_vendors:
+        found = _all_vendors(host, config)
+    else:
+        driver, gpus = read_node(host)
+        found = node_labels(driver, gpus, config)
     state = read_health_state(config.health.state_file or health_state_file)
     if state is not None:
         found = dict(sorted((found | health_labels(state)).items()))
@@ -165,3 +187,27 @@ def _once(
     else:
         write_feature_file(output, found)
         click.echo(f"{output}: {len(found)} labels", err=True)
+
+
+def _all_vendors(host: Any, config: Any) -> dict[str, str]:
+    """NVIDIA's GFD labels where its driver answers, then every vendor's and the neutral set."""
+    from nvhook.deviceplugin.labels import node_labels, read_node
+    from nvhook.errors import NvhookError
+    from nvhook.vendors import labels as vendor_labels
+    from nvhook.vendors.model import Host as VendorHost
+    from nvhook.vendors.registry import discover_all
+
+    found: dict[str, str] = {}
+    nvidia: list[vendor_labels.Facts] = []
+    try:
+        driver, gpus = read_node(host)
+    except NvhookError:  # no NVIDIA driver here: the other vendors' labels alone
+        pass
+    else:
+        found |= node_labels(driver, gpus, config)
+        nvidia = [
+            vendor_labels.facts_of_nvidia(g.name, g.memory_bytes, g.compute_capability)
+            for g in gpus
+        ]
+    others = discover_all(VendorHost(root=host.root, dev_root=host.dev_root))
+    return dict(sorted((found | vendor_labels.node_labels(others, nvidia)).items()))

@@ -30,8 +30,16 @@ def mock() -> None:
 @click.argument("names", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def profiles(names: tuple[str, ...], as_json: bool) -> None:
-    """List the machine profiles (or only NAMES) with their GPUs."""
-    loaded = [load_profile(n) for n in (names or list_profiles())]
+    """List the machine profiles (or only NAMES) with their GPUs; then the other vendors'
+    (AMD, Intel, Ascend, a mixed node)."""
+    from nvhook.mock.vendors import is_vendor_profile, list_vendor_profiles, load_vendor_profile
+
+    if names:
+        others = [n for n in names if is_vendor_profile(n)]
+        loaded = [load_profile(n) for n in names if not is_vendor_profile(n)]
+    else:
+        others = list(list_vendor_profiles())
+        loaded = [load_profile(n) for n in list_profiles()]
     if as_json:
         click.echo(json.dumps([_profile_dict(p) for p in loaded], indent=2))
         return
@@ -39,6 +47,11 @@ def profiles(names: tuple[str, ...], as_json: bool) -> None:
         if i:
             click.echo("")
         click.echo(_profile_text(p))
+    for n in others:
+        if loaded or n != others[0]:
+            click.echo("")
+        text = " ".join(str(load_vendor_profile(n)["description"]).split())
+        click.echo(f"{n} (other vendors): {text}")
 
 
 @mock.command()
@@ -69,6 +82,19 @@ def create(
     profile: str, nodes: str, device_file_gid: int, device_file_mode: str, directory: Path
 ) -> None:
     """Lay out PROFILE as a fake host root at DIRECTORY (new or empty)."""
+    from nvhook.mock.vendors import is_vendor_profile
+
+    if is_vendor_profile(profile):
+        from nvhook.mock.vendors import create as create_vendor_machine
+        from nvhook.vendors.model import Host
+        from nvhook.vendors.registry import discover_all
+
+        made = create_vendor_machine(profile, directory, nodes=nodes)
+        found = discover_all(Host(str(made.root), str(made.root)))
+        counts = ", ".join(f"{len(d)} {v} device(s)" for v, d in found.items())
+        click.echo(f"mock machine {profile} at {made.root}: {counts}, nodes as {made.nodes} nodes")
+        click.echo(f"  CDI specs: nvhook cdi generate --root {made.root} --vendor auto -o DIR")
+        return
     try:
         mode = int(device_file_mode, 8)
     except ValueError:

@@ -138,6 +138,10 @@ def allocate(
     channels configured and present on the host."""
     if not ids:
         raise AllocationError(f"an allocation of {resource.name} names no device ID")
+    from nvhook.deviceplugin.vendors import allocate_vendor, is_vendor_resource
+
+    if is_vendor_resource(resource.name):  # another vendor's: its own variable or CDI names
+        return allocate_vendor(resource, ids, config)
     devices = devices_for(resource, ids, unhealthy=unhealthy or {})
     replicas = any(d.replica is not None for d in devices)
     mps = replicas and config.sharing_strategy == "mps"

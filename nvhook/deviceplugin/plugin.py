@@ -48,7 +48,7 @@ from nvhook.deviceplugin.preferred import Topology
 from nvhook.deviceplugin.resources import build_resources
 from nvhook.deviceplugin.server import PluginState, ResourceServer, register
 from nvhook.deviceplugin.topology import read_numa_node, read_topology
-from nvhook.errors import DriverError
+from nvhook.errors import DriverError, NvhookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -155,6 +155,7 @@ class DevicePlugin:
         self.log = log
         self.state = PluginState()
         self.servers: list[ResourceServer] = []
+        self._others: tuple[tuple[Resource, Topology], ...] = ()  # other vendors' resources
         self.ready = threading.Event()  # set once every server is registered
         self.nodes: dict[str, tuple[str, ...]] = {}
         self.imex: tuple[int, ...] = ()
@@ -185,24 +186,37 @@ class DevicePlugin:
             self.log(f"warning: {w}")
         return resources, gpus, topology
 
+    def discover_vendors(self) -> tuple[tuple[Resource, Topology], ...]:
+        """AMD's, Intel's and Ascend's devices under their plugins' resource names
+        (:mod:`nvhook.deviceplugin.vendors`)."""
+        from nvhook.deviceplugin.vendors import vendor_resources
+        from nvhook.vendors.model import Host as VendorHost
+
+        return vendor_resources(VendorHost(root=self.host.root, dev_root=self.host.dev_root))
+
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set; raises :class:`RegistrationError` when kubelet
         refuses the first registration."""
         for note in self.config.notes:
             self.log(f"warning: {note}")
+        self._others = self.discover_vendors()
         try:
             resources, gpus, topology = self.discover()
-        except (DriverError, StrategyError) as e:
-            if self.config.fail_on_init_error:
+        except NvhookError as e:
+            if self._others:  # no NVIDIA driver: serve the other vendors' devices alone
+                self.log(f"no NVIDIA GPU advertised: {e}")
+                resources, gpus, topology = (), (), Topology(numa=())
+            elif not isinstance(e, (DriverError, StrategyError)) or self.config.fail_on_init_error:
                 raise
-            self.log(
-                f"error: {e.message}; failOnInitError is false: serving nothing on this node, "
-                "waiting for SIGTERM"
-            )
-            self.ready.set()
-            stop.wait()
-            self.log("stopped")
-            return
+            else:
+                self.log(
+                    f"error: {e.message}; failOnInitError is false: serving nothing on this "
+                    "node, waiting for SIGTERM"
+                )
+                self.ready.set()
+                stop.wait()
+                self.log("stopped")
+                return
         try:
             self._serve(resources, gpus, topology)
             self.ready.set()
@@ -237,6 +251,9 @@ class DevicePlugin:
                 imex=self.imex,
             )
             for r in resources
+        ]
+        self.servers += [
+            ResourceServer(r, self.config, t, self.state, self.directory) for r, t in self._others
         ]
         if not self.servers:
             self.log("no GPU to advertise on this node; waiting for SIGTERM")

@@ -191,7 +191,8 @@ def triggers(settings: Settings) -> tuple[str, ...]:
 
     :func:`nvhook.requests.parse.parse_requests` asks for something only through
     ``NVIDIA_VISIBLE_DEVICES``, the implicit ``all`` of a legacy image (``CUDA_VERSION``),
-    ``NVIDIA_IMEX_CHANNELS``, an annotation under a configured prefix, a device-list mount
+    ``NVIDIA_IMEX_CHANNELS``, other vendors' variables (``AMD_VISIBLE_DEVICES``,
+    ``ASCEND_VISIBLE_DEVICES``), an annotation under a configured prefix, a device-list mount
     (its destination holds the root's last component whatever ``normpath`` removes; only
     when ``policy.accept_volume_mounts``) or a privileged container (``CAP_SYS_ADMIN``; only
     when ``policy.privileged_gets_all``). Dockerd's ``--gpus`` hook
@@ -203,11 +204,13 @@ def triggers(settings: Settings) -> tuple[str, ...]:
         DEVICE_LIST_MOUNT_ROOT,
         ENV_CUDA_VERSION,
         ENV_IMEX_CHANNELS,
+        ENV_VENDOR_DEVICES,
         ENV_VISIBLE_DEVICES,
     )
     from nvhook.legacyhook import LEGACY_HOOK
 
     found = [ENV_VISIBLE_DEVICES, ENV_IMEX_CHANNELS, ENV_CUDA_VERSION, LEGACY_HOOK]
+    found += ENV_VENDOR_DEVICES
     found += settings.cdi_annotation_prefixes
     if settings.policy_accept_volume_mounts:
         found.append(DEVICE_LIST_MOUNT_ROOT.rsplit("/", 1)[1])

@@ -45,6 +45,7 @@ __all__ = [
     "Source",
     "SourceKind",
     "Uuid",
+    "VendorName",
     "Void",
 ]
 
@@ -102,7 +103,13 @@ class CdiName(_Text):
     """A fully qualified CDI device name ``vendor/class=name``."""
 
 
-DeviceId = Index | Uuid | MigIndex | MigUuid | LegacyMig | CdiName
+class VendorName(_Text):
+    """Another vendor's device asked for by its request variable (``AMD_VISIBLE_DEVICES``),
+    as a qualified name of its CDI kind (``amd.com/gpu=0``): served from the vendor's
+    discovery in jit mode (:mod:`nvhook.vendors.registry`), from spec files in cdi mode."""
+
+
+DeviceId = Index | Uuid | MigIndex | MigUuid | LegacyMig | CdiName | VendorName
 
 # --- device requests (a sum type) -----------------------------------------------------------
 

@@ -22,7 +22,11 @@ with the reason, so that ``nvhook explain`` can say so):
    and whose source is ``/dev/null`` (others are ignored with a warning);
 3. ``NVIDIA_VISIBLE_DEVICES`` in ``process.env`` — honoured for an unprivileged
    container only when ``policy.accept_env_unprivileged``; unset in a legacy CUDA image
-   (``CUDA_VERSION`` set, ``NVIDIA_REQUIRE_CUDA`` not) it means ``all``;
+   (``CUDA_VERSION`` set, ``NVIDIA_REQUIRE_CUDA`` not) it means ``all``; other vendors'
+   variables (``AMD_VISIBLE_DEVICES``, ``ASCEND_VISIBLE_DEVICES``, their grammars in
+   :mod:`nvhook.requests.vendors`) add their devices after NVIDIA's, under the same rules
+   (ignored when annotations or mounts request devices, or by the privilege rule); with
+   NVIDIA's ``all`` or ``none`` they are an error;
 4. nothing asked: ``all`` for a privileged container when ``policy.privileged_gets_all``,
    else :class:`Void`.
 
@@ -83,6 +87,7 @@ from nvhook.constants import (
     ENV_REQUIRE_CUDA,
     ENV_REQUIRE_IGNORED,
     ENV_REQUIRE_PREFIX,
+    ENV_VENDOR_DEVICES,
     ENV_VISIBLE_DEVICES,
 )
 from nvhook.errors import RequestError
@@ -93,6 +98,7 @@ from nvhook.requests.ids import (
     Devices,
     Features,
     Ignored,
+    NoGpus,
     Requests,
     Source,
     SourceKind,
@@ -350,10 +356,54 @@ def _devices(
             devices = All()
             sources.append(Source(kind, ENV_CUDA_VERSION, shown, devices))
 
+    vendor_sources = _from_vendor_env(found, overridden)
+    if vendor_sources:
+        devices = _with_vendors(devices, vendor_sources)
+        sources += vendor_sources
     if not sources and visible is None and privileged and policy.privileged_gets_all:
         devices = All()
         sources.append(Source(SourceKind.POLICY, "privileged_gets_all", "true", devices))
     return devices, sources
+
+
+def _from_vendor_env(found: _Found, overridden: str) -> list[Source]:
+    """Other vendors' variables (:mod:`nvhook.requests.vendors`), under the same rules as
+    ``NVIDIA_VISIBLE_DEVICES``: ignored when annotations or mounts request devices, and for
+    an unprivileged container unless ``policy.accept_env_unprivileged``."""
+    sources: list[Source] = []
+    for name in ENV_VENDOR_DEVICES:
+        value = found.env.get(name)
+        if value is None:
+            continue
+        from nvhook.requests.vendors import parse_vendor_list  # only where one is set
+
+        shown = cut(value)
+        if overridden:
+            found.ignored.append(Ignored(SourceKind.ENV, name, shown, overridden))
+        elif not found.env_allowed:
+            found.ignored.append(Ignored(SourceKind.ENV, name, shown, _NOT_ALLOWED))
+            if value.strip(BLANKS) not in ("", DEVICE_VOID):
+                found.warnings.append(f"ignored {name}={show(value)}: {_NOT_ALLOWED}")
+        else:
+            names = parse_vendor_list(name, value)
+            if names:
+                sources.append(Source(SourceKind.ENV, name, shown, Devices(names)))
+    return sources
+
+
+def _with_vendors(devices: DeviceRequest, vendor_sources: list[Source]) -> DeviceRequest:
+    """NVIDIA's request and the other vendors' devices, one list (NVIDIA's first)."""
+    if isinstance(devices, (All, NoGpus)):
+        names = ", ".join(s.name for s in vendor_sources)
+        raise RequestError(
+            f"{ENV_VISIBLE_DEVICES}={devices} cannot be combined with {names}: list the "
+            f"NVIDIA GPUs by index or UUID, or drop {ENV_VISIBLE_DEVICES}"
+        )
+    ids: dict[DeviceId, None] = dict.fromkeys(devices.ids) if isinstance(devices, Devices) else {}
+    for s in vendor_sources:
+        assert isinstance(s.devices, Devices)
+        ids.update(dict.fromkeys(s.devices.ids))
+    return Devices(tuple(ids))
 
 
 def _imex(found: _Found) -> All | tuple[int, ...]:

@@ -633,6 +633,11 @@ def verdict(decision: Decision) -> dict[str, Any]:
             f"will see no GPU: {_nothing_asked(decision.requests).partition(':')[0]}",
             runs_cuda=None,
         )
+    if decision.mode == "jit" and decision.plan is None and decision.requests is not None:
+        from nvhook.requests.vendors import split_vendor_names
+
+        others = ", ".join(split_vendor_names(decision.requests)[1])
+        return _verdict(f"will get {others} (from the host, no NVIDIA GPU)", runs_cuda=None)
     if decision.mode == "cdi" or decision.plan is None:
         names = ", ".join(decision.cdi_names)
         return _verdict(f"will get the CDI devices {names} (as their spec says)", runs_cuda=None)

@@ -256,3 +256,37 @@ def test_containers_own_cdi_applies_nvhooks_spec_under_plain_runc(
     link = output.split("--- link\n", 1)[1].strip()
     assert link == "libcuda.so.1"  # made by nvhook-hook, the spec's createContainer hook
     assert shim.log_records(sandbox) == shim.log_records(container) == []
+
+
+def test_containers_own_cdi_applies_nvhooks_amd_spec(served: Served, tmp_path: Path) -> None:
+    """Another vendor through containerd's own CDI: ``nvhook cdi generate --vendor amd`` on
+    the ``mi300x-8`` mock in the root's ``/etc/cdi``, and a CRI container given
+    ``amd.com/gpu=9`` as kubelet passes a device plugin's CDI devices: exactly ``/dev/kfd``
+    and partition 9's card and render nodes, which open as far as the driver (ENXIO: the
+    mock has none), and no other render node."""
+    from nvhook.mock.vendors import create as create_vendor
+
+    machine = tmp_path / "amd"
+    create_vendor("mi300x-8", machine, nodes="char")
+    spec = tmp_path / "amd.json"
+    argv = ["cdi", "generate", "--root", str(machine), "--vendor", "amd", "-o", str(spec)]
+    assert main(argv) == 0
+    root = served.engine.root
+    root.run("cp", str(spec), "/etc/cdi/amd.json")
+    look = "ls /dev /dev/dri; echo '--- open'; cat /dev/dri/renderD137 2>&1; true"
+    try:
+        _, _, output = run_pod(
+            served.client,
+            "",
+            tmp_path / "logs",
+            {},
+            allocation={"cdi_devices": ["amd.com/gpu=9"]},
+            command=look,
+        )
+    finally:
+        root.run("rm", "-f", "/etc/cdi/amd.json")
+    listing, _, opened = output.partition("--- open\n")
+    names = set(listing.split())
+    assert "kfd" in names
+    assert {n for n in names if n.startswith(("card", "renderD"))} == {"card10", "renderD137"}
+    assert "No such device or address" in opened, opened

@@ -476,3 +476,48 @@ def test_rootful_user_gets_the_nodes_group(served: Served, shim: Shim, tmp_path:
         groups, opened = done.stdout.splitlines()[:2]
         assert groups.split() == ["1000", str(VIDEO)], groups
         assert opened == _cant_open("/dev/nvidia1", ENXIO)
+
+
+@pytest.mark.parametrize("how", ["engine-cdi", "shim-jit"])
+def test_amd_partition_through_the_vendors_spec_and_jit(
+    served: Served, shim: Shim, tmp_path: Path, how: str
+) -> None:
+    """Another vendor: ``nvhook cdi generate --vendor amd`` on the ``mi300x-8`` mock (CPX:
+    64 devices), installed in the root's ``/etc/cdi`` under the kind ``amd-ctk`` writes,
+    ``amd.com/gpu``; ``podman run --device amd.com/gpu=9 --user 1000:1000`` (and
+    nvhook-runtime's jit mode with ``AMD_VISIBLE_DEVICES=9``) sees exactly ``/dev/kfd`` and
+    partition 9's card and render nodes, gets their groups (``video``, ``render``) from
+    ``additionalGids``, and the mock ``rocm-smi`` (the image's, mounted in) lists GPU[9] alone:
+    its nodes open as far as the driver for a process of another user."""
+    from nvhook.mock.vendors import RENDER_GID
+    from nvhook.mock.vendors import create as create_vendor
+
+    machine = tmp_path / "amd"
+    create_vendor("mi300x-8", machine, nodes="char")
+    spec_file = tmp_path / "amd.json"
+    argv = ["cdi", "generate", "--root", str(machine), "--vendor", "amd", "-o", str(spec_file)]
+    assert main(argv) == 0
+    spec = json.loads(spec_file.read_text())
+    assert (spec["kind"], spec["cdiVersion"]) == ("amd.com/gpu", "0.7.0")
+    look = ["sh", "-c", "id -G; ls /dev /dev/dri; echo '--- smi'; rocm-smi"]
+    options = ["--user", "1000:1000", "-v", f"{machine}/opt/rocm/bin/rocm-smi:/usr/bin/rocm-smi:ro"]
+    root = served.engine.root
+    if how == "engine-cdi":
+        root.run("cp", str(spec_file), "/etc/cdi/amd.json")
+        try:
+            done = served.podman.run(look, devices=["amd.com/gpu=9"], options=options)
+        finally:
+            root.run("rm", "-f", "/etc/cdi/amd.json")
+    else:
+        config = shim.with_config(f"{served.engine.name}-amd", host={"root": str(machine)})
+        done = served.podman.with_conmon_env("amd", config.extra_env).run(
+            look, runtime=shim.binary, env={"AMD_VISIBLE_DEVICES": "9"}, options=options
+        )
+    assert done.returncode == 0, done.stderr
+    head, _, smi = done.stdout.partition("--- smi\n")
+    groups, *listing = head.splitlines()
+    assert sorted(groups.split()) == sorted(["1000", str(VIDEO), str(RENDER_GID)])
+    names = set(" ".join(listing).split())
+    dri = {n for n in names if n.startswith(("card", "renderD"))}
+    assert "kfd" in names and dri == {"card10", "renderD137"}, names
+    assert smi.splitlines() == ["GPU[9] : 0000:26:00.0 renderD137 CPX/NPS1 partition 1"]

@@ -1,0 +1,85 @@
+"""Other vendors' devices as kubelet resources, under the names their own plugins use.
+
+So that a cluster moves to nvhook without changing its pod specs, each vendor's devices are
+advertised under its own plugin's resource names: ``amd.com/gpu`` (ROCm/k8s-device-plugin's),
+``gpu.intel.com/i915`` or ``gpu.intel.com/xe`` by driver
+(intel/intel-device-plugins-for-kubernetes ``cmd/gpu_plugin``: ``devProps.driver()``), and
+``huawei.com/Ascend910`` (``Ascend310P``…) by chip (the name Ascend's device plugin is
+documented to advertise; its code was not read here, unlike AMD's and Intel's). A
+device's ID is its CDI name (``9``, ``0000-29-00-0-0x0bd5``); its ``uuid`` the qualified
+name (``amd.com/gpu=9``), which the allocation hands on.
+
+An allocation gives the container the devices as nvhook's requests read them
+(:mod:`nvhook.requests.vendors`): with the ``envvar`` strategy the vendor's own variable
+(``AMD_VISIBLE_DEVICES=9``, ``ASCEND_VISIBLE_DEVICES=1``), which the shim serves in jit mode;
+for a vendor without one (Intel), or with ``cdi-annotations``, the CDI annotation; with
+``cdi-cri`` the CDI device names for the engine's own CDI (``nvhook cdi generate --vendor``'s
+spec). ``volume-mounts`` is NVIDIA's alone and gives nothing here. Health is not watched for
+these devices (no vendor library): they are listed healthy while present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from nvhook.deviceplugin.allocate import ANNOTATION_NAME, ContainerAllocation, devices_for
+from nvhook.deviceplugin.model import Device, PluginConfig, Resource
+from nvhook.deviceplugin.preferred import Topology
+from nvhook.vendors.model import Accelerator, Host
+from nvhook.vendors.registry import VENDORS
+
+__all__ = ["allocate_vendor", "is_vendor_resource", "resource_name", "vendor_resources"]
+
+_PREFIXES = ("amd.com/", "gpu.intel.com/", "huawei.com/")
+
+
+def resource_name(device: Accelerator) -> str:
+    """The resource the vendor's own plugin advertises ``device`` under."""
+    if device.vendor == "amd":
+        return "amd.com/gpu"
+    if device.vendor == "intel":
+        return f"gpu.intel.com/{device.driver}"
+    return f"huawei.com/{device.family}"
+
+
+def is_vendor_resource(name: str) -> bool:
+    return name.startswith(_PREFIXES)
+
+
+def vendor_resources(host: Host) -> tuple[tuple[Resource, Topology], ...]:
+    """Each vendor resource of ``host`` and its topology (NUMA unknown, no links)."""
+    grouped: dict[str, list[Accelerator]] = {}
+    for vendor in VENDORS:
+        for d in vendor.discover(host):
+            grouped.setdefault(resource_name(d), []).append(d)
+    found = []
+    for name, members in grouped.items():
+        devices = tuple(
+            Device(id=d.name, uuid=d.qualified_name, gpu_uuid=d.qualified_name, gpu_index=i)
+            for i, d in enumerate(members)
+        )
+        found.append((Resource(name, devices), Topology(numa=(None,) * len(devices))))
+    return tuple(found)
+
+
+def allocate_vendor(
+    resource: Resource, ids: Sequence[str], config: PluginConfig
+) -> ContainerAllocation:
+    """One container's allocation of ``ids`` of a vendor ``resource`` (module docstring)."""
+    devices = devices_for(resource, ids, unhealthy={})
+    names = [d.uuid for d in devices]
+    kind = names[0].partition("=")[0]
+    variable = next((v.env for v in VENDORS if v.kind == kind and v.env), "")
+    strategies = config.device_list_strategies
+    envs: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    if "envvar" in strategies and variable:
+        envs[variable] = ",".join(n.partition("=")[2] for n in names)
+    if "cdi-annotations" in strategies or ("envvar" in strategies and not variable):
+        digest = hashlib.sha256("\0".join([resource.name, *ids]).encode()).hexdigest()[:12]
+        annotations[f"{config.cdi_annotation_prefix}{ANNOTATION_NAME}_{digest}"] = ",".join(names)
+    cdi = tuple(names) if "cdi-cri" in strategies else ()
+    return ContainerAllocation(
+        envs=tuple(envs.items()), annotations=tuple(annotations.items()), cdi_devices=cdi
+    )

@@ -1,0 +1,47 @@
+"""Small readers of sysfs files and directories, through a root; none raises for a file
+that is missing (a device the kernel shows partly is skipped by its vendor module)."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["listdir", "read", "read_int", "read_keyed"]
+
+
+def read(path: str) -> str | None:
+    """The file's text, stripped; None when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(65536).strip()
+    except OSError:
+        return None
+
+
+def read_int(path: str, base: int = 0) -> int | None:
+    """The file's integer (``0x…`` hex with ``base=0``); None when missing or not one."""
+    text = read(path)
+    if text is None:
+        return None
+    try:
+        return int(text, base)
+    except ValueError:
+        return None
+
+
+def read_keyed(path: str) -> dict[str, str]:
+    """``key value`` lines (KFD topology ``properties``) as a dict; empty when missing."""
+    text = read(path)
+    found: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key:
+            found[key] = value.strip()
+    return found
+
+
+def listdir(path: str) -> list[str]:
+    """The sorted names in a directory; empty when it cannot be read."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []

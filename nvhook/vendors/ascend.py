@@ -1,0 +1,96 @@
+"""Huawei Ascend NPUs: the nodes and driver trees Ascend's own runtime injects.
+
+What a container gets is ``ascend-docker-runtime``'s (Ascend/ascend-docker-runtime at
+c451124, read for this module: ``runtime/main.go`` ``addDevice``, ``addManagerDevice``,
+``addCommonManagerDevice``; ``build/scripts/base.list``): ``/dev/davinci<N>`` for each NPU
+asked for, the manager node ``/dev/davinci_manager`` and the common ``/dev/devmm_svm`` and
+``/dev/hisi_hdc`` (all but Atlas 200 products), and read-only bind mounts of the driver's
+``/usr/local/Ascend/driver/lib64``, ``/usr/local/Ascend/driver/include``,
+``/usr/local/dcmi`` and ``/usr/local/bin/npu-smi`` where the host has them.
+
+The NPUs are the ``/dev/davinci<N>`` nodes (what that runtime stats; its chip name comes
+from the DCMI library, which nvhook does not load): index and CDI name are ``N`` under kind
+``huawei.com/npu``. The product comes from the Huawei PCI functions (vendor ``0x19e5``) in
+``/sys/bus/pci/devices``, the N-th in bus order for ``davinci<N>``, by device id;
+memory and AI cores from the product table (no sysfs file has them).
+"""
+
+from __future__ import annotations
+
+import os
+
+from nvhook.vendors._sysfs import listdir, read, read_int
+from nvhook.vendors.model import Accelerator, Host, Vendor
+
+__all__ = ["DRIVER_TREES", "KIND", "MANAGER_NODES", "VENDOR", "discover"]
+
+KIND = "huawei.com/npu"
+ENV = "ASCEND_VISIBLE_DEVICES"
+MANAGER_NODES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+DRIVER_TREES = (
+    "/usr/local/Ascend/driver/lib64",
+    "/usr/local/Ascend/driver/include",
+    "/usr/local/dcmi",
+    "/usr/local/bin/npu-smi",
+)
+_PCI = "/sys/bus/pci/devices"
+
+#: PCI device id: (product, the resource name's chip, memory MiB, AI cores, data types).
+PRODUCTS: dict[int, tuple[str, str, int, int, tuple[str, ...]]] = {
+    0xD801: ("Ascend 910", "Ascend910", 32768, 32, ("fp16", "fp32")),
+    0xD802: ("Ascend 910B3", "Ascend910", 65536, 20, ("bf16", "fp16", "fp32")),
+    0xD500: ("Ascend 310P3", "Ascend310P", 24576, 8, ("fp16",)),
+}
+
+
+def chip(device_id: int) -> str:
+    """``Ascend910``, ``Ascend310P``: the chip in Ascend's resource names."""
+    return PRODUCTS.get(device_id, ("", "Ascend", 0, 0, ()))[1]
+
+
+def discover(host: Host) -> tuple[Accelerator, ...]:
+    """The host's NPUs by davinci number (module docstring)."""
+    dev = host.dev("/dev")
+    numbers = sorted(
+        int(n[7:]) for n in listdir(dev) if n.startswith("davinci") and n[7:].isdigit()
+    )
+    pci = host.sys(_PCI)
+    functions = [b for b in listdir(pci) if read(os.path.join(pci, b, "vendor")) == "0x19e5"]
+    found: list[Accelerator] = []
+    for position, n in enumerate(numbers):
+        bus = functions[position] if position < len(functions) else ""
+        device_id = (read_int(os.path.join(pci, bus, "device")) or 0) if bus else 0
+        product, _, memory, cores, dtypes = PRODUCTS.get(
+            device_id, ("Ascend NPU", "Ascend", 0, 0, ())
+        )
+        found.append(
+            Accelerator(
+                vendor="ascend",
+                kind=KIND,
+                name=str(n),
+                index=n,
+                bus_id=bus,
+                product=product,
+                driver="davinci",
+                nodes=(f"/dev/davinci{n}",),
+                memory_mib=memory,
+                compute_units=cores,
+                device_id=device_id,
+                family=chip(device_id),
+                dtypes=dtypes,
+            )
+        )
+    return tuple(found)
+
+
+def _shared(host: Host) -> tuple[str, ...]:
+    return tuple(p for p in MANAGER_NODES if os.path.exists(host.dev(p)))
+
+
+def _mounts(host: Host) -> tuple[str, ...]:
+    return tuple(p for p in DRIVER_TREES if os.path.exists(host.sys(p)))
+
+
+VENDOR = Vendor(
+    name="ascend", kind=KIND, env=ENV, discover=discover, shared_nodes=_shared, mounts=_mounts
+)

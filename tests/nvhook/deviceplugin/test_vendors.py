@@ -1,0 +1,116 @@
+"""Other vendors' devices through the device plugin, against the kubelet stand-in
+(:class:`nvhook.deviceplugin.server.Kubelet`, built from kubelet's real v1beta1 proto):
+advertised under their own plugins' resource names, allocated as nvhook's requests read them."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from nvhook.deviceplugin.model import PluginConfig
+from nvhook.deviceplugin.plugin import DevicePlugin
+from nvhook.deviceplugin.server import Kubelet, create_container_config
+from nvhook.deviceplugin.vendors import vendor_resources
+from nvhook.mock.vendors import create
+from nvhook.planner import Host
+from nvhook.vendors.model import Host as VendorHost
+
+Run = Callable[[str, PluginConfig], tuple[DevicePlugin, Kubelet]]
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    top = tmp_path_factory.mktemp("dpv")
+    names = ("mi300x-8", "max-1550", "ascend-910b", "mixed-h100-mi300x")
+    return {n: create(n, top / n, nodes="file").root for n in names}
+
+
+def test_resource_names_are_the_vendors_plugins(roots: dict[str, Path]) -> None:
+    def names(root: Path) -> dict[str, int]:
+        found = vendor_resources(VendorHost(str(root), str(root)))
+        return {r.name: len(r.devices) for r, _ in found}
+
+    assert names(roots["mi300x-8"]) == {"amd.com/gpu": 64}
+    assert names(roots["max-1550"]) == {"gpu.intel.com/xe": 4}
+    assert names(roots["ascend-910b"]) == {"huawei.com/Ascend910": 8}
+
+
+@pytest.fixture
+def run(roots: dict[str, Path], tmp_path: Path) -> Iterator[Run]:
+    directory = Path("/tmp") / f"nvh-dpv-{tmp_path.name[-12:]}"  # unix sockets: short paths
+    directory.mkdir()
+    stops: list[tuple[threading.Event, threading.Thread, Kubelet]] = []
+
+    def start(name: str, config: PluginConfig) -> tuple[DevicePlugin, Kubelet]:
+        kubelet = Kubelet(directory)
+        kubelet.start()
+        stop = threading.Event()
+        plugin = DevicePlugin(
+            Host(root=str(roots[name])), config, str(directory), health_interval=0.2
+        )
+        errors: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                plugin.run(stop)
+            except BaseException as e:
+                errors.append(e)
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        stops.append((stop, thread, kubelet))
+        assert plugin.ready.wait(20), errors
+        return plugin, kubelet
+
+    try:
+        yield start
+    finally:
+        for stop, thread, kubelet in stops:
+            stop.set()
+            thread.join(10)
+            kubelet.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_an_amd_node_without_nvidia_serves_amd_com_gpu(run: Run) -> None:
+    _, kubelet = run("mi300x-8", PluginConfig())
+    [request] = kubelet.wait_registered(1)
+    assert request.resource_name == "amd.com/gpu"
+    client = kubelet.client(request)
+    client.watch()
+    listed = client.wait_for(lambda devices: len(devices) == 64)
+    assert listed[9].ID == "9" and {d.health for d in listed} == {"Healthy"}
+    response = client.allocate(["9", "10"])
+    assert create_container_config(response.container_responses[0])["envs"] == {
+        "AMD_VISIBLE_DEVICES": "9,10"
+    }
+    client.close()
+
+
+def test_a_mixed_node_serves_both_and_cdi_names_for_the_engine(run: Run) -> None:
+    config = PluginConfig(device_list_strategies=("envvar", "cdi-cri"))
+    _, kubelet = run("mixed-h100-mi300x", config)
+    requests = kubelet.wait_registered(2)
+    assert sorted(r.resource_name for r in requests) == ["amd.com/gpu", "nvidia.com/gpu"]
+    amd = kubelet.client(next(r for r in requests if r.resource_name == "amd.com/gpu"))
+    got = create_container_config(amd.allocate(["1"]).container_responses[0])
+    assert got["envs"] == {"AMD_VISIBLE_DEVICES": "1"}
+    assert got["cdi_devices"] == ["amd.com/gpu=1"]
+    amd.close()
+
+
+def test_intel_has_no_variable_so_it_gets_the_cdi_annotation(run: Run) -> None:
+    _, kubelet = run("max-1550", PluginConfig())
+    [request] = kubelet.wait_registered(1)
+    assert request.resource_name == "gpu.intel.com/xe"
+    client = kubelet.client(request)
+    got = create_container_config(client.allocate(["0000-29-00-0-0x0bd5"]).container_responses[0])
+    assert got["envs"] == {}
+    [(key, value)] = got["annotations"].items()
+    assert key.startswith("cdi.k8s.io/nvhook-device-plugin_")
+    assert value == "intel.com/gpu=0000-29-00-0-0x0bd5"
+    client.close()
