@@ -705,11 +705,14 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     assert _observed(node, b, traced, config) == expected
     lines = [line.split() for line in trace.read_text().splitlines()]
     assert all(len(fields) == 4 for fields in lines)
-    # the child's steps end before the caller has its answer; the parent's code check runs
-    # after the fork, beside the child, so only the server's exit bounds it
-    for pid, _name, start, end in lines:
-        bound = stopped if pid == str(server.pid) else after
-        assert before <= int(start) <= int(end) <= bound, (pid, _name)
+    # the steps start once the call is made; the parent's code check runs after the fork,
+    # beside the child, and the child logs its reply after sending it: the server's exit
+    # bounds them all, and the call's first steps (up to the call handled) end before the
+    # caller has its answer
+    for pid, name, start, end in lines:
+        assert before <= int(start) <= int(end) <= stopped, (pid, name)
+    handled = [int(end) for pid, name, _, end in lines if name == "call_handled"]
+    assert handled and max(handled) <= after
     parent = [name for pid, name, start, end in lines if pid == str(server.pid) and start == end]
     assert parent == ["accepted", "forked", "code_unchanged"]
     child = [name for pid, name, start, end in lines if pid != str(server.pid) and start == end]

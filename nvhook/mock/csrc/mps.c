@@ -214,13 +214,22 @@ static int client(void)
         fprintf(stderr, "Cannot find MPS control daemon process\n");
         return 1;
     }
+    /* the daemon closes the connection after "quit": a write after that is EPIPE, not a
+     * signal, and the answer read so far is the answer */
+    signal(SIGPIPE, SIG_IGN);
     char buf[4096];
     size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), stdin)) > 0)
-        if (write(fd, buf, n) != (ssize_t)n)
+    char last = '\n';
+    while ((n = fread(buf, 1, sizeof(buf), stdin)) > 0) {
+        if (write(fd, buf, n) != (ssize_t)n) {
+            if (errno == EPIPE)
+                break;
             return 1;
-    if (n == 0 && write(fd, "\n", 1) != 1)
-        return 1;
+        }
+        last = buf[n - 1];
+    }
+    if (last != '\n' && write(fd, "\n", 1) != 1 && errno != EPIPE)
+        return 1; /* a last line without its newline: the daemon reads whole lines */
     shutdown(fd, SHUT_WR);
     ssize_t got;
     while ((got = read(fd, buf, sizeof(buf))) > 0)
