@@ -274,9 +274,9 @@ def device_plugin(
 
         creds = None
         if node_name:
-            from nvhook.deviceplugin.nodeapi import Credentials, in_cluster
+            from nvhook.deviceplugin.nodeapi import client
 
-            creds = Credentials(api_server) if api_server else in_cluster(service_account_dir)
+            creds = client(api_server, service_account_dir)
         source = ConfigSelector(
             config_dir,
             default=default_config,

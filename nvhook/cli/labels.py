@@ -150,9 +150,9 @@ def _once(
     if state is not None:
         found = dict(sorted((found | health_labels(state)).items()))
     if node:
-        from nvhook.deviceplugin.nodeapi import Credentials, in_cluster, label_node
+        from nvhook.deviceplugin.nodeapi import client, label_node
 
-        creds = Credentials(api_server) if api_server else in_cluster(service_account_dir)
+        creds = client(api_server, service_account_dir)
         patch = label_node(creds, node, found)
         removed = sum(1 for v in patch.values() if v is None)
         click.echo(
