@@ -9,13 +9,17 @@ over the config file's key (:data:`NVIDIA_FLAGS`; the variables are
 from __future__ import annotations
 
 import os
-import signal
-import threading
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import click
+
+from nvhook.cli.daemon import (
+    api_server_option,
+    health_interval_option,
+    service_account_option,
+    stop_on_signals,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -172,11 +176,7 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     help="With --config-dir: this node's name, its label read through the Kubernetes API "
     "with the pod's service account (default: $NODE_NAME; none: the default config).",
 )
-@click.option(
-    "--api-server",
-    metavar="URL",
-    help="With --node-name: the API server (default: the pod's in-cluster one).",
-)
+@api_server_option("--node-name")
 @click.option(
     "--config-interval",
     default=30.0,
@@ -185,13 +185,7 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     help="With --config-dir: seconds between looks at the node's label and the configs (one "
     "GET of its Node each: a thousand nodes at 30 s are some 33 requests a second).",
 )
-@click.option(
-    "--service-account-dir",
-    default="/var/run/secrets/kubernetes.io/serviceaccount",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="With --node-name: where the pod's service account token and ca.crt are.",
-)
+@service_account_option("With --node-name: where the pod's service account token and ca.crt are.")
 @click.option(
     "--check-config",
     "check_file",
@@ -213,13 +207,7 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     help="Where the GPUs' health is written for nvhook labels and nvhook doctor (the config's "
     "health.stateFile wins; '' for nowhere).",
 )
-@click.option(
-    "--health-interval",
-    default=5.0,
-    show_default=True,
-    type=click.FloatRange(min=0.05),
-    help="Seconds between health checks of the GPUs.",
-)
+@health_interval_option
 @_nvidia_flags
 def device_plugin(
     config_file: str | None,
@@ -297,18 +285,13 @@ def device_plugin(
     else:
         config = _finish(load_config(config_file, overrides=overrides), health_state_file)
     host = Host.from_settings(load_settings())
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
 
     def log(line: str) -> None:
         click.echo(f"nvhook device-plugin: {line}", err=True)
 
     for note in notes:
         log(f"warning: {note}")
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     directory = os.path.dirname(kubelet_socket) if kubelet_socket else device_plugin_path
     plugin = DevicePlugin(
         host,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import signal
 import threading
-from types import FrameType
 
 import click
+
+from nvhook.cli.daemon import api_server_option, service_account_option, stop_on_signals
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,18 +61,10 @@ __all__ = ["labels"]
     "the pod's service account, instead of printing them; only nvhook's labels under "
     "nvidia.com/ are set or removed.",
 )
-@click.option(
-    "--api-server",
-    metavar="URL",
-    help="With --node: the API server (default: the pod's in-cluster one).",
-)
-@click.option(
-    "--service-account-dir",
-    default="/var/run/secrets/kubernetes.io/serviceaccount",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="With --node: where the pod's service account token and ca.crt are (the server is "
-    "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT).",
+@api_server_option("--node")
+@service_account_option(
+    "With --node: where the pod's service account token and ca.crt are (the server is "
+    "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)."
 )
 @click.option(
     "--interval",
@@ -112,14 +104,7 @@ def labels(
         host = host._replace(
             driver_root=driver_root or host.driver_root, dev_root=dev_root or host.dev_root
         )
-    stop = threading.Event()
-    if interval:
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals() if interval else threading.Event()
     while True:
         _once(host, config, output, health_state_file, node, api_server, service_account_dir)
         if not interval or stop.wait(interval):
