@@ -16,8 +16,10 @@ import click
 from nvhook.kubeapi import SERVICE_ACCOUNT
 
 __all__ = [
+    "DEFAULT_HEALTH_STATE",
     "api_server_option",
     "health_interval_option",
+    "health_state_option",
     "service_account_option",
     "stop_on_signals",
 ]
@@ -42,6 +44,22 @@ def api_server_option(flag: str) -> Callable[[F], F]:
         "--api-server",
         metavar="URL",
         help=f"With {flag}: the API server (default: the pod's in-cluster one).",
+    )
+
+
+#: where ``nvhook device-plugin`` writes the GPUs' health, and ``labels``/``doctor`` read it
+#: (``nvhook.deviceplugin.healthstate.DEFAULT_STATE_FILE``: the CLI must not import it)
+DEFAULT_HEALTH_STATE = "/run/nvhook/device-plugin/gpu-health.json"
+
+
+def health_state_option(help: str) -> Callable[[F], F]:
+    """``--health-state-file``: the device plugin's GPU health file (written or read)."""
+    return click.option(
+        "--health-state-file",
+        default=DEFAULT_HEALTH_STATE,
+        show_default=True,
+        type=click.Path(dir_okay=False),
+        help=help,
     )
 
 

@@ -15,8 +15,10 @@ from typing import Any
 import click
 
 from nvhook.cli.daemon import (
+    DEFAULT_HEALTH_STATE,
     api_server_option,
     health_interval_option,
+    health_state_option,
     service_account_option,
     stop_on_signals,
 )
@@ -108,11 +110,6 @@ def _overrides(values: dict[str, Any]) -> dict[tuple[str, ...], Any]:
     return out
 
 
-#: where ``nvhook device-plugin`` writes the GPUs' health, and ``labels``/``doctor`` read it
-#: (``nvhook.deviceplugin.healthstate.DEFAULT_STATE_FILE``: this module must not import it)
-DEFAULT_HEALTH_STATE = "/run/nvhook/device-plugin/gpu-health.json"
-
-
 def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     """``config`` with NVIDIA's health variables (``DP_DISABLE_HEALTHCHECKS``,
     ``DP_ENABLE_HEALTHCHECKS``) applied and the state file defaulted."""
@@ -199,13 +196,9 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     help="With --check-config: lay out this mock machine (nvhook mock profiles) and print what "
     "the plugin would advertise there (resources, device IDs, replicas, MIG devices).",
 )
-@click.option(
-    "--health-state-file",
-    default=DEFAULT_HEALTH_STATE,
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="Where the GPUs' health is written for nvhook labels and nvhook doctor (the config's "
-    "health.stateFile wins; '' for nowhere).",
+@health_state_option(
+    "Where the GPUs' health is written for nvhook labels and nvhook doctor (the config's "
+    "health.stateFile wins; '' for nowhere)."
 )
 @health_interval_option
 @_nvidia_flags

@@ -6,7 +6,12 @@ import threading
 
 import click
 
-from nvhook.cli.daemon import api_server_option, service_account_option, stop_on_signals
+from nvhook.cli.daemon import (
+    api_server_option,
+    health_state_option,
+    service_account_option,
+    stop_on_signals,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -45,14 +50,10 @@ __all__ = ["labels"]
     help="Write the labels to this Node Feature Discovery feature file, atomically, instead of "
     "printing them (NFD reads /etc/kubernetes/node-feature-discovery/features.d/).",
 )
-@click.option(
-    "--health-state-file",
-    default="/run/nvhook/device-plugin/gpu-health.json",
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="The device plugin's health state file: where it exists, per-GPU health labels "
+@health_state_option(
+    "The device plugin's health state file: where it exists, per-GPU health labels "
     "(nvidia.com/gpu.health, nvidia.com/gpu.N.health, .xid) are added (the config's "
-    "health.stateFile wins).",
+    "health.stateFile wins)."
 )
 @click.option(
     "--node",
