@@ -43,11 +43,12 @@ from nvhook.errors import ContainerEngineError
 from nvhook.mock import Profile
 from nvhook.planner import Host
 from tests.e2e.conftest import Shim, expected_smi_uuids, parse_probe
-from tests.e2e.engines.conftest import Engine, private_root
+from tests.e2e.engines.conftest import Engine
 from tests.e2e.engines.test_containerd import (
     CONTAINERDS,
     LINK_PROBE,
     configure,
+    containerds,
     restrict_oom_score_adj,
 )
 from tests.e2e.test_cri import PATH, run_pod
@@ -66,15 +67,7 @@ def _containerd(
     suite_root: Callable[[str], Path],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Engine]:
-    suite, major = CONTAINERDS[request.param]
-    yield from private_root(
-        suite_root,
-        tmp_path_factory,
-        f"nri-{request.param}",
-        suite,
-        ("containerd", "--version"),
-        major,
-    )
+    yield from containerds(request.param, suite_root, tmp_path_factory, "nri-")
 
 
 class Plugin:
