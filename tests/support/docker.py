@@ -24,7 +24,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -50,6 +50,13 @@ class DockerCommands:
 
     def stop(self) -> None:
         raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def load(self, tar: Path) -> None:
         self.cmd("load", "-q", "-i", str(tar), check=True)
@@ -100,13 +107,6 @@ class Docker(DockerCommands):
         self._proc: subprocess.Popen[bytes] | None = None
         if not self.config.exists():
             self.config.write_text("{}\n")
-
-    def __enter__(self) -> Docker:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self, *, timeout: float = 60) -> None:
         argv = [

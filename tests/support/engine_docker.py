@@ -66,13 +66,6 @@ class EngineDocker(DockerCommands):
         if not self.config.exists():
             self.config.write_text("{}\n")
 
-    def __enter__(self) -> EngineDocker:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self, *, timeout: float = 60) -> None:
         """Start dockerd; return once ``docker version`` answers (fail with its log if not)."""
         argv = [

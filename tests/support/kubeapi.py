@@ -425,6 +425,15 @@ class KubeApiServer:
             **({"details": details} if details else {}),
         }
 
+    def _not_found(self, resource: Resource, name: str) -> tuple[int, dict[str, Any]]:
+        return self._status(
+            404,
+            f'{resource.plural} "{name}" not found',
+            "NotFound",
+            name=name,
+            kind=resource.plural,
+        )
+
     def _route(self, path: str) -> tuple[Resource, str, str | None] | None:
         for r in self.resources:
             if not path.startswith(r.prefix + "/"):
@@ -483,25 +492,13 @@ class KubeApiServer:
             with self._lock:
                 obj = self.objects.get(key)
             if obj is None:
-                return self._status(
-                    404,
-                    f'{resource.plural} "{name}" not found',
-                    "NotFound",
-                    name=name or "",
-                    kind=resource.plural,
-                )
+                return self._not_found(resource, name or "")
             return 200, copy.deepcopy(obj)
         if method == "DELETE":
             with self._lock:
                 obj = self.objects.pop(key, None)
             if obj is None:
-                return self._status(
-                    404,
-                    f'{resource.plural} "{name}" not found',
-                    "NotFound",
-                    name=name or "",
-                    kind=resource.plural,
-                )
+                return self._not_found(resource, name or "")
             return self._status(200, "deleted")
         if method == "PATCH" and name is not None:
             if content_type != "application/merge-patch+json":
@@ -509,13 +506,7 @@ class KubeApiServer:
             with self._lock:
                 old = self.objects.get(key)
             if old is None:
-                return self._status(
-                    404,
-                    f'{resource.plural} "{name}" not found',
-                    "NotFound",
-                    name=name,
-                    kind=resource.plural,
-                )
+                return self._not_found(resource, name)
             body = _merge(old, body)  # then validated and stored as a replace of the merge
         if method not in ("POST", "PUT", "PATCH") or not isinstance(body, dict):
             return self._status(405, f"{method} {url.path}: not served by the stand-in")
