@@ -9,13 +9,19 @@ over the config file's key (:data:`NVIDIA_FLAGS`; the variables are
 from __future__ import annotations
 
 import os
-import signal
-import threading
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import click
+
+from nvhook.cli.daemon import (
+    DEFAULT_HEALTH_STATE,
+    api_server_option,
+    health_interval_option,
+    health_state_option,
+    service_account_option,
+    stop_on_signals,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -104,11 +110,6 @@ def _overrides(values: dict[str, Any]) -> dict[tuple[str, ...], Any]:
     return out
 
 
-#: where ``nvhook device-plugin`` writes the GPUs' health, and ``labels``/``doctor`` read it
-#: (``nvhook.deviceplugin.healthstate.DEFAULT_STATE_FILE``: this module must not import it)
-DEFAULT_HEALTH_STATE = "/run/nvhook/device-plugin/gpu-health.json"
-
-
 def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     """``config`` with NVIDIA's health variables (``DP_DISABLE_HEALTHCHECKS``,
     ``DP_ENABLE_HEALTHCHECKS``) applied and the state file defaulted."""
@@ -172,11 +173,7 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     help="With --config-dir: this node's name, its label read through the Kubernetes API "
     "with the pod's service account (default: $NODE_NAME; none: the default config).",
 )
-@click.option(
-    "--api-server",
-    metavar="URL",
-    help="With --node-name: the API server (default: the pod's in-cluster one).",
-)
+@api_server_option("--node-name")
 @click.option(
     "--config-interval",
     default=30.0,
@@ -185,13 +182,7 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     help="With --config-dir: seconds between looks at the node's label and the configs (one "
     "GET of its Node each: a thousand nodes at 30 s are some 33 requests a second).",
 )
-@click.option(
-    "--service-account-dir",
-    default="/var/run/secrets/kubernetes.io/serviceaccount",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="With --node-name: where the pod's service account token and ca.crt are.",
-)
+@service_account_option("With --node-name: where the pod's service account token and ca.crt are.")
 @click.option(
     "--check-config",
     "check_file",
@@ -205,21 +196,11 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     help="With --check-config: lay out this mock machine (nvhook mock profiles) and print what "
     "the plugin would advertise there (resources, device IDs, replicas, MIG devices).",
 )
-@click.option(
-    "--health-state-file",
-    default=DEFAULT_HEALTH_STATE,
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="Where the GPUs' health is written for nvhook labels and nvhook doctor (the config's "
-    "health.stateFile wins; '' for nowhere).",
+@health_state_option(
+    "Where the GPUs' health is written for nvhook labels and nvhook doctor (the config's "
+    "health.stateFile wins; '' for nowhere)."
 )
-@click.option(
-    "--health-interval",
-    default=5.0,
-    show_default=True,
-    type=click.FloatRange(min=0.05),
-    help="Seconds between health checks of the GPUs.",
-)
+@health_interval_option
 @_nvidia_flags
 def device_plugin(
     config_file: str | None,
@@ -274,9 +255,9 @@ def device_plugin(
 
         creds = None
         if node_name:
-            from nvhook.deviceplugin.nodeapi import Credentials, in_cluster
+            from nvhook.deviceplugin.nodeapi import client
 
-            creds = Credentials(api_server) if api_server else in_cluster(service_account_dir)
+            creds = client(api_server, service_account_dir)
         source = ConfigSelector(
             config_dir,
             default=default_config,
@@ -297,18 +278,13 @@ def device_plugin(
     else:
         config = _finish(load_config(config_file, overrides=overrides), health_state_file)
     host = Host.from_settings(load_settings())
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
 
     def log(line: str) -> None:
         click.echo(f"nvhook device-plugin: {line}", err=True)
 
     for note in notes:
         log(f"warning: {note}")
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     directory = os.path.dirname(kubelet_socket) if kubelet_socket else device_plugin_path
     plugin = DevicePlugin(
         host,

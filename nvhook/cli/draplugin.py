@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-from types import FrameType
-
 import click
+
+from nvhook.cli.daemon import health_interval_option, service_account_option, stop_on_signals
 
 __all__ = ["dra_plugin"]
 
@@ -24,12 +22,8 @@ __all__ = ["dra_plugin"]
     type=click.Path(dir_okay=False),
     help="A kubeconfig file (default: the pod's service account).",
 )
-@click.option(
-    "--service-account-dir",
-    default="/var/run/secrets/kubernetes.io/serviceaccount",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Where the pod's service-account token and ca.crt are (without --kubeconfig).",
+@service_account_option(
+    "Where the pod's service-account token and ca.crt are (without --kubeconfig)."
 )
 @click.option(
     "--plugins-dir",
@@ -57,13 +51,7 @@ __all__ = ["dra_plugin"]
     type=click.Path(file_okay=False),
     help="Where the claims' transient CDI specs are written (the runtime's CDI directory).",
 )
-@click.option(
-    "--health-interval",
-    default=5.0,
-    show_default=True,
-    type=click.FloatRange(min=0.05),
-    help="Seconds between health checks of the GPUs.",
-)
+@health_interval_option
 @click.option(
     "--rescan-interval",
     default=30.0,
@@ -114,13 +102,7 @@ def dra_plugin(
     from nvhook.settings import load_settings
 
     host = Host.from_settings(load_settings())
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     DraPlugin(
         host,
         node=node_name,

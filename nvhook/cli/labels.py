@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import signal
 import threading
-from types import FrameType
 from typing import Any
 
 import click
+
+from nvhook.cli.daemon import (
+    api_server_option,
+    health_state_option,
+    service_account_option,
+    stop_on_signals,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,14 +51,10 @@ __all__ = ["labels"]
     help="Write the labels to this Node Feature Discovery feature file, atomically, instead of "
     "printing them (NFD reads /etc/kubernetes/node-feature-discovery/features.d/).",
 )
-@click.option(
-    "--health-state-file",
-    default="/run/nvhook/device-plugin/gpu-health.json",
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="The device plugin's health state file: where it exists, per-GPU health labels "
+@health_state_option(
+    "The device plugin's health state file: where it exists, per-GPU health labels "
     "(nvidia.com/gpu.health, nvidia.com/gpu.N.health, .xid) are added (the config's "
-    "health.stateFile wins).",
+    "health.stateFile wins)."
 )
 @click.option(
     "--node",
@@ -62,18 +63,10 @@ __all__ = ["labels"]
     "the pod's service account, instead of printing them; only nvhook's labels under "
     "nvidia.com/ are set or removed.",
 )
-@click.option(
-    "--api-server",
-    metavar="URL",
-    help="With --node: the API server (default: the pod's in-cluster one).",
-)
-@click.option(
-    "--service-account-dir",
-    default="/var/run/secrets/kubernetes.io/serviceaccount",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="With --node: where the pod's service account token and ca.crt are (the server is "
-    "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT).",
+@api_server_option("--node")
+@service_account_option(
+    "With --node: where the pod's service account token and ca.crt are (the server is "
+    "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)."
 )
 @click.option(
     "--interval",
@@ -121,14 +114,7 @@ def labels(
         host = host._replace(
             driver_root=driver_root or host.driver_root, dev_root=dev_root or host.dev_root
         )
-    stop = threading.Event()
-    if interval:
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals() if interval else threading.Event()
     while True:
         _once(
             host,
@@ -172,9 +158,9 @@ def _once(
     if state is not None:
         found = dict(sorted((found | health_labels(state)).items()))
     if node:
-        from nvhook.deviceplugin.nodeapi import Credentials, in_cluster, label_node
+        from nvhook.deviceplugin.nodeapi import client, label_node
 
-        creds = Credentials(api_server) if api_server else in_cluster(service_account_dir)
+        creds = client(api_server, service_account_dir)
         patch = label_node(creds, node, found)
         removed = sum(1 for v in patch.values() if v is None)
         click.echo(

@@ -120,12 +120,12 @@ class MpsDaemon:
             "CUDA_MPS_LOG_DIRECTORY": self.log_dir,
         }
 
-    def control(self, command: str) -> str:
-        """Send ``command`` through the client; its answer (DriverError: it failed)."""
+    def _run(self, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """``argv`` with the daemon's environment, bounded (DriverError: it could not run)."""
         try:
-            proc = subprocess.run(
-                [self.binary],
-                input=command + "\n",
+            return subprocess.run(
+                argv,
+                input=input,
                 env=self._env(),
                 capture_output=True,
                 text=True,
@@ -133,7 +133,11 @@ class MpsDaemon:
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise DriverError(f"{self.binary}: cannot run it: {e}") from None
+            raise DriverError(f"{' '.join(argv)}: cannot run it: {e}") from None
+
+    def control(self, command: str) -> str:
+        """Send ``command`` through the client; its answer (DriverError: it failed)."""
+        proc = self._run([self.binary], command + "\n")
         if proc.returncode != 0:
             why = (proc.stderr.strip() or f"exit status {proc.returncode}").splitlines()[-1]
             raise DriverError(f"MPS control daemon in {self.pipe_dir}: {command}: {why}")
@@ -144,17 +148,7 @@ class MpsDaemon:
         for d in (self.pipe_dir, self.log_dir, self.shm_dir):
             os.makedirs(d, mode=0o755, exist_ok=True)
         self._compute_mode("EXCLUSIVE_PROCESS")
-        try:
-            proc = subprocess.run(
-                [self.binary, "-d"],
-                env=self._env(),
-                capture_output=True,
-                text=True,
-                timeout=_TIMEOUT,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise DriverError(f"{self.binary} -d: cannot run it: {e}") from None
+        proc = self._run([self.binary, "-d"])
         if proc.returncode != 0 and "already running" not in proc.stderr:
             why = proc.stderr.strip() or f"exit status {proc.returncode}"
             raise DriverError(f"{self.binary} -d for GPU {self.device.gpu_index}: {why}")

@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping
 from nvhook.deviceplugin.config import Override, load_config
 from nvhook.deviceplugin.errors import PluginConfigError
 from nvhook.deviceplugin.model import PluginConfig
-from nvhook.deviceplugin.nodeapi import ApiError, Credentials, node_labels
+from nvhook.deviceplugin.nodeapi import node_labels
+from nvhook.kubeapi import ApiError, Client
 
 __all__ = ["DEFAULT_LABEL", "ConfigSelector"]
 
@@ -42,7 +43,7 @@ class ConfigSelector:
         default: str = "",
         node: str = "",
         label: str = DEFAULT_LABEL,
-        credentials: Credentials | None = None,
+        credentials: Client | None = None,
         overrides: Mapping[tuple[str, ...], Override] | None = None,
         finish: Callable[[PluginConfig], PluginConfig] = lambda c: c,
         log: Callable[[str], None] = lambda line: None,

@@ -17,22 +17,14 @@ registered plugin as kubelet's device manager does (``ListAndWatch``, kept in a 
 into the CRI ``ContainerConfig`` from an ``AllocateResponse``. ``nvhook demo --kubernetes``
 and the tests stand in for kubelet with them; the plugin itself never uses them.
 
-Every socket served here, the plugin's and the stand-in kubelet's, has mode
-:data:`SOCKET_MODE` (0600: kubelet and the plugin run as root) whatever the umask
-(:func:`_serve_unix`). gRPC binds and listens in one call, with the mode the umask
-leaves, so the chmod cannot come between them; and the umask is the whole process's,
-which other threads (a running server's, the health loop) share, so it is not narrowed
-around the call either. Instead the socket is bound in a private 0700 directory beside
-its path, which only root can enter, chmod'ed there, and renamed into place once the
-server is started: at its path it is never wider than 0600, and never there before it
-serves.
+Every socket served here, the plugin's and the stand-in kubelet's, has mode 0600 whatever
+the umask, bound by :func:`nvhook.sockets.bind_0600` (the DRA driver's too).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -41,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nvhook.errors import MissingExtraError
+from nvhook.sockets import SOCKET_MODE, bind_0600, serve_unix
 
 try:
     import grpc
@@ -70,27 +63,6 @@ __all__ = [
 API_VERSION = "v1beta1"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
-#: The mode of every socket served here, whatever the umask.
-SOCKET_MODE = 0o600
-
-
-def _serve_unix(server: Any, path: str) -> bool:
-    """Start ``server`` on the unix socket ``path``, mode :data:`SOCKET_MODE` (False: gRPC
-    could not listen). Bound in a private directory beside ``path``, chmod'ed, the server
-    started, then renamed to ``path`` (over a stale socket there): see the module's text."""
-    private = tempfile.mkdtemp(prefix=".nvhook-", dir=os.path.dirname(path) or ".")
-    staged = os.path.join(private, "s")
-    try:
-        if server.add_insecure_port(f"unix://{staged}") == 0:
-            return False
-        os.chmod(staged, SOCKET_MODE)
-        server.start()
-        os.rename(staged, path)
-        return True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(staged)
-        os.rmdir(private)
 
 
 class PluginState:
@@ -177,22 +149,10 @@ class ResourceServer:
 
     def start(self) -> None:
         """Serve on the socket (a stale socket file of the same name is replaced)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
         self._stopped.clear()
         server = grpc.server(ThreadPoolExecutor(max_workers=8, thread_name_prefix="nvhook-dp"))
         server.add_generic_rpc_handlers((self._handler(),))
-        try:
-            serving = _serve_unix(server, self.path)
-        except OSError as e:
-            server.stop(grace=None)
-            raise RegistrationError(
-                f"{self.path}: cannot serve there ({e.strerror}); check the directory"
-            ) from None
-        if not serving:
-            raise RegistrationError(
-                f"{self.path}: cannot listen on this socket; check the directory"
-            )
+        serve_unix(server, self.path, RegistrationError)
         self._server = server
 
     def stop(self) -> None:
@@ -463,7 +423,7 @@ class Kubelet:
         )
         server.add_generic_rpc_handlers((handler,))
         try:
-            serving = _serve_unix(server, str(self.socket))
+            serving = bind_0600(server, str(self.socket))
         except OSError as e:
             server.stop(grace=None)
             raise RegistrationError(

@@ -5,23 +5,13 @@ from __future__ import annotations
 from nvhook.errors import ConfigError, NvhookError
 from oci.errors import ExitCode
 
-__all__ = ["ApiError", "DraConfigError", "PrepareError", "RegistrationError", "StateError"]
+__all__ = ["DraConfigError", "PrepareError", "RegistrationError", "StateError"]
+
+# The API server's failures are nvhook.kubeapi.ApiError, shared with the device plugin.
 
 
 class DraConfigError(ConfigError):
     """The DRA driver's flags, configuration file or kubeconfig are invalid (names which)."""
-
-
-class ApiError(NvhookError):
-    """The Kubernetes API server refused or could not be reached (names the object and URL)."""
-
-    exit_code = ExitCode.IO
-
-    def __init__(self, message: str, status: int | None = None, *, unserved: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        #: a 404 for the path, not for an object (the server does not serve that API version)
-        self.unserved = unserved
 
 
 class PrepareError(NvhookError):

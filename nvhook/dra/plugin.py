@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nvhook.dra.errors import ApiError, DraConfigError
+from nvhook.dra.errors import DraConfigError
 from nvhook.dra.inventory import DRIVER, Inventory, build_slices, discover
 from nvhook.dra.prepare import Preparer, host_edits
 from nvhook.dra.server import (
@@ -45,6 +45,7 @@ from nvhook.dra.server import (
 )
 from nvhook.dra.state import lock
 from nvhook.errors import DriverError
+from nvhook.kubeapi import ApiError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -37,9 +37,10 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from nvhook.dra.errors import ApiError, PrepareError, StateError
+from nvhook.dra.errors import PrepareError, StateError
 from nvhook.dra.inventory import DRIVER, DraDevice, Inventory
 from nvhook.dra.state import PreparedClaim, PreparedDevice, load, save
+from nvhook.kubeapi import ApiError
 from oci._frozen import Frozen
 from oci.cdi.write import write_spec
 from oci.errors import Error

@@ -12,9 +12,9 @@ the message classes (no ``_pb2_grpc``); the method paths are the protos' package
   v1's by its bytes) and ``v1.DRAResourceHealth.NodeWatchResources``, which sends the complete
   device list at once and again at every health change.
 
-Every socket has mode 0600 whatever the umask, bound by the device plugin's own function
-(:func:`nvhook.deviceplugin.server._serve_unix`: a private 0700 directory, chmod, start,
-rename into place), so the two daemons cannot differ there.
+Every socket has mode 0600 whatever the umask, bound as the device plugin's are
+(:func:`nvhook.sockets.serve_unix`: a private 0700 directory, chmod, start, rename into
+place), so the two daemons cannot differ there.
 
 kubelet's side lives here too, being gRPC: :class:`Kubelet` is the stand-in the tests and
 ``nvhook demo`` use: it finds a plugin's registration socket, calls ``GetInfo`` and
@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from nvhook.errors import MissingExtraError
+from nvhook.sockets import SOCKET_MODE, serve_unix
 
 try:
     import grpc
@@ -44,8 +45,6 @@ try:
 except ImportError as e:  # the kubernetes extra
     raise MissingExtraError("nvhook's DRA driver", e, "kubernetes") from e
 
-# the device plugin's socket binding, one implementation for both daemons (its docstring)
-from nvhook.deviceplugin.server import _serve_unix as serve_unix_0600
 from nvhook.dra.errors import RegistrationError
 from nvhook.dra.inventory import DRIVER
 from nvhook.dra.prepare import ClaimRef, Preparer, Result
@@ -72,7 +71,6 @@ SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 _V1 = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
 _V1BETA1 = "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin"
 HEALTH_SERVICE = "v1.DRAResourceHealth"
-SOCKET_MODE = 0o600
 #: Claims in one request: kubelet sends a pod's claims of this driver, a handful.
 MAX_CLAIMS = 256
 
@@ -84,22 +82,13 @@ def registration_socket(registry_dir: str) -> str:
 def _serve_unix(server: Any, path: str) -> None:
     """Start ``server`` on ``path``, mode 0600 from the first moment it is there: the device
     plugin's binding (one implementation), with this driver's errors."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
     # the socket is bound as <dir>/.nvhook-XXXXXXXX/s first; sun_path holds 107 bytes
     if len(os.fsencode(os.path.dirname(path))) + 19 > 107:
         raise RegistrationError(
             f"{path}: the directory's path is too long for a unix socket (at most 88 bytes "
             "for this driver's sockets); choose a shorter --plugins-dir or --registry-dir"
         )
-    try:
-        serving = serve_unix_0600(server, path)
-    except OSError as e:
-        raise RegistrationError(
-            f"{path}: cannot serve there ({e.strerror}); check the directory"
-        ) from None
-    if not serving:
-        raise RegistrationError(f"{path}: cannot listen on this socket; check the directory")
+    serve_unix(server, path, RegistrationError)
 
 
 def _unary(f: Any, request: Any, response: Any) -> Any:

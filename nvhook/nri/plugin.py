@@ -29,17 +29,11 @@ from typing import Any
 
 from nvhook.errors import ConfigError
 from nvhook.nri import inject
-
-try:
-    from nvhook.nri.pb import api_pb2
-except ImportError as e:  # protobuf: the kubernetes extra
-    from nvhook.errors import MissingExtraError
-
-    raise MissingExtraError("nvhook's NRI plugin", e, "kubernetes") from e
 from nvhook.nri.ttrpc import Code, Handler, PeerClosed, ProtocolError, RpcError, Session
 
-#: protoc's module, untyped (no .pyi: nvhook/nri/pb/SOURCES.md)
-api: Any = api_pb2
+#: protoc's module, untyped (no .pyi: nvhook/nri/pb/SOURCES.md); importing it, inject raises
+#: MissingExtraError without protobuf
+api: Any = inject.api
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -48,7 +48,7 @@ class MemoryApi:
         self._version = 0
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        from nvhook.dra.errors import ApiError
+        from nvhook.kubeapi import ApiError
 
         with self._lock:
             claim = self.claims.get((namespace, name))

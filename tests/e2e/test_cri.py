@@ -73,11 +73,15 @@ def run_pod(
     *,
     allocation: Mapping[str, Any] | None = None,
     command: str = PROBE,
+    namespace: str = "nvhook-test",
+    annotations: Mapping[str, str] | None = None,
 ) -> tuple[str, str, str]:
-    """Run a host-network pod with ``handler`` and one container running ``command`` (its CRI
-    config given ``envs`` and, as kubelet adds them, a device plugin's ``allocation``);
-    returns (sandbox id, container id, the container's output)."""
-    pod = pod_config(unique_id("pod"), namespace="nvhook-test", log_directory=logs)
+    """Run a host-network pod (in ``namespace``, with ``annotations``) with ``handler`` and
+    one container running ``command`` (its CRI config given ``envs`` and, as kubelet adds
+    them, a device plugin's ``allocation``); returns (sandbox id, container id, the
+    container's output)."""
+    pod = pod_config(unique_id("pod"), namespace=namespace, log_directory=logs)
+    pod.annotations.update(annotations or {})
     with fail_on_engine_error():
         sandbox = client.run_pod_sandbox(pod, handler)
         try:

@@ -24,18 +24,65 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, Self
 
 import pytest
 
 from tests.support.basics import Result, missing, rmdir_if_empty, run_command, unique_id
 
-__all__ = ["DOCKER", "DOCKERD", "Docker"]
+__all__ = ["DOCKER", "DOCKERD", "Docker", "DockerCommands"]
 
 DOCKERD = "/usr/sbin/dockerd"
 DOCKER = "/usr/bin/docker"
 
 
-class Docker:
+class DockerCommands:
+    """What a harness's dockerd answers, over its ``cmd`` (``docker -H unix://SOCKET``):
+    :class:`Docker` here, ``tests/support/engine_docker.py``'s inside a private root."""
+
+    config: Path
+
+    def cmd(self, *args: str, timeout: float = 120, check: bool = False) -> Result:
+        raise NotImplementedError
+
+    def start(self, *, timeout: float = 60) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def load(self, tar: Path) -> None:
+        self.cmd("load", "-q", "-i", str(tar), check=True)
+
+    def run(self, image: str, cmd: Sequence[str], *options: str, timeout: float = 60) -> Result:
+        """``docker run --rm --network none OPTIONS IMAGE CMD…``."""
+        return self.cmd("run", "--rm", "--network", "none", *options, image, *cmd, timeout=timeout)
+
+    def daemon_config(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.config.read_text())
+        return loaded
+
+    def restart(self) -> None:
+        """Stop and start again: dockerd reads daemon.json (and its PATH) again; images kept."""
+        self.stop()
+        self.start()
+
+    def remove_containers(self) -> None:
+        """``docker rm -f`` every container (a daemon that does not answer: none removed)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            ids = self.cmd("ps", "-aq", timeout=30).stdout.split()
+            if ids:
+                self.cmd("rm", "-f", *ids, timeout=60)
+
+
+class Docker(DockerCommands):
     """dockerd under ``workdir``; use as a context manager (start, then stop and clean up)."""
 
     def __init__(
@@ -60,13 +107,6 @@ class Docker:
         self._proc: subprocess.Popen[bytes] | None = None
         if not self.config.exists():
             self.config.write_text("{}\n")
-
-    def __enter__(self) -> Docker:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self, *, timeout: float = 60) -> None:
         argv = [
@@ -105,30 +145,11 @@ class Docker:
         argv = [DOCKER, "-H", f"unix://{self.socket}", *args]
         return run_command(argv, timeout=timeout, check=check, env=self.env)
 
-    def load(self, tar: Path) -> None:
-        self.cmd("load", "-q", "-i", str(tar), check=True)
-
-    def run(self, image: str, cmd: Sequence[str], *options: str, timeout: float = 60) -> Result:
-        """``docker run --rm --network none OPTIONS IMAGE CMD…``."""
-        return self.cmd("run", "--rm", "--network", "none", *options, image, *cmd, timeout=timeout)
-
-    def daemon_config(self) -> dict[str, object]:
-        loaded: dict[str, object] = json.loads(self.config.read_text())
-        return loaded
-
-    def restart(self) -> None:
-        """Stop and start again: dockerd re-reads daemon.json (images are kept)."""
-        self.stop()
-        self.start()
-
     def stop(self) -> None:
         """Remove every container, stop dockerd (and its containerd), unmount what it left."""
         if self._proc is None:
             return
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            ids = self.cmd("ps", "-aq", timeout=30).stdout.split()
-            if ids:
-                self.cmd("rm", "-f", *ids, timeout=60)
+        self.remove_containers()
         self._proc.terminate()
         try:
             self._proc.wait(timeout=30)

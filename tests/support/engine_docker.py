@@ -35,12 +35,13 @@ from typing import Any
 import pytest
 
 from tests.support.basics import Result
+from tests.support.docker import DockerCommands
 from tests.support.engines import PATH, PrivateRoot
 
 __all__ = ["EngineDocker"]
 
 
-class EngineDocker:
+class EngineDocker(DockerCommands):
     """dockerd in ``root`` with its files under ``workdir`` (a host path bound inside)."""
 
     def __init__(
@@ -64,13 +65,6 @@ class EngineDocker:
         self._pid = 0
         if not self.config.exists():
             self.config.write_text("{}\n")
-
-    def __enter__(self) -> EngineDocker:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self, *, timeout: float = 60) -> None:
         """Start dockerd; return once ``docker version`` answers (fail with its log if not)."""
@@ -103,32 +97,13 @@ class EngineDocker:
         )
         return found
 
-    def load(self, tar: Path) -> None:
-        self.cmd("load", "-q", "-i", str(tar), check=True)
-
-    def run(self, image: str, cmd: Sequence[str], *options: str, timeout: float = 60) -> Result:
-        """``docker run --rm --network none OPTIONS IMAGE CMD…``."""
-        return self.cmd("run", "--rm", "--network", "none", *options, image, *cmd, timeout=timeout)
-
-    def daemon_config(self) -> dict[str, Any]:
-        loaded: dict[str, Any] = json.loads(self.config.read_text())
-        return loaded
-
-    def restart(self) -> None:
-        """Stop and start again: dockerd reads daemon.json and its PATH again (images kept)."""
-        self.stop()
-        self.start()
-
     def stop(self) -> None:
         """Remove every container, then SIGTERM dockerd (which stops its containerd), SIGKILL
         after 30 s; what it leaves dies with the namespace."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            ids = self.cmd("ps", "-aq", timeout=30).stdout.split()
-            if ids:
-                self.cmd("rm", "-f", *ids, timeout=60)
+        self.remove_containers()
         with contextlib.suppress(ProcessLookupError):
             os.kill(self._pid, signal.SIGTERM)
         try:

@@ -32,6 +32,7 @@ from pathlib import Path
 from tests.support.basics import Result
 from tests.support.engines import PrivateRoot
 from tests.support.images import BUSYBOX_IMAGE
+from tests.support.podman import run_args
 
 __all__ = ["HOST_NODES", "EnginePodman", "RootlessUser", "private_dev"]
 
@@ -167,12 +168,8 @@ class EnginePodman:
         timeout: float = 120,
     ) -> Result:
         """``podman [--runtime R] run --rm --pull=never [--device D]… [-e K=V]… OPTS IMAGE CMD``."""
-        argv = [*(["--runtime", runtime] if runtime else []), "run", "--rm", "--pull=never"]
-        for d in devices:
-            argv += ["--device", d]
-        for k, v in (env or {}).items():
-            argv += ["-e", f"{k}={v}"]
-        argv += [*options, image, *cmd]
+        argv = [*(["--runtime", runtime] if runtime else [])]
+        argv += run_args(cmd, image=image, devices=devices, env=env, options=options)
         return self.cmd(*argv, hooks_dir=hooks_dir, timeout=timeout)
 
 

@@ -5,7 +5,9 @@
 ConfigMaps of ``v1``; add a :class:`Resource` for more) ``GET`` one, ``GET`` a list (with
 ``fieldSelector`` equality terms on dotted paths, as the API's field selectors), ``POST``,
 ``PUT`` (the ``resourceVersion`` must be the stored one: 409 otherwise, as the API does),
-``DELETE``; answers and errors are ``Status`` objects as the API's.
+``PATCH`` with ``application/merge-patch+json`` (RFC 7386, as the API applies it; 415 for
+another patch type), ``DELETE``; answers and errors are ``Status`` objects as the API's. With
+:attr:`KubeApiServer.token` set, a request without that bearer token is refused with 401.
 
 Every object it receives is validated before it is stored, and a bad one is refused with
 422 and the reasons (and kept in :attr:`KubeApiServer.rejected`, so a test can assert that
@@ -14,6 +16,9 @@ nothing was refused):
 - against the ``kubernetes`` Python client's model of its kind (its required fields and
   enums, the client-side validation of the generated models), and round-tripped through the
   model: a field the model does not know (a typo, a field of another version) is refused;
+- for Nodes, their labels against the API's label syntax (:func:`label_problems`, as
+  ``validation.ValidateLabels``: a qualified name, a value of at most 63 characters of
+  ``[A-Za-z0-9._-]`` beginning and ending alphanumeric);
 - for ResourceSlices, against the rules and limits of ``resource/v1/types.go`` the
   driver can break (:func:`slice_problems`): devices per slice, attributes and capacities
   per device, qualified names, one value per attribute, value lengths, strict semver
@@ -41,6 +46,7 @@ __all__ = [
     "RESOURCES",
     "KubeApiServer",
     "Resource",
+    "label_problems",
     "slice_problems",
     "validate_model",
 ]
@@ -219,12 +225,49 @@ def slice_problems(obj: dict[str, Any], server: KubeApiServer | None = None) -> 
 
 
 _RESOURCE = "resource.k8s.io/v1"
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def label_problems(labels: dict[str, Any]) -> list[str]:
+    """What the API would refuse in ``labels`` (empty: none)."""
+    out = []
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+            out.append(f"{key}: the prefix must be a DNS subdomain")
+        if len(name) > 63 or not _LABEL_NAME.match(name):
+            out.append(f"{key}: the name must be 63 characters or less of [A-Za-z0-9._-]")
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            out.append(
+                f"{key}={value!r}: a label value must be 63 characters or less of [A-Za-z0-9._-]"
+            )
+    return out
+
+
+def _node_problems(obj: dict[str, Any], server: KubeApiServer | None = None) -> list[str]:
+    return label_problems((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
 RESOURCES = (
     Resource(_RESOURCE, "resourceslices", "ResourceSlice", "V1ResourceSlice",
              namespaced=False, check=slice_problems),
     Resource(_RESOURCE, "resourceclaims", "ResourceClaim", "ResourceV1ResourceClaim",
              namespaced=True),
-    Resource("v1", "nodes", "Node", "V1Node", namespaced=False),
+    Resource("v1", "nodes", "Node", "V1Node", namespaced=False, check=_node_problems),
     Resource("v1", "configmaps", "ConfigMap", "V1ConfigMap", namespaced=True),
 )  # fmt: skip
 
@@ -240,8 +283,10 @@ def _field(obj: Any, dotted: str) -> Any:
 class KubeApiServer:
     """The stand-in (module docstring); a context manager that serves on 127.0.0.1."""
 
-    def __init__(self, resources: tuple[Resource, ...] = RESOURCES) -> None:
+    def __init__(self, resources: tuple[Resource, ...] = RESOURCES, *, token: str = "") -> None:
         self.resources = resources
+        #: the bearer token every request must carry ("": none checked)
+        self.token = token
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name)
         self.requests: list[tuple[str, str]] = []
         self.rejected: list[tuple[str, list[str]]] = []
@@ -262,7 +307,13 @@ class KubeApiServer:
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
-                status, answer = server.handle(self.command, self.path, body)
+                status, answer = server.handle(
+                    self.command,
+                    self.path,
+                    body,
+                    authorization=self.headers.get("Authorization"),
+                    content_type=self.headers.get("Content-Type"),
+                )
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -270,7 +321,7 @@ class KubeApiServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_GET = do_POST = do_PUT = do_DELETE = _handle
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
@@ -342,6 +393,11 @@ class KubeApiServer:
             out.append(f"pool {pool}: {len(slices)} slices declare counts {sorted(counts)}")
         return out
 
+    def get(self, plural: str, name: str, namespace: str = "") -> dict[str, Any]:
+        """The stored object (a copy); KeyError when there is none."""
+        with self._lock:
+            return copy.deepcopy(self.objects[(plural, namespace, name)])
+
     def list(self, plural: str) -> list[dict[str, Any]]:
         with self._lock:
             return [
@@ -369,6 +425,15 @@ class KubeApiServer:
             **({"details": details} if details else {}),
         }
 
+    def _not_found(self, resource: Resource, name: str) -> tuple[int, dict[str, Any]]:
+        return self._status(
+            404,
+            f'{resource.plural} "{name}" not found',
+            "NotFound",
+            name=name,
+            kind=resource.plural,
+        )
+
     def _route(self, path: str) -> tuple[Resource, str, str | None] | None:
         for r in self.resources:
             if not path.startswith(r.prefix + "/"):
@@ -381,10 +446,20 @@ class KubeApiServer:
                 return r, namespace, rest[1] if len(rest) == 2 else None
         return None
 
-    def handle(self, method: str, target: str, body: Any) -> tuple[int, Any]:
+    def handle(
+        self,
+        method: str,
+        target: str,
+        body: Any,
+        *,
+        authorization: str | None = None,
+        content_type: str | None = None,
+    ) -> tuple[int, Any]:
         url = urlsplit(target)
         with self._lock:
             self.requests.append((method, url.path))
+            if self.token and authorization != f"Bearer {self.token}":
+                return self._status(401, "Unauthorized", "Unauthorized")
             for fault in self._faults:
                 if fault[0] == method and fault[1] in url.path and fault[3] > 0:
                     fault[3] -= 1
@@ -417,27 +492,23 @@ class KubeApiServer:
             with self._lock:
                 obj = self.objects.get(key)
             if obj is None:
-                return self._status(
-                    404,
-                    f'{resource.plural} "{name}" not found',
-                    "NotFound",
-                    name=name or "",
-                    kind=resource.plural,
-                )
+                return self._not_found(resource, name or "")
             return 200, copy.deepcopy(obj)
         if method == "DELETE":
             with self._lock:
                 obj = self.objects.pop(key, None)
             if obj is None:
-                return self._status(
-                    404,
-                    f'{resource.plural} "{name}" not found',
-                    "NotFound",
-                    name=name or "",
-                    kind=resource.plural,
-                )
+                return self._not_found(resource, name or "")
             return self._status(200, "deleted")
-        if method not in ("POST", "PUT") or not isinstance(body, dict):
+        if method == "PATCH" and name is not None:
+            if content_type != "application/merge-patch+json":
+                return self._status(415, f"{content_type}: only merge patches here", "Unsupported")
+            with self._lock:
+                old = self.objects.get(key)
+            if old is None:
+                return self._not_found(resource, name)
+            body = _merge(old, body)  # then validated and stored as a replace of the merge
+        if method not in ("POST", "PUT", "PATCH") or not isinstance(body, dict):
             return self._status(405, f"{method} {url.path}: not served by the stand-in")
         problems = validate_model(body, resource.model)
         if resource.check is not None:
@@ -445,7 +516,7 @@ class KubeApiServer:
         if method == "POST" and name is not None:
             problems.append("POST to a named path")
         obj_name = (body.get("metadata") or {}).get("name")
-        if method == "PUT" and obj_name != name:
+        if method in ("PUT", "PATCH") and obj_name != name:
             problems.append(f"metadata.name {obj_name!r} is not the path's {name!r}")
         if problems:
             self.rejected.append((f"{method} {url.path}", problems))
@@ -457,7 +528,7 @@ class KubeApiServer:
                 return self._status(
                     409, f'{resource.plural} "{obj_name}" already exists', "AlreadyExists"
                 )
-            if method == "PUT":
+            if method in ("PUT", "PATCH"):
                 if old is None:
                     return self._status(
                         404, f'{resource.plural} "{obj_name}" not found', "NotFound"

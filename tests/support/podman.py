@@ -12,7 +12,25 @@ from pathlib import Path
 from tests.support.basics import Result, require, rmdir_if_empty, run_command
 from tests.support.images import BUSYBOX_IMAGE
 
-__all__ = ["Podman"]
+__all__ = ["Podman", "run_args"]
+
+
+def run_args(
+    cmd: Sequence[str],
+    *,
+    image: str = BUSYBOX_IMAGE,
+    devices: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    options: Sequence[str] = (),
+) -> list[str]:
+    """``run --rm --pull=never [--device D]… [-e K=V]… OPTIONS IMAGE CMD…``: podman's
+    arguments, for this harness and ``tests/support/engine_podman.py``'s."""
+    argv = ["run", "--rm", "--pull=never"]
+    for d in devices:
+        argv += ["--device", d]
+    for k, v in (env or {}).items():
+        argv += ["-e", f"{k}={v}"]
+    return [*argv, *options, image, *cmd]
 
 
 class Podman:
@@ -87,12 +105,7 @@ class Podman:
         check: bool = False,
     ) -> Result:
         """``podman [--runtime R] run --rm --pull=never [--device D]… [-e K=V]… OPTS IMAGE CMD``."""
-        argv = ["run", "--rm", "--pull=never"]
-        for d in devices:
-            argv += ["--device", d]
-        for k, v in (env or {}).items():
-            argv += ["-e", f"{k}={v}"]
-        argv += [*options, image, *cmd]
+        argv = run_args(cmd, image=image, devices=devices, env=env, options=options)
         return self.cmd(*argv, runtime=runtime, timeout=timeout, check=check)
 
     def cleanup(self) -> None:

@@ -59,9 +59,19 @@ def _containerd(
     suite_root: Callable[[str], Path],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Engine]:
-    suite, major = CONTAINERDS[request.param]
+    yield from containerds(request.param, suite_root, tmp_path_factory)
+
+
+def containerds(
+    param: str,
+    suite_root: Callable[[str], Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    prefix: str = "",
+) -> Iterator[Engine]:
+    """A module fixture's containerd of ``CONTAINERDS[param]``, its work dir ``PREFIXparam``."""
+    suite, major = CONTAINERDS[param]
     yield from private_root(
-        suite_root, tmp_path_factory, request.param, suite, ("containerd", "--version"), major
+        suite_root, tmp_path_factory, prefix + param, suite, ("containerd", "--version"), major
     )
 
 

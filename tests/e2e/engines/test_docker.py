@@ -105,9 +105,25 @@ def _daemon(
     busybox_image: Path,
     dgx: Path,
 ) -> Iterator[Daemon]:
-    suite, major = DOCKERS[request.param]
+    yield from _dockerds(request.param, suite_root, tmp_path_factory, shim, busybox_image, dgx)
+
+
+def _dockerds(
+    param: str,
+    suite_root: Callable[[str], Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    shim: Shim,
+    busybox_image: Path,
+    dgx: Path,
+    *,
+    cgroup2: bool = False,
+) -> Iterator[Daemon]:
+    """The module fixtures' dockerd of ``DOCKERS[param]`` (``cgroup2``: on a cgroup2-only
+    ``/sys/fs/cgroup``)."""
+    suite, major = DOCKERS[param]
+    name = f"{param}-cgroup2" if cgroup2 else param
     for engine in private_root(
-        suite_root, tmp_path_factory, request.param, suite, ("dockerd", "--version"), major
+        suite_root, tmp_path_factory, name, suite, ("dockerd", "--version"), major, cgroup2=cgroup2
     ):
         yield from _start(engine, shim, busybox_image, dgx, engine.work / "case")
 
@@ -266,12 +282,9 @@ def _daemon_cgroup2(
     busybox_image: Path,
     dgx: Path,
 ) -> Iterator[Daemon]:
-    suite, major = DOCKERS[request.param]
-    name = f"{request.param}-cgroup2"
-    for engine in private_root(
-        suite_root, tmp_path_factory, name, suite, ("dockerd", "--version"), major, cgroup2=True
-    ):
-        yield from _start(engine, shim, busybox_image, dgx, engine.work / "case")
+    yield from _dockerds(
+        request.param, suite_root, tmp_path_factory, shim, busybox_image, dgx, cgroup2=True
+    )
 
 
 @pytest.fixture

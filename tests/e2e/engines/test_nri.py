@@ -35,23 +35,23 @@ import pytest
 import tomlkit
 
 from nvhook.cli import main
-from nvhook.cri.client import CriClient, container_config, pod_config, read_log
+from nvhook.cri.client import CriClient, container_config, pod_config
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_config
 from nvhook.errors import ContainerEngineError
 from nvhook.mock import Profile
 from nvhook.planner import Host
-from tests.e2e.conftest import PROBE, Shim, expected_smi_uuids, parse_probe
-from tests.e2e.engines.conftest import Engine, private_root
+from tests.e2e.conftest import Shim, expected_smi_uuids, parse_probe
+from tests.e2e.engines.conftest import Engine
 from tests.e2e.engines.test_containerd import (
     CONTAINERDS,
     LINK_PROBE,
     configure,
+    containerds,
     restrict_oom_score_adj,
 )
 from tests.e2e.test_cri import PATH, run_pod
-from tests.support.basics import fail_on_engine_error
 from tests.support.containers import BUSYBOX_IMAGE, unique_id
 from tests.support.engines import CHECKOUT, EngineContainerd
 from tests.support.images import PAUSE_IMAGE, pause_image_tar
@@ -67,15 +67,7 @@ def _containerd(
     suite_root: Callable[[str], Path],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Engine]:
-    suite, major = CONTAINERDS[request.param]
-    yield from private_root(
-        suite_root,
-        tmp_path_factory,
-        f"nri-{request.param}",
-        suite,
-        ("containerd", "--version"),
-        major,
-    )
+    yield from containerds(request.param, suite_root, tmp_path_factory, "nri-")
 
 
 class Plugin:
@@ -345,23 +337,10 @@ def test_an_allowed_pod_annotation_is_a_cdi_name_on_2_1_and_edits_on_1_7(
     NRI (0.8) resolves the CDI name from /etc/cdi itself; 1.7's (0.6.1) cannot, so the plugin
     resolves it and adjusts devices, mounts, env and hooks."""
     print_version(node.engine)
-    logs = tmp_path / "annotated"
-    pod = pod_config(unique_id("pod"), namespace=NAMESPACE, log_directory=logs)
-    pod.annotations["nvidia.cdi.k8s.io/container.probe"] = "nvidia.com/gpu=1"
-    with fail_on_engine_error():
-        sandbox = node.client.run_pod_sandbox(pod, "")
-        try:
-            config = container_config(
-                "probe", BUSYBOX_IMAGE, ["/bin/sh", "-c", PROBE], envs={"PATH": PATH},
-                log_path="probe.log",
-            )  # fmt: skip
-            container = node.client.create_container(sandbox, config, pod)
-            node.client.start_container(container)
-            assert node.client.wait_exited(container).exit_code == 0
-            output = read_log(logs / "probe.log")
-        finally:
-            node.client.stop_pod_sandbox(sandbox)
-            node.client.remove_pod_sandbox(sandbox)
+    annotations = {"nvidia.cdi.k8s.io/container.probe": "nvidia.com/gpu=1"}
+    _, _, output = run_pod(
+        node.client, "", tmp_path / "annotated", {}, namespace=NAMESPACE, annotations=annotations
+    )
     probe = parse_probe(output)
     assert probe.gpu_uuids == expected_smi_uuids(profile, [1])
     assert probe.gpu_nodes == {"/dev/nvidia1"}
@@ -392,24 +371,13 @@ def test_a_pod_s_own_annotations_get_nothing(
     annotations on the sandbox); NVIDIA's ``nvidia.cdi.k8s.io/container.NAME`` from a namespace
     not in ``nri.annotation_namespaces`` is stripped with a line saying so."""
     print_version(node.engine)
-    logs = tmp_path / "own"
-    pod = pod_config(unique_id("pod"), namespace="other", log_directory=logs)
-    pod.annotations["cdi.k8s.io/mine"] = "nvidia.com/gpu=all"
-    pod.annotations["nvidia.cdi.k8s.io/container.probe"] = "management.nvidia.com/gpu=all"
-    with fail_on_engine_error():
-        sandbox = node.client.run_pod_sandbox(pod, "")
-        try:
-            config = container_config(
-                "probe", BUSYBOX_IMAGE, ["/bin/sh", "-c", PROBE], envs={"PATH": PATH},
-                log_path="probe.log",
-            )  # fmt: skip
-            container = node.client.create_container(sandbox, config, pod)
-            node.client.start_container(container)
-            assert node.client.wait_exited(container).exit_code == 0
-            output = read_log(logs / "probe.log")
-        finally:
-            node.client.stop_pod_sandbox(sandbox)
-            node.client.remove_pod_sandbox(sandbox)
+    annotations = {
+        "cdi.k8s.io/mine": "nvidia.com/gpu=all",
+        "nvidia.cdi.k8s.io/container.probe": "management.nvidia.com/gpu=all",
+    }
+    _, _, output = run_pod(
+        node.client, "", tmp_path / "own", {}, namespace="other", annotations=annotations
+    )
     probe = parse_probe(output)
     assert probe.gpu_uuids == [] and probe.gpu_nodes == set()
     assert (

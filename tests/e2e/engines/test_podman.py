@@ -99,11 +99,29 @@ def _podman(
     dgx: Path,
     busybox_image: Path,
 ) -> Iterator[Served]:
-    suite, minor = PODMANS[request.param]
+    yield from _podmans(request.param, suite_root, tmp_path_factory, dgx, busybox_image)
+
+
+def _podmans(
+    param: str,
+    suite_root: Callable[[str], Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    dgx: Path,
+    busybox_image: Path,
+    *,
+    cgroup2: bool = False,
+) -> Iterator[Served]:
+    """The module fixtures' podman of ``PODMANS[param]`` (``cgroup2``: on a cgroup2-only
+    ``/sys/fs/cgroup``, checked from inside the root)."""
+    suite, minor = PODMANS[param]
+    name = f"{param}-cgroup2" if cgroup2 else param
     for engine in private_root(
-        suite_root, tmp_path_factory, request.param, suite, ("podman", "--version"), 5
+        suite_root, tmp_path_factory, name, suite, ("podman", "--version"), 5, cgroup2=cgroup2
     ):
         assert minor in engine.version, engine.version
+        if cgroup2:
+            fstype = engine.root.run("stat", "-f", "-c", "%T", "/sys/fs/cgroup").stdout.strip()
+            assert fstype == "cgroup2fs"
         yield _serve(engine, dgx, busybox_image)
 
 
@@ -236,20 +254,9 @@ def _podman_cgroup2(
     dgx: Path,
     busybox_image: Path,
 ) -> Iterator[Served]:
-    suite, minor = PODMANS[request.param]
-    for engine in private_root(
-        suite_root,
-        tmp_path_factory,
-        f"{request.param}-cgroup2",
-        suite,
-        ("podman", "--version"),
-        5,
-        cgroup2=True,
-    ):
-        assert minor in engine.version, engine.version
-        fstype = engine.root.run("stat", "-f", "-c", "%T", "/sys/fs/cgroup").stdout.strip()
-        assert fstype == "cgroup2fs"
-        yield _serve(engine, dgx, busybox_image)
+    yield from _podmans(
+        request.param, suite_root, tmp_path_factory, dgx, busybox_image, cgroup2=True
+    )
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""``nvhook labels`` on its own Node through the API (the stand-in of tests/support/nodeapi.py
+"""``nvhook labels`` on its own Node through the API (the stand-in of tests/support/kubeapi.py
 on loopback): nvhook's labels set, its stale ones removed, nobody else's touched, nothing
 sent when nothing changed, the API's refusals in one line; and the host roots from nvhook's
 settings when --root is not given, as nvhook device-plugin takes them."""
@@ -11,25 +11,22 @@ from pathlib import Path
 import pytest
 
 from nvhook.cli import main
-from nvhook.deviceplugin.nodeapi import Credentials, label_node, label_patch
-from tests.support.nodeapi import NodeApi
+from nvhook.deviceplugin.nodeapi import label_node, label_patch
+from nvhook.kubeapi import ApiError, Client
+from tests.support.kubeapi import KubeApiServer
 
 
 @pytest.fixture
-def api() -> Iterator[NodeApi]:
-    server = NodeApi(
-        {
-            "gpu-1": {
-                "kubernetes.io/hostname": "gpu-1",
-                "nvidia.com/gpu.count": "3",
-                "nvidia.com/gpu.stale": "x",  # ours, no longer given: removed
-                "nvidia.com/device-plugin.config": "big",  # not ours: kept
-            }
-        },
-        token="t0ken",
-    )
-    yield server
-    server.stop()
+def api() -> Iterator[KubeApiServer]:
+    labels = {
+        "kubernetes.io/hostname": "gpu-1",
+        "nvidia.com/gpu.count": "3",
+        "nvidia.com/gpu.stale": "x",  # ours, no longer given: removed
+        "nvidia.com/device-plugin.config": "big",  # not ours: kept
+    }
+    with KubeApiServer(token="t0ken") as server:
+        server.put("nodes", {"metadata": {"name": "gpu-1", "labels": labels}})
+        yield server
 
 
 def test_the_patch_sets_ours_and_removes_only_ours() -> None:
@@ -45,15 +42,15 @@ def test_the_patch_sets_ours_and_removes_only_ours() -> None:
 
 
 def test_labels_reach_the_node(
-    api: NodeApi, mock_machine: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+    api: KubeApiServer, mock_machine: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = mock_machine("dgx-a100")
     argv = ["labels", "--root", str(root), "--node", "gpu-1", "--api-server", api.url]
     assert main(argv) == 9  # no token: the API's 401, in one line
-    assert "GET /api/v1/nodes/gpu-1: 401 Unauthorized: Unauthorized" in capsys.readouterr().err
+    assert "/api/v1/nodes/gpu-1: 401 Unauthorized: Unauthorized" in capsys.readouterr().err
     api.token = ""
     assert main(argv) == 0
-    labels = api.labels("gpu-1")
+    labels = api.get("nodes", "gpu-1")["metadata"]["labels"]
     assert labels["nvidia.com/gpu.present"] == "true"
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
     assert labels["nvidia.com/gpu.count"] == "8"
@@ -68,14 +65,14 @@ def test_labels_reach_the_node(
     assert 'nodes "gpu-9" not found' in capsys.readouterr().err
 
 
-def test_a_refused_label_names_the_reason(api: NodeApi) -> None:
-    from nvhook.deviceplugin.nodeapi import ApiError
-
+def test_a_refused_label_names_the_reason(api: KubeApiServer) -> None:
     api.token = ""
-    with pytest.raises(ApiError, match=r"PATCH /api/v1/nodes/gpu-1: 422 .*a label value must"):
-        label_node(Credentials(api.url), "gpu-1", {"nvidia.com/gpu.product": "NVIDIA A100"})
+    with pytest.raises(
+        ApiError, match=r"PATCH http://.*/api/v1/nodes/gpu-1: 422 .*a label value must"
+    ):
+        label_node(Client(api.url), "gpu-1", {"nvidia.com/gpu.product": "NVIDIA A100"})
     with pytest.raises(ApiError, match="is not a node name"):
-        label_node(Credentials(api.url), "../x", {})
+        label_node(Client(api.url), "../x", {})
 
 
 def test_roots_come_from_nvhooks_settings(
@@ -89,27 +86,3 @@ def test_roots_come_from_nvhooks_settings(
     monkeypatch.setenv("NVHOOK_CONFIG", str(settings))
     assert main(["labels"]) == 0
     assert "nvidia.com/gpu.product=NVIDIA-H100-PCIe\n" in capsys.readouterr().out
-
-
-def test_in_cluster_credentials(tmp_path: Path) -> None:
-    from nvhook.deviceplugin.nodeapi import ApiError, in_cluster
-
-    (tmp_path / "token").write_text("abc\n")
-    creds = in_cluster(
-        str(tmp_path), {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
-    )
-    assert (creds.server, creds.token, creds.ca_file) == (
-        "https://10.0.0.1:443",
-        "abc",
-        str(tmp_path / "ca.crt"),
-    )
-    v6 = in_cluster(
-        str(tmp_path), {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
-    )
-    assert v6.server == "https://[fd00::1]:443"
-    with pytest.raises(ApiError, match="not in a Kubernetes pod"):
-        in_cluster(str(tmp_path), {})
-    with pytest.raises(ApiError, match="cannot read the service account token"):
-        in_cluster(
-            str(tmp_path / "none"), {"KUBERNETES_SERVICE_HOST": "h", "KUBERNETES_SERVICE_PORT": "1"}
-        )

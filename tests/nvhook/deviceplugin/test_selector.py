@@ -1,6 +1,6 @@
 """Per-node configs: the plugin on a dgx-a100 mock with a directory of named configs, the node's
 ``nvidia.com/device-plugin.config`` label read from the Node API stand-in
-(tests/support/nodeapi.py); a label change and a config file change are each applied without
+(tests/support/kubeapi.py); a label change and a config file change are each applied without
 a restart (the resource registered again with its new devices); a bad name or a bad file is
 logged and changes nothing."""
 
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.deviceplugin.nodeapi import Credentials
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.selector import ConfigSelector
 from nvhook.deviceplugin.server import Kubelet
+from nvhook.kubeapi import Client
 from nvhook.planner import Host
 from tests.nvhook.deviceplugin.test_server import dgx  # noqa: F401 (fixture)
-from tests.support.nodeapi import NodeApi
+from tests.support.kubeapi import KubeApiServer
 
 SLICED = (
     "version: v1\nsharing:\n  timeSlicing:\n"
@@ -29,18 +29,22 @@ SLICED = (
 
 
 @pytest.fixture
-def api() -> Iterator[NodeApi]:
-    server = NodeApi({"gpu-1": {"kubernetes.io/hostname": "gpu-1"}})
-    yield server
-    server.stop()
+def api() -> Iterator[KubeApiServer]:
+    with KubeApiServer() as server:
+        server.put(
+            "nodes", {"metadata": {"name": "gpu-1", "labels": {"kubernetes.io/hostname": "gpu-1"}}}
+        )
+        yield server
 
 
-def _set_label(api: NodeApi, value: str | None) -> None:
-    labels = api.nodes["gpu-1"]["metadata"]["labels"]
+def _set_label(api: KubeApiServer, value: str | None) -> None:
+    node = api.get("nodes", "gpu-1")
+    labels = node["metadata"]["labels"]
     if value is None:
         labels.pop("nvidia.com/device-plugin.config", None)
     else:
         labels["nvidia.com/device-plugin.config"] = value
+    api.put("nodes", node)
 
 
 def _wait(predicate: object, timeout: float = 10) -> None:
@@ -52,7 +56,7 @@ def _wait(predicate: object, timeout: float = 10) -> None:
 
 def test_label_and_file_changes_apply_without_a_restart(
     dgx: Path,  # noqa: F811
-    api: NodeApi,
+    api: KubeApiServer,
     tmp_path: Path,
 ) -> None:
     configs = tmp_path / "configs"
@@ -64,7 +68,7 @@ def test_label_and_file_changes_apply_without_a_restart(
         str(configs),
         default="plain",
         node="gpu-1",
-        credentials=Credentials(api.url),
+        credentials=Client(api.url),
         log=lines.append,
     )
     initial = selector()

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.dra.errors import ApiError, DraConfigError, StateError
+from nvhook.dra.errors import StateError
 from nvhook.dra.kubeapi import KubeApi, connect
 from nvhook.dra.state import Checkpoint, load, lock, save
+from nvhook.kubeapi import ApiError, Client, KubeConfigError
 from tests.nvhook.dra.conftest import allocated_claim
 from tests.support.kubeapi import KubeApiServer
 
@@ -59,7 +60,7 @@ def test_a_claim_fixture_is_the_client_s_model(kubeapi: KubeApiServer) -> None:
 
 
 def test_an_unreachable_server_is_one_line() -> None:
-    api = KubeApi("http://127.0.0.1:1", timeout=2)
+    api = KubeApi(Client("http://127.0.0.1:1", timeout=2))
     with pytest.raises(ApiError) as e:
         api.get_claim("default", "c")
     assert "cannot be reached" in e.value.message and "127.0.0.1:1" in e.value.message
@@ -69,16 +70,16 @@ def test_credentials_errors_name_what_to_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with pytest.raises(DraConfigError, match=r"not in a pod.*--kubeconfig"):
+    with pytest.raises(KubeConfigError, match=r"not in a pod.*--kubeconfig"):
         connect()
     config = tmp_path / "kc"
     config.write_text(json.dumps({"clusters": []}))
-    with pytest.raises(DraConfigError, match="current-context is not set"):
+    with pytest.raises(KubeConfigError, match="current-context is not set"):
         connect(str(config))
     config.write_text(json.dumps({"current-context": "x", "contexts": []}))
-    with pytest.raises(DraConfigError, match="no entry named 'x'"):
+    with pytest.raises(KubeConfigError, match="no entry named 'x'"):
         connect(str(config))
-    with pytest.raises(DraConfigError, match="cannot read"):
+    with pytest.raises(KubeConfigError, match="cannot read"):
         connect(str(tmp_path / "missing"))
 
 
