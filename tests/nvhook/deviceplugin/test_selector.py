@@ -7,6 +7,7 @@ logged and changes nothing."""
 from __future__ import annotations
 
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -73,8 +74,7 @@ def test_label_and_file_changes_apply_without_a_restart(
     )
     initial = selector()
     assert initial is not None and initial.time_slicing == ()
-    directory = Path("/tmp") / f"nvh-sel-{tmp_path.name[-10:]}"
-    directory.mkdir()
+    directory = Path(tempfile.mkdtemp(prefix="nvh-sel-", dir="/tmp"))  # short: sockets
     kubelet = Kubelet(directory)
     kubelet.start()
     plugin = DevicePlugin(
