@@ -118,6 +118,9 @@ def installed_libraries(profile: Profile) -> tuple[InstalledLibrary, ...]:
 
 
 _SHARED = ("-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden")
+#: Warnings for every mock source; an implicit declaration is an error, as GCC 14 and later
+#: make it, so that a missing include fails on every compiler the tests run, not only there.
+_WARN = ("-Wall", "-Werror=implicit-function-declaration")
 _LIBC = ("-Wl,--no-as-needed", "-lc")  # every driver library needs libc.so.6, like the real ones
 
 
@@ -159,7 +162,7 @@ def nvml_unit(output: str, soname: str) -> build.Unit:
         output=output,
         sources=(("nvml.c", source), ("nvml_unsupported.h", stubs)),
         compile=("nvml.c",),
-        args=(*_SHARED, "-Wall", "-Wextra", "-pthread", f"-Wl,-soname,{soname}", *_LIBC, "-ldl"),
+        args=(*_SHARED, *_WARN, "-Wextra", "-pthread", f"-Wl,-soname,{soname}", *_LIBC, "-ldl"),
     )
 
 
@@ -182,7 +185,7 @@ def libcuda_unit(
             *extra,
         ),
         compile=("cuda.c", *(n for n, _ in extra)),
-        args=(*_SHARED, "-Wall", f"-Wl,-soname,{soname}", *_LIBC, "-ldl"),
+        args=(*_SHARED, *_WARN, f"-Wl,-soname,{soname}", *_LIBC, "-ldl"),
     )
 
 
@@ -252,19 +255,19 @@ def _units(prof: Profile) -> dict[str, build.Unit]:
         output="nvidia-smi",
         sources=(("smi.c", build.csource("smi.c")), visible, header),
         compile=("smi.c",),
-        args=("-O2", "-g0", "-Wall", "-static", "-s"),
+        args=("-O2", "-g0", *_WARN, "-static", "-s"),
     )
     tool = build.Unit(
         output="nvidia-tool",
         sources=(("tool.c", build.csource("tool.c")),),
         compile=("tool.c",),
-        args=("-O2", "-g0", "-Wall", "-static", "-s", f'-DMOCK_DRIVER_VERSION="{version}"'),
+        args=("-O2", "-g0", *_WARN, "-static", "-s", f'-DMOCK_DRIVER_VERSION="{version}"'),
     )
     mps = build.Unit(
         output="nvidia-cuda-mps-control",
         sources=(("mps.c", build.csource("mps.c")),),
         compile=("mps.c",),
-        args=("-O2", "-g0", "-Wall", "-static", "-s", f'-DMOCK_DRIVER_VERSION="{version}"'),
+        args=("-O2", "-g0", *_WARN, "-static", "-s", f'-DMOCK_DRIVER_VERSION="{version}"'),
     )
     for binary in files.binaries:
         wanted = {None: True, "nvswitch": prof.nvswitches > 0, "imex": prof.imex_channels > 0}
