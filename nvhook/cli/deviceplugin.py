@@ -201,6 +201,21 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     "health.stateFile wins; '' for nowhere)."
 )
 @health_interval_option
+@click.option(
+    "--follow-gpus/--no-follow-gpus",
+    default=True,
+    show_default=True,
+    help="Follow the node's GPUs (nvhook watch's watcher): a MIG re-layout, MIG mode, a GPU "
+    "lost or added re-registers the resources without a restart.",
+)
+@click.option(
+    "--follow-interval",
+    default=0.5,
+    show_default=True,
+    type=click.FloatRange(min=0.05, max=60),
+    help="With --follow-gpus: seconds between looks at /proc (procfs cannot be watched with "
+    "inotify).",
+)
 @_nvidia_flags
 def device_plugin(
     config_file: str | None,
@@ -217,6 +232,8 @@ def device_plugin(
     node_profile: str | None,
     health_state_file: str,
     health_interval: float,
+    follow_gpus: bool,
+    follow_interval: float,
     **nvidia: Any,
 ) -> None:
     """Serve the host's GPUs to kubelet (device plugin API v1beta1), one socket per resource.
@@ -295,5 +312,6 @@ def device_plugin(
         kubelet_socket=kubelet_socket,
         config_source=source,
         config_interval=config_interval,
+        follow_interval=follow_interval if follow_gpus else None,
     )
     plugin.run(stop)

@@ -23,7 +23,14 @@ SIGINT):
    (:class:`~nvhook.deviceplugin.mps.MpsDaemons`), started before the servers, checked on
    every health tick (one that does not answer makes its GPU's replicas unhealthy and is
    started again), stopped with the plugin;
-6. on stop, the servers stop and their sockets are removed.
+6. with ``follow_interval`` (``--follow-gpus``, the default), the node's GPUs followed by
+   the one :class:`~nvhook.watch.Watcher` (on its own thread): an update whose changes are
+   of a :data:`FOLLOWED` kind (a MIG re-layout, MIG mode, a GPU lost or added) is handed to
+   the plugin's loop, which discovers the resources again and re-registers them as a
+   configuration change does (a failure keeps the old servers; allocations already made
+   stay as they are); under ``mixed`` a new MIG profile's resource registers and a vanished
+   one is withdrawn (its server stops, its socket is removed);
+7. on stop, the servers stop and their sockets are removed.
 
 With ``failOnInitError: false`` (NVIDIA's legacy mode, for a DaemonSet on every node), a
 node whose driver or GPUs cannot be read at start (no driver, NVML failing, a MIG layout
@@ -54,9 +61,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.devices.nvml import GpuInfo
     from nvhook.planner import Host
+    from nvhook.watch import Change, Update, Watcher
 
 __all__ = [
     "DEFAULT_DIRECTORY",
+    "FOLLOWED",
     "KUBELET_SOCKET",
     "DevicePlugin",
     "device_nodes",
@@ -67,6 +76,10 @@ __all__ = [
 DEFAULT_DIRECTORY = "/var/lib/kubelet/device-plugins/"
 KUBELET_SOCKET = "kubelet.sock"
 _TICK = 0.2  # seconds between checks of kubelet's socket
+#: the watcher's change kinds (:class:`nvhook.watch.Change`) that change what is advertised
+FOLLOWED = frozenset(
+    {"mig-layout", "mig-mode", "mig-uuids", "gpu-removed", "gpu-added", "nvml-gpus"}
+)
 
 
 def read_gpus(host: Host) -> tuple[GpuInfo, ...]:
@@ -124,6 +137,10 @@ def imex_channels(host: Host, config: PluginConfig, warnings: list[str]) -> tupl
     return tuple(found)
 
 
+def _ids(resources: Sequence[Resource], name: str) -> list[str]:
+    return [d.id for r in resources if r.name == name for d in r.devices]
+
+
 def _identity(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -146,6 +163,7 @@ class DevicePlugin:
         kubelet_socket: str | None = None,
         config_source: Callable[[], PluginConfig | None] | None = None,
         config_interval: float = 5.0,
+        follow_interval: float | None = None,
     ) -> None:
         self.host = host
         self.config = config
@@ -168,6 +186,10 @@ class DevicePlugin:
         self._probed: dict[str, str] = {}
         self._gpus: tuple[GpuInfo, ...] = ()
         self._state_warned = False
+        self.follow_interval = follow_interval  # None: the GPUs are not followed
+        self._follow_lock = threading.Lock()
+        self._followed: list[Change] = []  # changes the watcher handed over, for the loop
+        self._resources: tuple[Resource, ...] = ()  # the NVIDIA resources served
 
     def discover(self) -> tuple[tuple[Resource, ...], tuple[GpuInfo, ...], Topology]:
         """The resources to advertise, the GPUs and their topology."""
@@ -199,6 +221,7 @@ class DevicePlugin:
         refuses the first registration."""
         for note in self.config.notes:
             self.log(f"warning: {note}")
+        watcher = self._watcher()  # before discovery: a change from here on is seen
         self._others = self.discover_vendors()
         try:
             resources, gpus, topology = self.discover()
@@ -217,28 +240,91 @@ class DevicePlugin:
                 stop.wait()
                 self.log("stopped")
                 return
+        follower = None
         try:
             self._serve(resources, gpus, topology)
             self.ready.set()
+            if watcher is not None:
+                follower = threading.Thread(
+                    target=watcher.run, args=(stop,), name="nvhook-dp-watch", daemon=True
+                )
+                follower.start()
             self._loop(stop)
         finally:
+            if follower is not None:
+                stop.set()
+                follower.join(5)
             self.state.close()
             self._teardown()
             self.log("stopped; sockets removed")
+
+    def _watcher(self) -> Watcher | None:
+        """The node's GPU watcher, subscribed (:meth:`_on_update`), not yet running."""
+        if self.follow_interval is None:
+            return None
+        from nvhook.watch import Watcher
+
+        try:
+            watcher = Watcher(self.host, interval=self.follow_interval, log=self.log)
+        except NvhookError as e:
+            self.log(f"warning: the node's GPUs are not followed (restart to see a change): {e}")
+            return None
+        watcher.subscribe(self._on_update)
+        self.log(f"following the node's GPUs (every {self.follow_interval:g} s)")
+        return watcher
+
+    def _on_update(self, update: Update) -> None:
+        """On the watcher's thread: hand the changes that matter to the loop."""
+        changes = [c for c in update.changes if c.kind in FOLLOWED]
+        if changes:
+            with self._follow_lock:
+                self._followed.extend(changes)
+
+    def _rediscover(self, changes: Sequence[Change]) -> None:
+        """The node's GPUs changed: discover the resources again and, where they differ,
+        re-register them as :meth:`_reconfigure` does (a failure keeps the old servers)."""
+        what = "; ".join(map(str, changes))
+        self.log(f"the node's GPUs changed: {what}")
+        # NVML's initialisation is reference counted in the process: while the XID monitor
+        # holds it, a new nvmlInit reads no new GPU list (the mock's NVML loads its data at
+        # the first init), so the monitor pauses while the GPUs are read again
+        if self.monitor is not None:
+            self.monitor.stop()
+            self.monitor = None
+        try:
+            resources, gpus, topology = self.discover()
+        except (DriverError, StrategyError) as e:
+            self.log(f"error: cannot discover the GPUs again: {e.message}; kept the old resources")
+            self._start_monitor()
+            return
+        if resources == self._resources:
+            self.log("the advertised resources are unchanged")
+            self._start_monitor()
+            return
+        old = {r.name: len(r.devices) for r in self._resources}
+        new = {r.name: len(r.devices) for r in resources}
+        steps = [f"registering {n} ({new[n]} devices)" for n in new if n not in old]
+        steps += [f"withdrawing {n} (no device left)" for n in old if n not in new]
+        steps += [
+            f"{n}: {old[n]} -> {new[n]} devices"
+            for n in new
+            if n in old and (old[n] != new[n] or _ids(self._resources, n) != _ids(resources, n))
+        ]
+        self.log("resources changed: " + "; ".join(steps))
+        self._teardown()
+        self._serve(resources, gpus, topology)
 
     def _serve(
         self, resources: tuple[Resource, ...], gpus: tuple[GpuInfo, ...], topology: Topology
     ) -> None:
         """Start the MPS daemons, the XID monitor and one registered server per resource."""
+        self._resources = resources
         self._gpus_of = [(g.uuid, g.bus_id) for g in gpus]
         self._gpus = gpus
         if self.config.sharing_strategy == "mps":
             self.mps = MpsDaemons(self.host, self.config.mps_root, resources, log=self.log)
             self.mps.start()
-        self.monitor = HealthMonitor(
-            self.host, self._gpus_of, self.config.health, on_change=self._refresh, log=self.log
-        )
-        self.monitor.start()
+        self._start_monitor()
         self._check_health(self._gpus_of)
         self.servers = [
             ResourceServer(
@@ -264,6 +350,12 @@ class DevicePlugin:
                 f"serving {s.resource.name} ({len(s.resource.devices)} devices) on {s.path}, "
                 f"registered with {self.kubelet_socket}"
             )
+
+    def _start_monitor(self) -> None:
+        self.monitor = HealthMonitor(
+            self.host, self._gpus_of, self.config.health, on_change=self._refresh, log=self.log
+        )
+        self.monitor.start()
 
     def _teardown(self) -> None:
         if self.monitor is not None:
@@ -342,6 +434,14 @@ class DevicePlugin:
         next_config = time.monotonic() + self.config_interval
         pending = False  # a re-registration still to do
         while not stop.wait(min(_TICK, self.health_interval)):
+            with self._follow_lock:
+                followed, self._followed = self._followed, []
+            if followed:
+                try:
+                    self._rediscover(followed)
+                except RegistrationError as e:
+                    self.log(f"{e.message} (retrying)")
+                    pending = True
             if self.config_source is not None and time.monotonic() >= next_config:
                 config = self.config_source()
                 if config is not None and config != self.config:

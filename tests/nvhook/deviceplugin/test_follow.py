@@ -1,0 +1,81 @@
+"""The plugin follows the node's GPUs without a restart (``--follow-gpus``): a dgx-a100 mock of
+its own changed in place (:mod:`nvhook.mock.mutate`) while the plugin serves the kubelet
+stand-in (:class:`nvhook.deviceplugin.server.Kubelet`; kubelet itself does not run here)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from nvhook.deviceplugin.model import PluginConfig
+from nvhook.deviceplugin.plugin import DevicePlugin
+from nvhook.deviceplugin.server import Kubelet
+from nvhook.mock import create, load_profile
+from nvhook.mock.mutate import relayout_mig, remove_gpu
+from nvhook.planner import Host
+
+DGX = load_profile("dgx-a100")
+UUIDS = [g.uuid for g in DGX.gpus]
+
+
+def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    create("dgx-a100", root, nodes="file")
+    directory = Path("/tmp") / f"nvh-fl-{os.getpid()}-{tmp_path.name[-12:]}"  # short: sockets
+    directory.mkdir()
+    kubelet = Kubelet(directory)
+    kubelet.start()
+    lines: list[str] = []
+    plugin = DevicePlugin(
+        Host(root=str(root)),
+        PluginConfig(mig_strategy="mixed"),
+        str(directory),
+        health_interval=0.2,
+        log=lines.append,
+        follow_interval=0.1,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        first = kubelet.wait_registered(3)
+        assert {r.resource_name for r in first} == {
+            "nvidia.com/gpu",
+            "nvidia.com/mig-2g.20gb",
+            "nvidia.com/mig-3g.40gb",
+        }
+        vanished = kubelet.client(next(r for r in first if r.resource_name.endswith("3g.40gb")))
+        vanished.watch()
+        vanished.wait_for(lambda d: len(d) == 1)
+
+        relayout_mig(root, 0, ["1g.10gb"] * 7)  # 3g.40gb + 2g.20gb + … -> 7 x 1g.10gb
+        again = kubelet.wait_registered(5)[3:]
+        assert {r.resource_name for r in again} == {"nvidia.com/gpu", "nvidia.com/mig-1g.10gb"}
+        assert vanished.stream_ended()  # withdrawn: its server stopped, its socket removed
+        for profile in ("2g.20gb", "3g.40gb"):
+            assert not (directory / f"nvhook-nvidia.com_mig-{profile}.sock").exists()
+        mig = kubelet.client(next(r for r in again if r.resource_name.endswith("1g.10gb")))
+        mig.watch()
+        assert len(mig.wait_for(lambda d: len(d) == 7)) == 7
+        assert any("MIG layout 2.0,3.0,4.0 -> 7.0," in line for line in lines)
+        assert any(
+            "registering nvidia.com/mig-1g.10gb (7 devices)" in line
+            and "withdrawing nvidia.com/mig-3g.40gb" in line
+            for line in lines
+        ), lines
+
+        remove_gpu(root, 7)
+        gpu = next(r for r in kubelet.wait_registered(7)[5:] if r.resource_name == "nvidia.com/gpu")
+        client = kubelet.client(gpu)
+        client.watch()
+        assert [d.ID for d in client.wait_for(lambda d: len(d) == 5)] == UUIDS[2:7]
+        assert any("nvidia.com/gpu: 6 -> 5 devices" in line for line in lines), lines
+        assert thread.is_alive()  # the same plugin all along
+    finally:
+        stop.set()
+        thread.join(10)
+        kubelet.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not thread.is_alive()
