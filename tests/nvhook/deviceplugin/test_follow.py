@@ -9,6 +9,9 @@ import shutil
 import threading
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet
@@ -79,3 +82,17 @@ def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) ->
         kubelet.stop()
         shutil.rmtree(directory, ignore_errors=True)
     assert not thread.is_alive()
+
+
+def test_follow_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from nvhook.cli.deviceplugin import device_plugin
+
+    seen: list[float | None] = []
+    monkeypatch.setattr(DevicePlugin, "run", lambda self, stop: seen.append(self.follow_interval))
+    (tmp_path / "config.toml").write_text("")  # every default
+    monkeypatch.setenv("NVHOOK_CONFIG", str(tmp_path / "config.toml"))
+    runner = CliRunner()
+    for args in ([], ["--follow-interval", "2"], ["--no-follow-gpus"]):
+        result = runner.invoke(device_plugin, ["--device-plugin-path", str(tmp_path), *args])
+        assert result.exit_code == 0, result.output
+    assert seen == [0.5, 2.0, None]
