@@ -68,8 +68,8 @@ MANIFESTS = [
 ]
 
 
-#: The DRA driver's manifests: checked against the ``kubernetes`` client's models (DeviceClass,
-#: ResourceClaimTemplate and RBAC are not in kubernetes-schema.json), below.
+#: The DRA driver's manifests: checked against the real schemas of the releases that serve
+#: resource.k8s.io/v1 (DRA_KUBERNETES) and against the ``kubernetes`` client's models, below.
 DRA_MANIFESTS = ["dra-deviceclasses.yaml", "dra-driver.yaml", "dra-example-claims.yaml"]
 
 
