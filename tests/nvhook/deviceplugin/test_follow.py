@@ -62,7 +62,9 @@ def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) ->
         mig = kubelet.client(next(r for r in again if r.resource_name.endswith("1g.10gb")))
         mig.watch()
         assert len(mig.wait_for(lambda d: len(d) == 7)) == 7
-        assert any("MIG layout 2.0,3.0,4.0 -> 7.0," in line for line in lines)
+        # the change is logged; a poll may land between the mock's renames (its new instances
+        # are moved in before the old ones go), so only the final layout is certain
+        assert any("MIG layout " in line and " -> 7.0," in line for line in lines), lines
         assert any(
             "registering nvidia.com/mig-1g.10gb (7 devices)" in line
             and "withdrawing nvidia.com/mig-3g.40gb" in line
