@@ -223,15 +223,13 @@ def decide_spec(spec: dict[str, Any], settings: Settings, *, bundle: str = "") -
                     from nvhook.requests.vendors import split_vendor_names  # only then
 
                     nvidia, vendor_names = split_vendor_names(requests)
-                if not nvidia.wants_anything:  # only other vendors' devices
-                    pass
-                elif nvidia.requirements and not nvidia.disable_require:
+                if nvidia.wants_anything and nvidia.requirements and not nvidia.disable_require:
                     # the compat libcuda's CUDA counts
                     from nvhook.rootfs.spec import container_env, rootfs_path
 
                     env = container_env(spec)
                     planned = plan(nvidia, host, rootfs=rootfs_path(spec, bundle), env=env)
-                else:
+                elif nvidia.wants_anything:  # else only other vendors' devices: no NVIDIA plan
                     planned = plan(nvidia, host)
                 edits = planned.edits if planned is not None else Edits()
                 if vendor_names:
