@@ -4,10 +4,13 @@ So that a cluster moves to nvhook without changing its pod specs, each vendor's 
 advertised under its own plugin's resource names: ``amd.com/gpu`` (ROCm/k8s-device-plugin's),
 ``gpu.intel.com/i915`` or ``gpu.intel.com/xe`` by driver
 (intel/intel-device-plugins-for-kubernetes ``cmd/gpu_plugin``: ``devProps.driver()``), and
-``huawei.com/Ascend910`` (``Ascend310P``…) by chip (the name Ascend's device plugin is
-documented to advertise; its code was not read here, unlike AMD's and Intel's). A
-device's ID is its CDI name (``9``, ``0000-29-00-0-0x0bd5``); its ``uuid`` the qualified
-name (``amd.com/gpu=9``), which the allocation hands on.
+``huawei.com/Ascend910`` (``Ascend310``, ``Ascend310P``) by chip family, as Ascend's device
+plugin runs them (Ascend/mind-cluster 22bb3d9, :mod:`nvhook.vendors.ascend`: the 910A, 910B
+and 910A3 all under ``Ascend910``). A device's ID is its CDI name (``9``,
+``0000-29-00-0-0x0bd5``), but Ascend's, which is its plugin's ``<family>-<phy id>``
+(``Ascend910-3``, what Volcano's Ascend scheduling and the ``huawei.com/Ascend910``
+annotations name); its ``uuid`` the qualified name (``amd.com/gpu=9``), which the allocation
+hands on.
 
 An allocation gives the container the devices as nvhook's requests read them
 (:mod:`nvhook.requests.vendors`): with the ``envvar`` strategy the vendor's own variable
@@ -26,6 +29,7 @@ from collections.abc import Sequence
 from nvhook.deviceplugin.allocate import ANNOTATION_NAME, ContainerAllocation, devices_for
 from nvhook.deviceplugin.model import Device, PluginConfig, Resource
 from nvhook.deviceplugin.preferred import Topology
+from nvhook.vendors import ascend
 from nvhook.vendors.model import Accelerator, Host
 from nvhook.vendors.registry import VENDORS
 
@@ -43,6 +47,10 @@ def resource_name(device: Accelerator) -> str:
     return f"huawei.com/{device.family}"
 
 
+def _device_id(device: Accelerator) -> str:
+    return ascend.device_id(device) if device.vendor == "ascend" else device.name
+
+
 def is_vendor_resource(name: str) -> bool:
     return name.startswith(_PREFIXES)
 
@@ -56,7 +64,7 @@ def vendor_resources(host: Host) -> tuple[tuple[Resource, Topology], ...]:
     found = []
     for name, members in grouped.items():
         devices = tuple(
-            Device(id=d.name, uuid=d.qualified_name, gpu_uuid=d.qualified_name, gpu_index=i)
+            Device(id=_device_id(d), uuid=d.qualified_name, gpu_uuid=d.qualified_name, gpu_index=i)
             for i, d in enumerate(members)
         )
         found.append((Resource(name, devices), Topology(numa=(None,) * len(devices))))

@@ -14,8 +14,16 @@
   ``addNumericLabel`` sums), ``gpu.intel.com/tiles`` (summed), ``gpu.intel.com/cards``
   (``card0.card1``), ``gpu.intel.com/gpu-numbers`` (``0.1``), ``gpu.intel.com/millicores``
   (1000 a card).
-- Ascend: none here (Ascend's labeller reads the DCMI library, which nvhook does not load);
-  the neutral set covers its NPUs.
+- Ascend (Ascend/mind-cluster ``component/ascend-device-plugin/pkg/server/manager.go`` at
+  22bb3d9, ``getNewNodeLabel``, ``updateChipNameToNode``, ``setAcceleratorLabel``; the keys
+  in ``pkg/common/constants.go`` and ``component/ascend-common/api``), from the node's first
+  NPU as that plugin reads them: ``node.kubernetes.io/npu.chip.name`` (DCMI's chip name,
+  ``910B3``), ``servertype`` (``<card type>-<AI cores>``, ``Ascend910B-20``),
+  ``accelerator`` (``huawei-Ascend910`` for the 910 family, ``huawei-Ascend310``,
+  ``huawei-Ascend310P``) and, for the 910 family (``HasOnChipMemory``),
+  ``mind-cluster/npu-chip-memory`` (HBM in GiB, ``64G``). Not written: its
+  ``huawei.com/driver.version`` (the DCMI library's own version, which nvhook does not load)
+  and ``accelerator-type`` (``card-910b-infer``, by DCMI's board id: Atlas 300I A2 only).
 
 **The neutral set** (``accelerator.nvhook.io/``), over every accelerator of the node,
 NVIDIA's included (from NVML, when given):
@@ -41,6 +49,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
+from nvhook.vendors import ascend as _ascend
 from nvhook.vendors.intel import tiles
 from nvhook.vendors.model import Accelerator
 
@@ -49,6 +58,15 @@ __all__ = ["NEUTRAL", "Facts", "facts_of_nvidia", "neutral_labels", "node_labels
 NEUTRAL = "accelerator.nvhook.io/"
 _CLASSES = ("fp8", "bf16", "fp16", "fp32")
 _DTYPES = ("fp8", "bf16", "fp16", "fp32", "fp64")
+
+#: Ascend's card type → its ``accelerator`` label (``acceleratorLabelMap`` in manager.go)
+_ASCEND_ACCELERATOR = {
+    "Ascend910": "huawei-Ascend910",
+    "Ascend910B": "huawei-Ascend910",
+    "Ascend910A3": "huawei-Ascend910",
+    "Ascend310": "huawei-Ascend310",
+    "Ascend310P": "huawei-Ascend310P",
+}
 
 #: (vendor, product, memory MiB, compute units, data types) of one accelerator.
 Facts = tuple[str, str, int, int, tuple[str, ...]]
@@ -89,6 +107,16 @@ def vendor_labels(found: Mapping[str, Sequence[Accelerator]]) -> dict[str, str]:
         labels["gpu.intel.com/cards"] = ".".join(cards)
         labels["gpu.intel.com/gpu-numbers"] = ".".join(c[4:] for c in cards)
         labels["gpu.intel.com/millicores"] = str(1000 * len(intel))
+    npus = found.get("ascend", ())
+    if npus and _ascend.card_type(npus[0].device_id):
+        first = npus[0]
+        card = _ascend.card_type(first.device_id)
+        labels["node.kubernetes.io/npu.chip.name"] = _safe(_ascend.chip_name(first.product))
+        labels["servertype"] = f"{card}-{first.compute_units}"
+        if card in _ASCEND_ACCELERATOR:  # setAcceleratorLabel's map: no 310B
+            labels["accelerator"] = _ASCEND_ACCELERATOR[card]
+        if first.family == "Ascend910":  # HasOnChipMemory: 910A, 910B, 910A3
+            labels["mind-cluster/npu-chip-memory"] = f"{first.memory_mib // 1024}G"
     return labels
 
 

@@ -37,6 +37,11 @@ def test_resource_names_are_the_vendors_plugins(roots: dict[str, Path]) -> None:
     assert names(roots["mi300x-8"]) == {"amd.com/gpu": 64}
     assert names(roots["max-1550"]) == {"gpu.intel.com/xe": 4}
     assert names(roots["ascend-910b"]) == {"huawei.com/Ascend910": 8}
+    [(ascend, _)] = vendor_resources(
+        VendorHost(str(roots["ascend-910b"]), str(roots["ascend-910b"]))
+    )
+    # Ascend's plugin lists a 910B as Ascend910-<phy id> (mind-cluster assemblePhyDevices)
+    assert [d.id for d in ascend.devices][:2] == ["Ascend910-0", "Ascend910-1"]
 
 
 @pytest.fixture
@@ -101,6 +106,18 @@ def test_a_mixed_node_serves_both_and_cdi_names_for_the_engine(run: Run) -> None
     assert got["envs"] == {"AMD_VISIBLE_DEVICES": "1"}
     assert got["cdi_devices"] == ["amd.com/gpu=1"]
     amd.close()
+
+
+def test_ascend_is_allocated_by_its_plugins_ids(run: Run) -> None:
+    _, kubelet = run("ascend-910b", PluginConfig())
+    [request] = kubelet.wait_registered(1)
+    assert request.resource_name == "huawei.com/Ascend910"
+    client = kubelet.client(request)
+    got = create_container_config(
+        client.allocate(["Ascend910-2", "Ascend910-5"]).container_responses[0]
+    )
+    assert got["envs"] == {"ASCEND_VISIBLE_DEVICES": "2,5"}  # what its plugin sets too
+    client.close()
 
 
 def test_intel_has_no_variable_so_it_gets_the_cdi_annotation(run: Run) -> None:

@@ -84,3 +84,14 @@ def test_labels_all_vendors_without_nvidias_driver(roots: dict[str, Path]) -> No
     assert done.exit_code == 0, done.output
     assert "nvidia.com/" not in done.output
     assert "accelerator.nvhook.io/ascend.count=8" in done.output.splitlines()
+
+
+def test_ascend_labels_are_its_device_plugins(roots: dict[str, Path]) -> None:
+    # Ascend/mind-cluster 22bb3d9 pkg/server/manager.go getNewNodeLabel, on an Atlas 800T A2
+    found = _labels(roots["ascend-910b"])
+    assert found["node.kubernetes.io/npu.chip.name"] == "910B3"
+    assert found["servertype"] == "Ascend910B-20"
+    assert found["accelerator"] == "huawei-Ascend910"
+    assert found["mind-cluster/npu-chip-memory"] == "64G"
+    assert "accelerator-type" not in found  # an Atlas 300I A2's label, by DCMI's board id
+    assert "servertype" not in _labels(roots["mi300x-8"])
