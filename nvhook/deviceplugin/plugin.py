@@ -214,7 +214,10 @@ class DevicePlugin:
         from nvhook.deviceplugin.vendors import vendor_resources
         from nvhook.vendors.model import Host as VendorHost
 
-        return vendor_resources(VendorHost(root=self.host.root, dev_root=self.host.dev_root))
+        return vendor_resources(
+            VendorHost(root=self.host.root, dev_root=self.host.dev_root),
+            self.config.amd_resource_naming,
+        )
 
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set; raises :class:`RegistrationError` when kubelet

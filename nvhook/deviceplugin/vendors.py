@@ -12,6 +12,15 @@ and 910A3 all under ``Ascend910``). A device's ID is its CDI name (``9``,
 annotations name); its ``uuid`` the qualified name (``amd.com/gpu=9``), which the allocation
 hands on.
 
+AMD's partitions follow ROCm's ``-resource_naming_strategy`` (ROCm/k8s-device-plugin at
+ed76468, ``cmd/k8s-device-plugin/main.go`` ``getResourceList``, ``internal/pkg/amdgpu``
+``UniquePartitionConfigCount``): with ``single`` (its default and nvhook's) every device is
+``amd.com/gpu``, and a node whose GPUs are partitioned differently is refused (ROCm: "not
+supported with single strategy"); with ``mixed`` each device is under
+``amd.com/<compute>_<memory>``, its GPU's ``current_compute_partition`` and
+``current_memory_partition`` lowercased (``amd.com/cpx_nps4``), and a GPU without them under
+``amd.com/gpu``.
+
 An allocation gives the container the devices as nvhook's requests read them
 (:mod:`nvhook.requests.vendors`): with the ``envvar`` strategy the vendor's own variable
 (``AMD_VISIBLE_DEVICES=9``, ``ASCEND_VISIBLE_DEVICES=1``), which the shim serves in jit mode;
@@ -27,20 +36,33 @@ import hashlib
 from collections.abc import Sequence
 
 from nvhook.deviceplugin.allocate import ANNOTATION_NAME, ContainerAllocation, devices_for
+from nvhook.deviceplugin.errors import StrategyError
 from nvhook.deviceplugin.model import Device, PluginConfig, Resource
 from nvhook.deviceplugin.preferred import Topology
 from nvhook.vendors import ascend
 from nvhook.vendors.model import Accelerator, Host
 from nvhook.vendors.registry import VENDORS
 
-__all__ = ["allocate_vendor", "is_vendor_resource", "resource_name", "vendor_resources"]
+__all__ = [
+    "AMD_NAMING",
+    "allocate_vendor",
+    "is_vendor_resource",
+    "resource_name",
+    "vendor_resources",
+]
+
+#: ROCm's ``-resource_naming_strategy`` values (module docstring)
+AMD_NAMING = ("single", "mixed")
 
 _PREFIXES = ("amd.com/", "gpu.intel.com/", "huawei.com/")
 
 
-def resource_name(device: Accelerator) -> str:
-    """The resource the vendor's own plugin advertises ``device`` under."""
+def resource_name(device: Accelerator, amd_naming: str = "single") -> str:
+    """The resource the vendor's own plugin advertises ``device`` under (``amd_naming``:
+    ROCm's resource naming strategy)."""
     if device.vendor == "amd":
+        if amd_naming == "mixed" and device.partition:
+            return f"amd.com/{device.partition}"
         return "amd.com/gpu"
     if device.vendor == "intel":
         return f"gpu.intel.com/{device.driver}"
@@ -55,12 +77,18 @@ def is_vendor_resource(name: str) -> bool:
     return name.startswith(_PREFIXES)
 
 
-def vendor_resources(host: Host) -> tuple[tuple[Resource, Topology], ...]:
-    """Each vendor resource of ``host`` and its topology (NUMA unknown, no links)."""
+def vendor_resources(
+    host: Host, amd_naming: str = "single"
+) -> tuple[tuple[Resource, Topology], ...]:
+    """Each vendor resource of ``host`` and its topology (NUMA unknown, no links); raises
+    :class:`StrategyError` for differently partitioned AMD GPUs under ``single``."""
     grouped: dict[str, list[Accelerator]] = {}
     for vendor in VENDORS:
-        for d in vendor.discover(host):
-            grouped.setdefault(resource_name(d), []).append(d)
+        present = vendor.discover(host)
+        if vendor.name == "amd" and amd_naming == "single":
+            _check_single(present)
+        for d in present:
+            grouped.setdefault(resource_name(d, amd_naming), []).append(d)
     found = []
     for name, members in grouped.items():
         devices = tuple(
@@ -69,6 +97,21 @@ def vendor_resources(host: Host) -> tuple[tuple[Resource, Topology], ...]:
         )
         found.append((Resource(name, devices), Topology(numa=(None,) * len(devices))))
     return tuple(found)
+
+
+def _check_single(devices: Sequence[Accelerator]) -> None:
+    kinds: dict[str, str] = {}
+    for d in devices:
+        if d.partition:
+            kinds.setdefault(d.partition, d.bus_id)
+    if len(kinds) > 1:
+        which = ", ".join(f"{p} (GPU {bus})" for p, bus in sorted(kinds.items()))
+        raise StrategyError(
+            f"the AMD GPUs are partitioned differently ({which}): the 'single' resource naming "
+            "strategy cannot name them; start the device plugin with "
+            "--amd-resource-naming mixed (ROCm's -resource_naming_strategy=mixed) or "
+            "partition them alike"
+        )
 
 
 def allocate_vendor(

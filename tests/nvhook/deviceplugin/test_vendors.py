@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.deviceplugin.errors import StrategyError
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet, create_container_config
@@ -42,6 +43,24 @@ def test_resource_names_are_the_vendors_plugins(roots: dict[str, Path]) -> None:
     )
     # Ascend's plugin lists a 910B as Ascend910-<phy id> (mind-cluster assemblePhyDevices)
     assert [d.id for d in ascend.devices][:2] == ["Ascend910-0", "Ascend910-1"]
+
+
+def test_amd_mixed_naming_is_rocms_partition_names(roots: dict[str, Path], tmp_path: Path) -> None:
+    # ROCm/k8s-device-plugin ed76468 main.go getResourceList: <compute>_<memory>, lowercased
+    def names(root: Path, naming: str) -> dict[str, int]:
+        found = vendor_resources(VendorHost(str(root), str(root)), naming)
+        return {r.name: len(r.devices) for r, _ in found}
+
+    assert names(roots["mi300x-8"], "mixed") == {"amd.com/cpx_nps1": 64}
+    assert names(roots["mixed-h100-mi300x"], "mixed") == {"amd.com/spx_nps1": 2}
+    assert names(roots["mi300x-8"], "single") == {"amd.com/gpu": 64}
+    # one GPU re-partitioned: two kinds, which 'single' cannot name
+    root = create("mixed-h100-mi300x", tmp_path / "m", nodes="file").root
+    gpu = root / "sys/module/amdgpu/drivers/pci:amdgpu/0000:a6:00.0"
+    (gpu / "current_compute_partition").write_text("DPX\n")
+    assert names(root, "mixed") == {"amd.com/spx_nps1": 1, "amd.com/dpx_nps1": 1}
+    with pytest.raises(StrategyError, match=r"dpx_nps1 \(GPU 0000:a6:00.0\).*mixed"):
+        names(root, "single")
 
 
 @pytest.fixture
@@ -96,6 +115,16 @@ def test_an_amd_node_without_nvidia_serves_amd_com_gpu(run: Run) -> None:
     client.close()
 
 
+def test_amd_mixed_naming_through_kubelet(run: Run) -> None:
+    _, kubelet = run("mi300x-8", PluginConfig(amd_resource_naming="mixed"))
+    [request] = kubelet.wait_registered(1)
+    assert request.resource_name == "amd.com/cpx_nps1"
+    client = kubelet.client(request)
+    got = create_container_config(client.allocate(["17"]).container_responses[0])
+    assert got["envs"] == {"AMD_VISIBLE_DEVICES": "17"}
+    client.close()
+
+
 def test_a_mixed_node_serves_both_and_cdi_names_for_the_engine(run: Run) -> None:
     config = PluginConfig(device_list_strategies=("envvar", "cdi-cri"))
     _, kubelet = run("mixed-h100-mi300x", config)
@@ -131,3 +160,23 @@ def test_intel_has_no_variable_so_it_gets_the_cdi_annotation(run: Run) -> None:
     assert key.startswith("cdi.k8s.io/nvhook-device-plugin_")
     assert value == "intel.com/gpu=0000-29-00-0-0x0bd5"
     client.close()
+
+
+def test_amd_naming_flag_reaches_the_plugin(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from nvhook.cli.deviceplugin import device_plugin
+
+    seen: list[str] = []
+    monkeypatch.setattr(
+        DevicePlugin, "run", lambda self, stop: seen.append(self.config.amd_resource_naming)
+    )
+    (tmp_path / "config.toml").write_text("")  # every default
+    monkeypatch.setenv("NVHOOK_CONFIG", str(tmp_path / "config.toml"))
+    runner = CliRunner()
+    for args in ([], ["--amd-resource-naming", "mixed"], ["--resource-naming-strategy=single"]):
+        result = runner.invoke(device_plugin, ["--device-plugin-path", str(tmp_path), *args])
+        assert result.exit_code == 0, result.output
+    assert seen == ["single", "mixed", "single"]
