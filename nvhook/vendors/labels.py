@@ -35,7 +35,10 @@ NVIDIA's included (from NVML, when given):
   compares it: ``accelerator.nvhook.io/memory-mib Gt 81919`` is "every accelerator here has
   at least 80 GiB", whatever the vendor); ``memory-mib.max`` the most;
 - ``compute-units``: the least of those known (AMD compute units, Intel Xe cores, Ascend AI
-  cores; NVIDIA's SMs are not read yet, so an NVIDIA GPU does not count here);
+  cores, NVIDIA SMs: a MIG device's from NVML's ``nvmlDeviceGetAttributes_v2``, a whole
+  GPU's from its ``nvmlDeviceGetNumGpuCores``, :func:`nvhook.devices.nvml.multiprocessors`);
+  a GPU in MIG mode counts as its MIG devices (what a pod gets), each with its own memory and
+  SMs;
 - ``dtype.<t>=true`` for each matrix data type every device takes (``fp8``, ``bf16``,
   ``fp16``, ``fp32``, ``fp64``), and ``class``, the narrowest of them: ``fp8`` (Hopper, Ada,
   MI300), ``bf16`` (Ampere, MI200, Max, Ascend 910B), ``fp16`` or ``fp32``. NVIDIA's data
@@ -120,8 +123,11 @@ def vendor_labels(found: Mapping[str, Sequence[Accelerator]]) -> dict[str, str]:
     return labels
 
 
-def facts_of_nvidia(name: str, memory_bytes: int, compute_capability: str) -> Facts:
-    """An NVIDIA GPU's neutral facts (NVML's name, memory and compute capability)."""
+def facts_of_nvidia(
+    name: str, memory_bytes: int, compute_capability: str, multiprocessors: int = 0
+) -> Facts:
+    """An NVIDIA GPU's or MIG device's neutral facts (NVML's name, memory, compute capability
+    and SMs: 0 where NVML does not tell)."""
     try:
         major, minor = (int(x) for x in compute_capability.split(".", 1))
     except ValueError:
@@ -131,7 +137,7 @@ def facts_of_nvidia(name: str, memory_bytes: int, compute_capability: str) -> Fa
     for floor, dtype in ((89, "fp8"), (80, "bf16"), (70, "fp16")):
         if cc >= floor:
             dtypes.append(dtype)
-    return ("nvidia", name, memory_bytes >> 20, 0, tuple(dtypes))
+    return ("nvidia", name, memory_bytes >> 20, multiprocessors, tuple(dtypes))
 
 
 def neutral_labels(facts: Sequence[Facts]) -> dict[str, str]:

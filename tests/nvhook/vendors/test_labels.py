@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ def test_neutral_set_matches_across_vendors(roots: dict[str, Path]) -> None:
     assert mixed["accelerator.nvhook.io/memory-mib.max"] == "81559"
     assert mixed["accelerator.nvhook.io/class"] == "bf16"  # the A100 has no fp8
     assert mixed["accelerator.nvhook.io/product"] == "mixed"
-    assert "accelerator.nvhook.io/compute-units" not in mixed  # NVIDIA's SMs: not read
+    assert "accelerator.nvhook.io/compute-units" not in mixed  # no SM count given
 
 
 def test_labels_all_vendors_on_a_mixed_node(roots: dict[str, Path]) -> None:
@@ -75,6 +76,20 @@ def test_labels_all_vendors_on_a_mixed_node(roots: dict[str, Path]) -> None:
     assert found["accelerator.nvhook.io/vendors"] == "amd.nvidia"
     assert found["accelerator.nvhook.io/count"] == "3"
     assert found["accelerator.nvhook.io/memory-mib"] == "81559"
+    assert found["accelerator.nvhook.io/compute-units"] == "114"  # the H100 PCIe's SMs < 304 CUs
+
+
+def test_labels_all_vendors_count_mig_devices(mock_machine: Callable[..., Path]) -> None:
+    # dgx-a100: GPU 0 in MIG mode with 3g.40gb + 2x 2g.20gb, GPU 1 in MIG mode without
+    # any, six whole A100s; the MIG devices are what a pod gets, so the least is a 2g.20gb's
+    done = CliRunner().invoke(
+        labels_command, ["--all-vendors", "--root", str(mock_machine("dgx-a100"))]
+    )
+    assert done.exit_code == 0, done.output
+    found = dict(line.split("=", 1) for line in done.output.splitlines())
+    assert found["accelerator.nvhook.io/compute-units"] == "28"
+    assert found["accelerator.nvhook.io/memory-mib"] == "19968"
+    assert found["accelerator.nvhook.io/count"] == "9"  # GPU 1 in MIG mode has nothing to give
 
 
 def test_labels_all_vendors_without_nvidias_driver(roots: dict[str, Path]) -> None:
