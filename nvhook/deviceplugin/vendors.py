@@ -48,6 +48,7 @@ __all__ = [
     "allocate_vendor",
     "is_vendor_resource",
     "resource_name",
+    "vendor_devices",
     "vendor_resources",
 ]
 
@@ -77,25 +78,30 @@ def is_vendor_resource(name: str) -> bool:
     return name.startswith(_PREFIXES)
 
 
+def vendor_devices(host: Host) -> tuple[Accelerator, ...]:
+    """Every other vendor's devices on ``host``, vendor by vendor."""
+    return tuple(d for vendor in VENDORS for d in vendor.discover(host))
+
+
 def vendor_resources(
-    host: Host, amd_naming: str = "single"
+    host: Host, amd_naming: str = "single", devices: Sequence[Accelerator] | None = None
 ) -> tuple[tuple[Resource, Topology], ...]:
-    """Each vendor resource of ``host`` and its topology (NUMA unknown, no links); raises
-    :class:`StrategyError` for differently partitioned AMD GPUs under ``single``."""
+    """Each vendor resource of ``host`` (or of ``devices``, discovered there) and its topology
+    (NUMA unknown, no links); raises :class:`StrategyError` for differently partitioned AMD
+    GPUs under ``single``."""
+    present = vendor_devices(host) if devices is None else tuple(devices)
+    if amd_naming == "single":
+        _check_single([d for d in present if d.vendor == "amd"])
     grouped: dict[str, list[Accelerator]] = {}
-    for vendor in VENDORS:
-        present = vendor.discover(host)
-        if vendor.name == "amd" and amd_naming == "single":
-            _check_single(present)
-        for d in present:
-            grouped.setdefault(resource_name(d, amd_naming), []).append(d)
+    for d in present:
+        grouped.setdefault(resource_name(d, amd_naming), []).append(d)
     found = []
     for name, members in grouped.items():
-        devices = tuple(
+        listed = tuple(
             Device(id=_device_id(d), uuid=d.qualified_name, gpu_uuid=d.qualified_name, gpu_index=i)
             for i, d in enumerate(members)
         )
-        found.append((Resource(name, devices), Topology(numa=(None,) * len(devices))))
+        found.append((Resource(name, listed), Topology(numa=(None,) * len(listed))))
     return tuple(found)
 
 

@@ -180,3 +180,31 @@ def test_amd_naming_flag_reaches_the_plugin(
         result = runner.invoke(device_plugin, ["--device-plugin-path", str(tmp_path), *args])
         assert result.exit_code == 0, result.output
     assert seen == ["single", "mixed", "single"]
+
+
+def test_amd_health_reaches_list_and_watch_and_doctor(
+    run: Run, roots: dict[str, Path], tmp_path: Path
+) -> None:
+    """A partition's render node gone: ListAndWatch lists it Unhealthy (the others stay
+    Healthy), the health state file names it, and ``nvhook doctor``'s check fails on it."""
+    from nvhook.deviceplugin.xid import XidPolicy
+    from nvhook.tools.doctor.base import Options
+    from nvhook.tools.doctor.gpuhealth import check_gpu_health
+
+    roots["mi300x-8-health"] = create("mi300x-8", tmp_path / "amd", nodes="file").root
+    state = tmp_path / "health.json"
+    _, kubelet = run("mi300x-8-health", PluginConfig(health=XidPolicy(state_file=str(state))))
+    [request] = kubelet.wait_registered(1)
+    client = kubelet.client(request)
+    client.watch()
+    client.wait_for(lambda devices: len(devices) == 64)
+    (roots["mi300x-8-health"] / "dev/dri/renderD137").unlink()
+    listed = client.wait_for(lambda devices: devices[9].health == "Unhealthy")
+    assert [d.ID for d in listed if d.health != "Healthy"] == ["9"]
+    client.close()
+    [check] = check_gpu_health(Options(root="/", health_state_file=str(state)))
+    assert check.status == "fail"
+    assert check.message == (
+        "amd.com/gpu=9 is unhealthy for the device plugin: its device node /dev/dri/renderD137 "
+        "is gone"
+    )
