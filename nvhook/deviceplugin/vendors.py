@@ -26,8 +26,9 @@ An allocation gives the container the devices as nvhook's requests read them
 (``AMD_VISIBLE_DEVICES=9``, ``ASCEND_VISIBLE_DEVICES=1``), which the shim serves in jit mode;
 for a vendor without one (Intel), or with ``cdi-annotations``, the CDI annotation; with
 ``cdi-cri`` the CDI device names for the engine's own CDI (``nvhook cdi generate --vendor``'s
-spec). ``volume-mounts`` is NVIDIA's alone and gives nothing here. Health is not watched for
-these devices (no vendor library): they are listed healthy while present.
+spec). ``volume-mounts`` is NVIDIA's alone and gives nothing here. Health is what the
+vendors' own plugins check without their libraries (:mod:`nvhook.vendors.health`), on the
+plugin's health tick.
 """
 
 from __future__ import annotations
