@@ -110,15 +110,15 @@ def _overrides(values: dict[str, Any]) -> dict[tuple[str, ...], Any]:
     return out
 
 
-def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
+def _finish(config: PluginConfig, state_file: str, amd_naming: str = "single") -> PluginConfig:
     """``config`` with NVIDIA's health variables (``DP_DISABLE_HEALTHCHECKS``,
-    ``DP_ENABLE_HEALTHCHECKS``) applied and the state file defaulted."""
+    ``DP_ENABLE_HEALTHCHECKS``) applied, the state file defaulted and AMD's naming set."""
     from nvhook.deviceplugin.config import health_environment
 
     health = health_environment(config.health, os.environ)
     if not health.state_file:
         health = health._replace(state_file=state_file)
-    return config._replace(health=health)
+    return config._replace(health=health, amd_resource_naming=amd_naming)
 
 
 @click.command("device-plugin")
@@ -216,6 +216,16 @@ def _finish(config: PluginConfig, state_file: str) -> PluginConfig:
     help="With --follow-gpus: seconds between looks at /proc (procfs cannot be watched with "
     "inotify).",
 )
+@click.option(
+    "--amd-resource-naming",
+    "--resource-naming-strategy",
+    "amd_naming",
+    type=click.Choice(["single", "mixed"]),
+    default="single",
+    show_default=True,
+    help="AMD partitions, as ROCm's plugin's -resource_naming_strategy: single (all "
+    "amd.com/gpu) or mixed (amd.com/<compute>_<memory>, amd.com/cpx_nps1).",
+)
 @_nvidia_flags
 def device_plugin(
     config_file: str | None,
@@ -234,6 +244,7 @@ def device_plugin(
     health_interval: float,
     follow_gpus: bool,
     follow_interval: float,
+    amd_naming: str,
     **nvidia: Any,
 ) -> None:
     """Serve the host's GPUs to kubelet (device plugin API v1beta1), one socket per resource.
@@ -250,7 +261,9 @@ def device_plugin(
         if nvidia.get(param)
     ]
     if check_file is not None:
-        config = _finish(load_config(check_file, overrides=overrides), health_state_file)
+        config = _finish(
+            load_config(check_file, overrides=overrides), health_state_file, amd_naming
+        )
         click.echo(f"{check_file}: valid device plugin configuration")
         for note in (*config.notes, *notes):
             click.echo(f"warning: {note}")
@@ -282,7 +295,7 @@ def device_plugin(
             label=node_label,
             credentials=creds,
             overrides=overrides,
-            finish=lambda c: _finish(c, health_state_file),
+            finish=lambda c: _finish(c, health_state_file, amd_naming),
             log=lambda line: click.echo(f"nvhook device-plugin: {line}", err=True),
         )
         chosen = source()
@@ -293,7 +306,9 @@ def device_plugin(
             )
         config = chosen
     else:
-        config = _finish(load_config(config_file, overrides=overrides), health_state_file)
+        config = _finish(
+            load_config(config_file, overrides=overrides), health_state_file, amd_naming
+        )
     host = Host.from_settings(load_settings())
 
     def log(line: str) -> None:

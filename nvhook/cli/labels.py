@@ -192,8 +192,13 @@ def _all_vendors(host: Any, config: Any) -> dict[str, str]:
     else:
         found |= node_labels(driver, gpus, config)
         nvidia = [
-            vendor_labels.facts_of_nvidia(g.name, g.memory_bytes, g.compute_capability)
+            vendor_labels.facts_of_nvidia(name, memory, g.compute_capability, sms)
             for g in gpus
+            for name, memory, sms in (
+                [(f"{g.name} MIG {m.profile}", m.memory_bytes, m.multiprocessors) for m in g.migs]
+                if g.mig_enabled
+                else [(g.name, g.memory_bytes, g.multiprocessors)]
+            )
         ]
     others = discover_all(VendorHost(root=host.root, dev_root=host.dev_root))
     return dict(sorted((found | vendor_labels.node_labels(others, nvidia)).items()))

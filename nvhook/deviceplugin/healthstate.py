@@ -7,7 +7,12 @@ per-GPU labels and ``nvhook doctor`` into findings (:func:`read_health_state`, b
 
     {"version": 1, "pid": 1234, "updated": 1733100000.0,
      "gpus": [{"index": 0, "uuid": "GPU-…", "healthy": false,
-               "reason": "XID 79 (GPU has fallen off the bus) from NVML events", "xid": 79}]}
+               "reason": "XID 79 (GPU has fallen off the bus) from NVML events", "xid": 79}],
+     "devices": [{"name": "amd.com/gpu=9", "healthy": false,
+                  "reason": "its device node /dev/dri/renderD137 is gone"}]}
+
+``devices`` are the other vendors' devices the plugin serves (:mod:`nvhook.vendors.health`),
+by qualified name; absent when it serves none.
 """
 
 from __future__ import annotations
@@ -39,11 +44,15 @@ MAX_BYTES = 1 << 20
 
 
 def health_state(
-    gpus: Sequence[GpuInfo], unhealthy: Mapping[str, str], xids: Mapping[str, int]
+    gpus: Sequence[GpuInfo],
+    unhealthy: Mapping[str, str],
+    xids: Mapping[str, int],
+    devices: Sequence[str] = (),
 ) -> dict[str, object]:
     """The health state file's document: per GPU its index, UUID, health, why, and the
-    fatal XID counted against it."""
-    return {
+    fatal XID counted against it; per other vendor's device (``devices``, qualified names)
+    its health and why."""
+    doc: dict[str, object] = {
         "version": 1,
         "pid": os.getpid(),
         "updated": time.time(),
@@ -58,6 +67,12 @@ def health_state(
             for g in gpus
         ],
     }
+    if devices:
+        doc["devices"] = [
+            {"name": n, "healthy": n not in unhealthy, "reason": unhealthy.get(n, "")}
+            for n in devices
+        ]
+    return doc
 
 
 def write_health_state(path: str, state: dict[str, object]) -> None:
@@ -100,5 +115,11 @@ def read_health_state(path: str) -> dict[str, Any] | None:
         return None
     doc["gpus"] = [
         g for g in doc["gpus"] if isinstance(g, dict) and isinstance(g.get("index"), int)
+    ]
+    devices = doc.get("devices")
+    doc["devices"] = [
+        d
+        for d in (devices if isinstance(devices, list) else [])
+        if isinstance(d, dict) and isinstance(d.get("name"), str)
     ]
     return doc

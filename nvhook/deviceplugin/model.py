@@ -97,6 +97,8 @@ class PluginConfig(Frozen):
     imex_required: bool = False
     gfd_output_file: str = ""  # flags.gfd.outputFile: nvhook labels' default --output
     health: XidPolicy = XidPolicy()  # the ``health`` section (nvhook's own)
+    #: AMD partitions: ROCm's ``-resource_naming_strategy`` (``single`` | ``mixed``)
+    amd_resource_naming: str = "single"
     #: one line per key accepted without effect here, naming it and why (the CLI logs them)
     notes: tuple[str, ...] = ()
 

@@ -15,7 +15,8 @@ SIGINT):
    and the kernel log, at once when a fatal XID arrives; its recovery rule on each tick): a
    change wakes every ``ListAndWatch`` stream with the new list, is logged, and is written
    to the health state file (``health.stateFile``, atomically: temp, fsync, rename) that
-   ``nvhook labels`` and ``nvhook doctor`` read;
+   ``nvhook labels`` and ``nvhook doctor`` read; the other vendors' devices are checked on the
+   same tick as their own plugins check them (:mod:`nvhook.vendors.health`);
 4. several times a second, whether ``kubelet.sock`` was recreated (kubelet restarted, and
    deleted the plugins' sockets) or a socket of ours vanished: then each server is
    restarted and registered again (retried until kubelet answers);
@@ -61,6 +62,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.devices.nvml import GpuInfo
     from nvhook.planner import Host
+    from nvhook.vendors.model import Accelerator
     from nvhook.watch import Change, Update, Watcher
 
 __all__ = [
@@ -174,6 +176,7 @@ class DevicePlugin:
         self.state = PluginState()
         self.servers: list[ResourceServer] = []
         self._others: tuple[tuple[Resource, Topology], ...] = ()  # other vendors' resources
+        self._accelerators: tuple[Accelerator, ...] = ()  # … and their devices, as discovered
         self.ready = threading.Event()  # set once every server is registered
         self.nodes: dict[str, tuple[str, ...]] = {}
         self.imex: tuple[int, ...] = ()
@@ -211,10 +214,20 @@ class DevicePlugin:
     def discover_vendors(self) -> tuple[tuple[Resource, Topology], ...]:
         """AMD's, Intel's and Ascend's devices under their plugins' resource names
         (:mod:`nvhook.deviceplugin.vendors`)."""
-        from nvhook.deviceplugin.vendors import vendor_resources
+        from nvhook.deviceplugin.vendors import vendor_devices, vendor_resources
         from nvhook.vendors.model import Host as VendorHost
 
-        return vendor_resources(VendorHost(root=self.host.root, dev_root=self.host.dev_root))
+        host = VendorHost(root=self.host.root, dev_root=self.host.dev_root)
+        self._accelerators = vendor_devices(host)
+        return vendor_resources(host, self.config.amd_resource_naming, self._accelerators)
+
+    def _vendor_health(self) -> dict[str, str]:
+        """The other vendors' unhealthy devices by qualified name (:mod:`nvhook.vendors.health`)."""
+        from nvhook.vendors.health import unhealthy
+        from nvhook.vendors.model import Host as VendorHost
+
+        host = VendorHost(root=self.host.root, dev_root=self.host.dev_root)
+        return unhealthy(host, self._accelerators)
 
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set; raises :class:`RegistrationError` when kubelet
@@ -391,6 +404,8 @@ class DevicePlugin:
         if self.mps is not None:
             for uuid, why in self.mps.check().items():
                 probed.setdefault(uuid, why)
+        if self._others:  # other vendors' devices: what their own plugins check
+            probed |= self._vendor_health()
         with self._health_lock:
             self._probed = probed
         self._refresh()
@@ -419,7 +434,8 @@ class DevicePlugin:
         if not path:
             return
         xids = self.monitor.tracker.xids() if self.monitor is not None else {}
-        state = health_state(self._gpus, unhealthy, xids)
+        others = [d.gpu_uuid for r, _ in self._others for d in r.devices]
+        state = health_state(self._gpus, unhealthy, xids, others)
         try:
             write_health_state(path, state)
             self._saved = True

@@ -49,6 +49,7 @@ __all__ = [
     "NvLink",
     "Nvml",
     "NvmlEvent",
+    "multiprocessors",
     "open_nvml",
 ]
 
@@ -93,6 +94,7 @@ class MigInfo(Frozen):
     profile: str  # "3g.40gb"
     memory_bytes: int
     parent_uuid: str
+    multiprocessors: int = 0  # nvmlDeviceGetAttributes_v2's multiprocessorCount
 
 
 class GpuInfo(Frozen):
@@ -108,6 +110,7 @@ class GpuInfo(Frozen):
     mig_capable: bool
     mig_enabled: bool
     migs: tuple[MigInfo, ...]
+    multiprocessors: int = 0  # SMs (:func:`multiprocessors`); 0: NVML does not tell
 
 
 class NvLink(Frozen):
@@ -294,7 +297,21 @@ class _PynvmlNvml:
             mig_capable=mig_capable,
             mig_enabled=mig_enabled,
             migs=self._migs(h, index, uuid) if mig_enabled else (),
+            multiprocessors=multiprocessors(self._cores(h, at), f"{major}.{minor}"),
         )
+
+    def _cores(self, h: Any, at: str) -> int:
+        """``nvmlDeviceGetNumGpuCores`` (0 where not supported or not in this driver)."""
+        nv = self._nv
+        try:
+            return int(nv.nvmlDeviceGetNumGpuCores(h))
+        except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound):
+            return 0
+        except nv.NVMLError as e:
+            raise DriverError(
+                f"NVML nvmlDeviceGetNumGpuCores failed{at}: {e} (NVML error {e.value}, "
+                f"library {self._library})"
+            ) from e
 
     def _optional(self, function: str, where: str, f: Callable[..., _T], *args: Any) -> _T | None:
         """:meth:`_call`, but None where NVML answers ``NOT_SUPPORTED``."""
@@ -414,6 +431,9 @@ class _PynvmlNvml:
                 ) from e
             name = _text(self._call("nvmlDeviceGetName", where, nv.nvmlDeviceGetName, m))
             memory = self._call("nvmlDeviceGetMemoryInfo", where, nv.nvmlDeviceGetMemoryInfo, m)
+            attributes = self._call(
+                "nvmlDeviceGetAttributes_v2", where, nv.nvmlDeviceGetAttributes_v2, m
+            )
             out.append(
                 MigInfo(
                     index=slot,
@@ -427,17 +447,35 @@ class _PynvmlNvml:
                         nv.nvmlDeviceGetComputeInstanceId,
                         m,
                     ),
-                    profile=_mig_profile(
-                        name,
-                        self._call(
-                            "nvmlDeviceGetAttributes_v2", where, nv.nvmlDeviceGetAttributes_v2, m
-                        ),
-                    ),
+                    profile=_mig_profile(name, attributes),
                     memory_bytes=memory.total,
                     parent_uuid=parent_uuid,
+                    multiprocessors=attributes.multiprocessorCount,
                 )
             )
         return tuple(out)
+
+
+#: FP32 lanes ("CUDA cores") per SM by compute capability: the CUDA C++ Programming Guide's
+#: "Throughput of Native Arithmetic Instructions" (32-bit floating-point add, multiply,
+#: multiply-add results per clock per multiprocessor): 64 for 7.x and 8.0, 128 from 8.6 on
+#: (8.6, 8.7, 8.9, 9.0, 10.x, 12.x). A100: 6912 / 64 = 108; H100 PCIe: 14592 / 128 = 114.
+_LANES_BEFORE_86 = 64
+_LANES_FROM_86 = 128
+
+
+def multiprocessors(cuda_cores: int, compute_capability: str) -> int:
+    """A GPU's SMs from NVML's ``nvmlDeviceGetNumGpuCores`` (its FP32 cores; NVML has no SM
+    count for a whole GPU: ``nvmlDeviceGetAttributes_v2`` takes MIG device handles only).
+    0 where the cores or the compute capability are unknown or predate Volta (7.0)."""
+    try:
+        major, minor = (int(x) for x in compute_capability.split(".", 1))
+    except ValueError:
+        return 0
+    if cuda_cores <= 0 or major < 7:
+        return 0
+    lanes = _LANES_BEFORE_86 if (major, minor) < (8, 6) else _LANES_FROM_86
+    return cuda_cores // lanes
 
 
 def _text(value: str | bytes) -> str:

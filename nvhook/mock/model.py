@@ -154,6 +154,7 @@ class GpuModel(Frozen):
     idle_temperature_c: int  # what NVML's GPU sensor reads with nothing running
     idle_power_w: int
     power_limit_w: int
+    cuda_cores: int = 0  # nvmlDeviceGetNumGpuCores (the datasheet's FP32 cores); 0: unknown
 
     @property
     def mig_capable(self) -> bool:

@@ -4,7 +4,8 @@
 loaded: driver, NVML and CUDA versions, a ``gpu`` line per GPU (its PCI ids, architecture and
 brand as NVML's enum values, memory, MIG capability), a ``mig`` line per MIG device, and what
 the rest of the implemented API answers from: per GPU its ``topo`` (NUMA node and socket with
-their CPUs, the topology level to every GPU), ``sensor`` readings and ``proc`` processes; per
+their CPUs, the topology level to every GPU), ``sensor`` readings, ``cores`` (its CUDA cores,
+where the profile gives them) and ``proc`` processes; per
 MIG-capable GPU its GPU-instance profiles (``gip``) and instances (``gi``); the NVLinks
 (``nvlink``) and the NVSwitches they go to (``nvswitch``). Everything NVML computes (levels,
 CPU sets, MIG profile numbers) is computed here, so that the C side only looks things up.
@@ -171,6 +172,8 @@ def _nvml_data(prof: Profile) -> str:
     for g in prof.gpus:
         extra.append(_topology(prof, g))
         extra.append(_sensors(g))
+        if g.model.cuda_cores:
+            extra.append(["cores", g.index, g.model.cuda_cores])
         extra += [["proc", g.index, p.pid, p.used_mib << 20, p.name] for p in g.processes]
         if g.model.mig_capable:
             extra += _mig_profiles(g)

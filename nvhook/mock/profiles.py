@@ -328,6 +328,7 @@ def _parse_model(t: Table) -> GpuModel:
         idle_temperature_c=t.number("idle_temperature_c", 30),
         idle_power_w=t.number("idle_power_w", 50),
         power_limit_w=t.number("power_limit_w", 300),
+        cuda_cores=t.number("cuda_cores", 0),
     )
     t.done()
     return model

@@ -14,8 +14,16 @@
   ``addNumericLabel`` sums), ``gpu.intel.com/tiles`` (summed), ``gpu.intel.com/cards``
   (``card0.card1``), ``gpu.intel.com/gpu-numbers`` (``0.1``), ``gpu.intel.com/millicores``
   (1000 a card).
-- Ascend: none here (Ascend's labeller reads the DCMI library, which nvhook does not load);
-  the neutral set covers its NPUs.
+- Ascend (Ascend/mind-cluster ``component/ascend-device-plugin/pkg/server/manager.go`` at
+  22bb3d9, ``getNewNodeLabel``, ``updateChipNameToNode``, ``setAcceleratorLabel``; the keys
+  in ``pkg/common/constants.go`` and ``component/ascend-common/api``), from the node's first
+  NPU as that plugin reads them: ``node.kubernetes.io/npu.chip.name`` (DCMI's chip name,
+  ``910B3``), ``servertype`` (``<card type>-<AI cores>``, ``Ascend910B-20``),
+  ``accelerator`` (``huawei-Ascend910`` for the 910 family, ``huawei-Ascend310``,
+  ``huawei-Ascend310P``) and, for the 910 family (``HasOnChipMemory``),
+  ``mind-cluster/npu-chip-memory`` (HBM in GiB, ``64G``). Not written: its
+  ``huawei.com/driver.version`` (the DCMI library's own version, which nvhook does not load)
+  and ``accelerator-type`` (``card-910b-infer``, by DCMI's board id: Atlas 300I A2 only).
 
 **The neutral set** (``accelerator.nvhook.io/``), over every accelerator of the node,
 NVIDIA's included (from NVML, when given):
@@ -27,7 +35,10 @@ NVIDIA's included (from NVML, when given):
   compares it: ``accelerator.nvhook.io/memory-mib Gt 81919`` is "every accelerator here has
   at least 80 GiB", whatever the vendor); ``memory-mib.max`` the most;
 - ``compute-units``: the least of those known (AMD compute units, Intel Xe cores, Ascend AI
-  cores; NVIDIA's SMs are not read yet, so an NVIDIA GPU does not count here);
+  cores, NVIDIA SMs: a MIG device's from NVML's ``nvmlDeviceGetAttributes_v2``, a whole
+  GPU's from its ``nvmlDeviceGetNumGpuCores``, :func:`nvhook.devices.nvml.multiprocessors`);
+  a GPU in MIG mode counts as its MIG devices (what a pod gets), each with its own memory and
+  SMs;
 - ``dtype.<t>=true`` for each matrix data type every device takes (``fp8``, ``bf16``,
   ``fp16``, ``fp32``, ``fp64``), and ``class``, the narrowest of them: ``fp8`` (Hopper, Ada,
   MI300), ``bf16`` (Ampere, MI200, Max, Ascend 910B), ``fp16`` or ``fp32``. NVIDIA's data
@@ -41,6 +52,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
+from nvhook.vendors import ascend as _ascend
 from nvhook.vendors.intel import tiles
 from nvhook.vendors.model import Accelerator
 
@@ -49,6 +61,15 @@ __all__ = ["NEUTRAL", "Facts", "facts_of_nvidia", "neutral_labels", "node_labels
 NEUTRAL = "accelerator.nvhook.io/"
 _CLASSES = ("fp8", "bf16", "fp16", "fp32")
 _DTYPES = ("fp8", "bf16", "fp16", "fp32", "fp64")
+
+#: Ascend's card type → its ``accelerator`` label (``acceleratorLabelMap`` in manager.go)
+_ASCEND_ACCELERATOR = {
+    "Ascend910": "huawei-Ascend910",
+    "Ascend910B": "huawei-Ascend910",
+    "Ascend910A3": "huawei-Ascend910",
+    "Ascend310": "huawei-Ascend310",
+    "Ascend310P": "huawei-Ascend310P",
+}
 
 #: (vendor, product, memory MiB, compute units, data types) of one accelerator.
 Facts = tuple[str, str, int, int, tuple[str, ...]]
@@ -89,11 +110,24 @@ def vendor_labels(found: Mapping[str, Sequence[Accelerator]]) -> dict[str, str]:
         labels["gpu.intel.com/cards"] = ".".join(cards)
         labels["gpu.intel.com/gpu-numbers"] = ".".join(c[4:] for c in cards)
         labels["gpu.intel.com/millicores"] = str(1000 * len(intel))
+    npus = found.get("ascend", ())
+    if npus and _ascend.card_type(npus[0].device_id):
+        first = npus[0]
+        card = _ascend.card_type(first.device_id)
+        labels["node.kubernetes.io/npu.chip.name"] = _safe(_ascend.chip_name(first.product))
+        labels["servertype"] = f"{card}-{first.compute_units}"
+        if card in _ASCEND_ACCELERATOR:  # setAcceleratorLabel's map: no 310B
+            labels["accelerator"] = _ASCEND_ACCELERATOR[card]
+        if first.family == "Ascend910":  # HasOnChipMemory: 910A, 910B, 910A3
+            labels["mind-cluster/npu-chip-memory"] = f"{first.memory_mib // 1024}G"
     return labels
 
 
-def facts_of_nvidia(name: str, memory_bytes: int, compute_capability: str) -> Facts:
-    """An NVIDIA GPU's neutral facts (NVML's name, memory and compute capability)."""
+def facts_of_nvidia(
+    name: str, memory_bytes: int, compute_capability: str, multiprocessors: int = 0
+) -> Facts:
+    """An NVIDIA GPU's or MIG device's neutral facts (NVML's name, memory, compute capability
+    and SMs: 0 where NVML does not tell)."""
     try:
         major, minor = (int(x) for x in compute_capability.split(".", 1))
     except ValueError:
@@ -103,7 +137,7 @@ def facts_of_nvidia(name: str, memory_bytes: int, compute_capability: str) -> Fa
     for floor, dtype in ((89, "fp8"), (80, "bf16"), (70, "fp16")):
         if cc >= floor:
             dtypes.append(dtype)
-    return ("nvidia", name, memory_bytes >> 20, 0, tuple(dtypes))
+    return ("nvidia", name, memory_bytes >> 20, multiprocessors, tuple(dtypes))
 
 
 def neutral_labels(facts: Sequence[Facts]) -> dict[str, str]:

@@ -17,6 +17,7 @@
  *   topo    gpu_index numa_node socket node_cpus socket_cpus socket_nodes levels
  *           (CPU and node sets in cpulist form, "-" for none; levels: to every GPU, in order)
  *   sensor  gpu_index temperature_c power_mw power_limit_mw utilization memory_utilization
+ *   cores   gpu_index cuda_cores      (nvmlDeviceGetNumGpuCores; no line: not supported)
  *   proc    gpu_index pid used_bytes name
  *   gip     gpu_index nvml_profile_index profile_id slices instances multiprocessors
  *           copy_engines decoders encoders jpegs ofas memory_mb placement_size placements name
@@ -29,7 +30,10 @@
  * NVML_ERROR_INVALID_ARGUMENT, short buffers NVML_ERROR_INSUFFICIENT_SIZE, an unknown UUID or
  * bus id NVML_ERROR_NOT_FOUND, MIG calls on a GPU that cannot do MIG NVML_ERROR_NOT_SUPPORTED,
  * an empty MIG slot NVML_ERROR_NOT_FOUND. A MIG device handle answers name, UUID, memory,
- * attributes, instance ids, its index under its parent, and its parent; PCI info, architecture,
+ * attributes (nvmlDeviceGetAttributes_v2: MIG device handles only, as its reference says; a
+ * GPU's handle is NVML_ERROR_NOT_SUPPORTED), instance ids, its index under its parent, and its
+ * parent; a GPU's handle its CUDA core count (nvmlDeviceGetNumGpuCores) where the profile
+ * gives one; PCI info, architecture,
  * compute capability and brand are its parent's; its minor number, topology, sensors and
  * utilization are not supported. GPU and compute instances are read-only: creating or
  * destroying one is not supported. A GPU in MIG mode has no utilization (as in NVML).
@@ -127,7 +131,7 @@ struct device {
     unsigned long long mem_total, mem_reserved, mem_used;
     unsigned multiprocessors;
     /* GPU only */
-    unsigned minor;
+    unsigned minor, cuda_cores;
     struct pci pci;
     unsigned arch, cc_major, cc_minor, brand, mig_capable, mig_mode, max_mig;
     struct device *migs[MAX_MIGS];
@@ -373,6 +377,8 @@ static void load_extra(char **f, int n)
         g->power_limit_mw = U(f[4]);
         g->utilization = U(f[5]);
         g->memory_utilization = U(f[6]);
+    } else if (n == 3 && !strcmp(f[0], "cores") && g) {
+        g->cuda_cores = U(f[2]);
     } else if (n == 5 && !strcmp(f[0], "proc") && g && nprocs < MAX_PROCS) {
         struct process *p = &procs[nprocs++];
         p->gpu = g;
@@ -852,18 +858,28 @@ API nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttri
 {
     ENTER("nvmlDeviceGetAttributes_v2");
     CHECK_DEVICE(device, attrs);
+    if (!device->is_mig) /* "This API currently only supports MIG device handles." */
+        return NVML_ERROR_NOT_SUPPORTED;
     memset(attrs, 0, sizeof(*attrs));
     attrs->multiprocessorCount = device->multiprocessors;
     attrs->memorySizeMB = device->mem_total >> 20;
-    if (device->is_mig) {
-        attrs->sharedCopyEngineCount = device->copy_engines;
-        attrs->sharedDecoderCount = device->decoders;
-        attrs->sharedEncoderCount = device->encoders;
-        attrs->sharedJpegCount = device->jpegs;
-        attrs->sharedOfaCount = device->ofas;
-        attrs->gpuInstanceSliceCount = device->gi_slices;
-        attrs->computeInstanceSliceCount = device->ci_slices;
-    }
+    attrs->sharedCopyEngineCount = device->copy_engines;
+    attrs->sharedDecoderCount = device->decoders;
+    attrs->sharedEncoderCount = device->encoders;
+    attrs->sharedJpegCount = device->jpegs;
+    attrs->sharedOfaCount = device->ofas;
+    attrs->gpuInstanceSliceCount = device->gi_slices;
+    attrs->computeInstanceSliceCount = device->ci_slices;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCores)
+{
+    ENTER("nvmlDeviceGetNumGpuCores");
+    CHECK_DEVICE(device, numCores);
+    if (device->is_mig || device->cuda_cores == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *numCores = device->cuda_cores;
     return NVML_SUCCESS;
 }
 

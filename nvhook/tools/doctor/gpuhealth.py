@@ -4,7 +4,8 @@ The plugin writes its health state file (:mod:`nvhook.deviceplugin.healthstate`,
 ``/run/nvhook/device-plugin/gpu-health.json`` by default, under ``root``); where there is none (no
 plugin on this node) nothing is said. Otherwise one ``ok`` line, or one ``fail`` per
 unhealthy GPU naming it and why (an XID with its meaning, NVML's error, a GPU gone from
-``/proc``), with what brings it back.
+``/proc``), with what brings it back; and the same for the other vendors' devices the plugin
+serves (AMD, Intel, Ascend: :mod:`nvhook.vendors.health`), by their CDI names.
 """
 
 from __future__ import annotations
@@ -20,8 +21,40 @@ def check_gpu_health(opts: Options) -> list[Check]:
     state = read_health_state(path)
     if state is None:
         return []
-    gpus = state["gpus"]
+    return _gpus(state["gpus"]) + _devices(state["devices"])
+
+
+def _devices(devices: list[dict[str, object]]) -> list[Check]:
+    """Other vendors' devices (AMD, Intel, Ascend) as the plugin last saw them."""
+    if not devices:
+        return []
+    sick = [d for d in devices if not d.get("healthy")]
+    if not sick:
+        return [
+            Check(
+                "gpu-health",
+                "ok",
+                f"the device plugin sees {len(devices)} other vendors' devices healthy",
+            )
+        ]
+    return [
+        Check(
+            "gpu-health",
+            "fail",
+            f"{d['name']} is unhealthy for the device plugin: "
+            f"{d.get('reason') or 'no reason given'}",
+            "check the vendor's driver is loaded (lsmod; amdgpu, xe/i915, the Ascend driver) "
+            "and its device nodes exist under /dev; the plugin lists it healthy again on "
+            "its next health tick",
+        )
+        for d in sick
+    ]
+
+
+def _gpus(gpus: list[dict[str, object]]) -> list[Check]:
     sick = [g for g in gpus if not g.get("healthy")]
+    if not gpus:
+        return []
     if not sick:
         return [Check("gpu-health", "ok", f"the device plugin sees {len(gpus)} GPUs healthy")]
     return [

@@ -22,6 +22,14 @@ each ``--gpus`` form (``nvidia.com/gpu=<id>``, moby's mapping cited below) is ru
 ``--device`` requests, through the same CDI driver, with nvhook's spec. And ``nvhook explain``
 on a running container's bundle names the path it took: hook, shim or engine CDI.
 
+Another vendor through the same dockerd, on the ``mi300x-8`` mock (CPX: 64 devices):
+Docker's own CDI with ``--device amd.com/gpu=9`` from ``nvhook cdi generate --vendor amd``'s
+spec in ``/etc/cdi`` (no nvhook-runtime), and ``--runtime nvidia-amd -e AMD_VISIBLE_DEVICES=9``
+through the shim in jit mode (``nvidia-amd``: the shim with a config whose host is that mock,
+as dockerd hands one environment to every runtime); either container sees exactly
+``/dev/kfd`` and partition 9's card and render nodes, and the mock ``rocm-smi`` (the image's,
+mounted in) lists that partition alone.
+
 Then hook mode under a cgroup2-only ``/sys/fs/cgroup`` (dockerd's runc puts an eBPF device
 filter on the container's cgroup): ``--gpus '"device=1"'`` through plain runc, the prestart hook
 extending that program: ``/dev/nvidia1`` opens as far as the driver (ENXIO: the mock has none),
@@ -67,10 +75,17 @@ OPEN_PROBE = (
 class Daemon:
     """A started dockerd of the module (in its engine's root), configured by nvhook."""
 
-    def __init__(self, engine: Engine, docker: EngineDocker, before: dict[str, object]):
+    def __init__(
+        self,
+        engine: Engine,
+        docker: EngineDocker,
+        before: dict[str, object],
+        amd: Path | None = None,
+    ):
         self.engine = engine
         self.docker = docker
         self.before = before  # ``docker info`` before nvhook configured it
+        self.amd = amd  # the mi300x-8 mock whose spec is in /etc/cdi (runtime nvidia-amd)
 
     def run(self, *options: str, command: str | None = None) -> Result:
         argv = PROBE_ARGS if command is None else ["sh", "-c", command]
@@ -78,22 +93,45 @@ class Daemon:
 
 
 def _start(
-    engine: Engine, shim: Shim, busybox_image: Path, dgx: Path, case: Path
+    engine: Engine, shim: Shim, busybox_image: Path, dgx: Path, case: Path, *, amd: bool = False
 ) -> Iterator[Daemon]:
     """dockerd on an empty daemon.json (its ``docker info`` kept), then configured by
-    ``runtime configure --enable-cdi`` and restarted, nvhook's spec in ``/etc/cdi``."""
+    ``runtime configure --enable-cdi`` and restarted, nvhook's spec in ``/etc/cdi``; with
+    ``amd`` also the ``mi300x-8`` mock's AMD spec there and a runtime ``nvidia-amd``."""
     spec = case / "nvidia.json"
     assert main(["cdi", "generate", "--root", str(dgx), "--output", str(spec)]) == 0
     engine.root.run("sh", "-c", f"mkdir -p /etc/cdi && cp {spec} /etc/cdi/nvidia.json")
+    machine = _amd_machine(engine, shim, case) if amd else None
     docker = EngineDocker(engine.root, case / "docker", path=[str(BIN)], env=shim.extra_env)
     with docker:
         before = docker.info()
         args = ["--runtime", "docker", "--config", str(docker.config)]
         args += ["--runtime-path", shim.binary, "--backup-dir", str(case / "backups")]
         assert main(["runtime", "configure", *args, "--enable-cdi"]) == 0
+        if machine is not None:  # the shim, on the AMD mock's config
+            config = docker.daemon_config()
+            config["runtimes"]["nvidia-amd"] = {"path": str(case / "nvhook-runtime-amd")}
+            docker.config.write_text(json.dumps(config, indent=2) + "\n")
         docker.restart()
         docker.load(busybox_image)
-        yield Daemon(engine, docker, before)
+        yield Daemon(engine, docker, before, machine)
+
+
+def _amd_machine(engine: Engine, shim: Shim, case: Path) -> Path:
+    """The ``mi300x-8`` mock: its ``--vendor amd`` spec in the root's ``/etc/cdi``, and
+    ``CASE/nvhook-runtime-amd``, the shim with a config whose host is that mock."""
+    from nvhook.mock.vendors import create as create_vendor
+
+    machine = create_vendor("mi300x-8", case / "amd", nodes="char").root
+    spec = case / "amd.json"
+    argv = ["cdi", "generate", "--root", str(machine), "--vendor", "amd", "-o", str(spec)]
+    assert main(argv) == 0
+    engine.root.run("cp", str(spec), "/etc/cdi/amd.json")
+    config = shim.with_config(f"{engine.name}-amd", host={"root": str(machine)}).config
+    wrapper = case / "nvhook-runtime-amd"
+    wrapper.write_text(f'#!/bin/sh\nNVHOOK_CONFIG={config} exec {shim.binary} "$@"\n')
+    wrapper.chmod(0o755)
+    return machine
 
 
 @pytest.fixture(scope="module", params=list(DOCKERS))
@@ -125,7 +163,7 @@ def _dockerds(
     for engine in private_root(
         suite_root, tmp_path_factory, name, suite, ("dockerd", "--version"), major, cgroup2=cgroup2
     ):
-        yield from _start(engine, shim, busybox_image, dgx, engine.work / "case")
+        yield from _start(engine, shim, busybox_image, dgx, engine.work / "case", amd=not cgroup2)
 
 
 @pytest.fixture
@@ -191,6 +229,36 @@ def test_dockers_own_cdi_applies_nvhooks_spec(
     assert probe.lib_magic == ELF_MAGIC
     assert result.stdout.split("--- link\n", 1)[1].strip() == "libcuda.so.1"  # nvhook-hook's
     assert len(_records(shim)) == before  # no nvhook-runtime on this path
+
+
+#: how an AMD container asks: Docker's own CDI, or the shim's jit mode through its variable
+AMD_WAYS = {
+    "engine-cdi": ("--device", "amd.com/gpu=9"),
+    "shim-jit": ("--runtime", "nvidia-amd", "-e", "AMD_VISIBLE_DEVICES=9"),
+}
+
+
+@pytest.mark.parametrize("how", AMD_WAYS)
+def test_amd_partition_through_docker(daemon: Daemon, shim: Shim, how: str) -> None:
+    """An MI300X CPX partition (``mi300x-8``'s device 9) through Docker: exactly ``/dev/kfd``
+    and its card and render nodes, which the mock ``rocm-smi`` lists alone."""
+    assert daemon.amd is not None
+    before = len(_records(shim))
+    smi = f"{daemon.amd}/opt/rocm/bin/rocm-smi:/usr/bin/rocm-smi:ro"
+    look = "ls /dev /dev/dri; echo '--- smi'; rocm-smi"
+    result = daemon.run(*AMD_WAYS[how], "-v", smi, command=look)
+    assert result.returncode == 0, result.stderr
+    listing, _, out = result.stdout.partition("--- smi\n")
+    names = set(listing.split())
+    dri = {n for n in names if n.startswith(("card", "renderD"))}
+    assert "kfd" in names and dri == {"card10", "renderD137"}, names
+    assert not any(n.startswith("nvidia") for n in names), names
+    assert out.splitlines() == ["GPU[9] : 0000:26:00.0 renderD137 CPX/NPS1 partition 1"]
+    created = _records(shim)[before:]
+    if how == "engine-cdi":  # Docker's CDI alone: no nvhook-runtime on this path
+        assert created == []
+    else:
+        assert any(r.get("command") == "create" for r in created), created
 
 
 #: ``--gpus`` value -> the CDI device ids Docker 29.2's ``nvidia.cdi`` driver asks its CDI

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nvhook.deviceplugin.errors import StrategyError
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet, create_container_config
@@ -37,6 +38,29 @@ def test_resource_names_are_the_vendors_plugins(roots: dict[str, Path]) -> None:
     assert names(roots["mi300x-8"]) == {"amd.com/gpu": 64}
     assert names(roots["max-1550"]) == {"gpu.intel.com/xe": 4}
     assert names(roots["ascend-910b"]) == {"huawei.com/Ascend910": 8}
+    [(ascend, _)] = vendor_resources(
+        VendorHost(str(roots["ascend-910b"]), str(roots["ascend-910b"]))
+    )
+    # Ascend's plugin lists a 910B as Ascend910-<phy id> (mind-cluster assemblePhyDevices)
+    assert [d.id for d in ascend.devices][:2] == ["Ascend910-0", "Ascend910-1"]
+
+
+def test_amd_mixed_naming_is_rocms_partition_names(roots: dict[str, Path], tmp_path: Path) -> None:
+    # ROCm/k8s-device-plugin ed76468 main.go getResourceList: <compute>_<memory>, lowercased
+    def names(root: Path, naming: str) -> dict[str, int]:
+        found = vendor_resources(VendorHost(str(root), str(root)), naming)
+        return {r.name: len(r.devices) for r, _ in found}
+
+    assert names(roots["mi300x-8"], "mixed") == {"amd.com/cpx_nps1": 64}
+    assert names(roots["mixed-h100-mi300x"], "mixed") == {"amd.com/spx_nps1": 2}
+    assert names(roots["mi300x-8"], "single") == {"amd.com/gpu": 64}
+    # one GPU re-partitioned: two kinds, which 'single' cannot name
+    root = create("mixed-h100-mi300x", tmp_path / "m", nodes="file").root
+    gpu = root / "sys/module/amdgpu/drivers/pci:amdgpu/0000:a6:00.0"
+    (gpu / "current_compute_partition").write_text("DPX\n")
+    assert names(root, "mixed") == {"amd.com/spx_nps1": 1, "amd.com/dpx_nps1": 1}
+    with pytest.raises(StrategyError, match=r"dpx_nps1 \(GPU 0000:a6:00.0\).*mixed"):
+        names(root, "single")
 
 
 @pytest.fixture
@@ -91,6 +115,16 @@ def test_an_amd_node_without_nvidia_serves_amd_com_gpu(run: Run) -> None:
     client.close()
 
 
+def test_amd_mixed_naming_through_kubelet(run: Run) -> None:
+    _, kubelet = run("mi300x-8", PluginConfig(amd_resource_naming="mixed"))
+    [request] = kubelet.wait_registered(1)
+    assert request.resource_name == "amd.com/cpx_nps1"
+    client = kubelet.client(request)
+    got = create_container_config(client.allocate(["17"]).container_responses[0])
+    assert got["envs"] == {"AMD_VISIBLE_DEVICES": "17"}
+    client.close()
+
+
 def test_a_mixed_node_serves_both_and_cdi_names_for_the_engine(run: Run) -> None:
     config = PluginConfig(device_list_strategies=("envvar", "cdi-cri"))
     _, kubelet = run("mixed-h100-mi300x", config)
@@ -101,6 +135,18 @@ def test_a_mixed_node_serves_both_and_cdi_names_for_the_engine(run: Run) -> None
     assert got["envs"] == {"AMD_VISIBLE_DEVICES": "1"}
     assert got["cdi_devices"] == ["amd.com/gpu=1"]
     amd.close()
+
+
+def test_ascend_is_allocated_by_its_plugins_ids(run: Run) -> None:
+    _, kubelet = run("ascend-910b", PluginConfig())
+    [request] = kubelet.wait_registered(1)
+    assert request.resource_name == "huawei.com/Ascend910"
+    client = kubelet.client(request)
+    got = create_container_config(
+        client.allocate(["Ascend910-2", "Ascend910-5"]).container_responses[0]
+    )
+    assert got["envs"] == {"ASCEND_VISIBLE_DEVICES": "2,5"}  # what its plugin sets too
+    client.close()
 
 
 def test_intel_has_no_variable_so_it_gets_the_cdi_annotation(run: Run) -> None:
@@ -114,3 +160,51 @@ def test_intel_has_no_variable_so_it_gets_the_cdi_annotation(run: Run) -> None:
     assert key.startswith("cdi.k8s.io/nvhook-device-plugin_")
     assert value == "intel.com/gpu=0000-29-00-0-0x0bd5"
     client.close()
+
+
+def test_amd_naming_flag_reaches_the_plugin(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from nvhook.cli.deviceplugin import device_plugin
+
+    seen: list[str] = []
+    monkeypatch.setattr(
+        DevicePlugin, "run", lambda self, stop: seen.append(self.config.amd_resource_naming)
+    )
+    (tmp_path / "config.toml").write_text("")  # every default
+    monkeypatch.setenv("NVHOOK_CONFIG", str(tmp_path / "config.toml"))
+    runner = CliRunner()
+    for args in ([], ["--amd-resource-naming", "mixed"], ["--resource-naming-strategy=single"]):
+        result = runner.invoke(device_plugin, ["--device-plugin-path", str(tmp_path), *args])
+        assert result.exit_code == 0, result.output
+    assert seen == ["single", "mixed", "single"]
+
+
+def test_amd_health_reaches_list_and_watch_and_doctor(
+    run: Run, roots: dict[str, Path], tmp_path: Path
+) -> None:
+    """A partition's render node gone: ListAndWatch lists it Unhealthy (the others stay
+    Healthy), the health state file names it, and ``nvhook doctor``'s check fails on it."""
+    from nvhook.deviceplugin.xid import XidPolicy
+    from nvhook.tools.doctor.base import Options
+    from nvhook.tools.doctor.gpuhealth import check_gpu_health
+
+    roots["mi300x-8-health"] = create("mi300x-8", tmp_path / "amd", nodes="file").root
+    state = tmp_path / "health.json"
+    _, kubelet = run("mi300x-8-health", PluginConfig(health=XidPolicy(state_file=str(state))))
+    [request] = kubelet.wait_registered(1)
+    client = kubelet.client(request)
+    client.watch()
+    client.wait_for(lambda devices: len(devices) == 64)
+    (roots["mi300x-8-health"] / "dev/dri/renderD137").unlink()
+    listed = client.wait_for(lambda devices: devices[9].health == "Unhealthy")
+    assert [d.ID for d in listed if d.health != "Healthy"] == ["9"]
+    client.close()
+    [check] = check_gpu_health(Options(root="/", health_state_file=str(state)))
+    assert check.status == "fail"
+    assert check.message == (
+        "amd.com/gpu=9 is unhealthy for the device plugin: its device node /dev/dri/renderD137 "
+        "is gone"
+    )

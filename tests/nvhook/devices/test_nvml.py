@@ -59,20 +59,68 @@ def test_nvml_answers_from_the_profile(profile: str, lib_dir: Callable[[str], Pa
             mig_capable=g.model.mig_capable,
             mig_enabled=g.mig_enabled,
             migs=gpus[g.index].migs,  # compared below, field by field
+            # SMs from NVML's CUDA cores (the datasheet's) must be the profile's SM count
+            multiprocessors=g.model.multiprocessors if g.model.cuda_cores else 0,
         )
         for g in prof.gpus
     ]
     assert list(gpus) == expected
     for g in prof.gpus:
         got = [
-            (m.index, m.uuid, m.gi, m.ci, m.profile, m.memory_bytes, m.parent_uuid)
+            (
+                m.index,
+                m.uuid,
+                m.gi,
+                m.ci,
+                m.profile,
+                m.memory_bytes,
+                m.parent_uuid,
+                m.multiprocessors,
+            )
             for m in gpus[g.index].migs
         ]
         want = [
-            (d.index, d.uuid, d.gi, d.ci, d.profile.name, d.profile.memory_mib << 20, g.uuid)
+            (
+                d.index,
+                d.uuid,
+                d.gi,
+                d.ci,
+                d.profile.name,
+                d.profile.memory_mib << 20,
+                g.uuid,
+                d.profile.multiprocessors,
+            )
             for d in g.mig_devices
         ]
         assert got == want
+
+
+def test_sm_counts_follow_nvmls_api(lib_dir: Callable[[str], Path]) -> None:
+    # NVML's reference: nvmlDeviceGetAttributes_v2 "currently only supports MIG device
+    # handles"; a whole GPU's CUDA cores come from nvmlDeviceGetNumGpuCores
+    with open_nvml(lib_dir("h100-pcie")) as nvml:
+        gpu = pynvml.nvmlDeviceGetHandleByIndex(0)
+        assert (
+            _err(lambda: pynvml.nvmlDeviceGetAttributes_v2(gpu)) == pynvml.NVML_ERROR_NOT_SUPPORTED
+        )
+        assert pynvml.nvmlDeviceGetNumGpuCores(gpu) == 14592  # H100 PCIe (whitepaper)
+        assert nvml.gpus()[0].multiprocessors == 114
+    with open_nvml(lib_dir("dgx-a100")) as nvml:
+        gpus = nvml.gpus()
+        mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(pynvml.nvmlDeviceGetHandleByIndex(0), 0)
+        assert _err(lambda: pynvml.nvmlDeviceGetNumGpuCores(mig)) == pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert {g.multiprocessors for g in gpus} == {108}  # 6912 cores, 64 a Ampere GA100 SM
+    assert [m.multiprocessors for m in gpus[0].migs] == [42, 28, 28]
+
+
+def test_multiprocessors_from_cores() -> None:
+    from nvhook.devices.nvml import multiprocessors
+
+    assert multiprocessors(6912, "8.0") == 108  # A100: 64 FP32 lanes an SM
+    assert multiprocessors(7424, "8.9") == 58  # L4: 128
+    assert multiprocessors(16896, "9.0") == 132  # H100 SXM5
+    assert multiprocessors(5120, "7.0") == 80  # V100
+    assert multiprocessors(0, "9.0") == multiprocessors(3840, "6.1") == 0  # unknown
 
 
 def test_dgx_a100_mig_layout(lib_dir: Callable[[str], Path]) -> None:

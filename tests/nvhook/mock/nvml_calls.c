@@ -75,6 +75,8 @@ static int call(const char *name, void *fn, int *expect)
         buf.u[0] = 0x02000028; /* nvmlMemory_v2 */
         return F(handle, void *)(d2, &buf);
     }
+    if (IS(nvmlDeviceGetNumGpuCores)) /* an A100's 6912 FP32 cores */
+        return F(handle, unsigned *)(d2, &u) || u != 6912;
     if (IS(nvmlDeviceGetCudaComputeCapability))
         return F(handle, int *, int *)(d0, &i, &j) || i != 8 || j != 0;
     if (IS(nvmlDeviceGetMigMode))

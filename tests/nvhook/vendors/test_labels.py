@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ def test_neutral_set_matches_across_vendors(roots: dict[str, Path]) -> None:
     assert mixed["accelerator.nvhook.io/memory-mib.max"] == "81559"
     assert mixed["accelerator.nvhook.io/class"] == "bf16"  # the A100 has no fp8
     assert mixed["accelerator.nvhook.io/product"] == "mixed"
-    assert "accelerator.nvhook.io/compute-units" not in mixed  # NVIDIA's SMs: not read
+    assert "accelerator.nvhook.io/compute-units" not in mixed  # no SM count given
 
 
 def test_labels_all_vendors_on_a_mixed_node(roots: dict[str, Path]) -> None:
@@ -75,6 +76,20 @@ def test_labels_all_vendors_on_a_mixed_node(roots: dict[str, Path]) -> None:
     assert found["accelerator.nvhook.io/vendors"] == "amd.nvidia"
     assert found["accelerator.nvhook.io/count"] == "3"
     assert found["accelerator.nvhook.io/memory-mib"] == "81559"
+    assert found["accelerator.nvhook.io/compute-units"] == "114"  # the H100 PCIe's SMs < 304 CUs
+
+
+def test_labels_all_vendors_count_mig_devices(mock_machine: Callable[..., Path]) -> None:
+    # dgx-a100: GPU 0 in MIG mode with 3g.40gb + 2x 2g.20gb, GPU 1 in MIG mode without
+    # any, six whole A100s; the MIG devices are what a pod gets, so the least is a 2g.20gb's
+    done = CliRunner().invoke(
+        labels_command, ["--all-vendors", "--root", str(mock_machine("dgx-a100"))]
+    )
+    assert done.exit_code == 0, done.output
+    found = dict(line.split("=", 1) for line in done.output.splitlines())
+    assert found["accelerator.nvhook.io/compute-units"] == "28"
+    assert found["accelerator.nvhook.io/memory-mib"] == "19968"
+    assert found["accelerator.nvhook.io/count"] == "9"  # GPU 1 in MIG mode has nothing to give
 
 
 def test_labels_all_vendors_without_nvidias_driver(roots: dict[str, Path]) -> None:
@@ -84,3 +99,14 @@ def test_labels_all_vendors_without_nvidias_driver(roots: dict[str, Path]) -> No
     assert done.exit_code == 0, done.output
     assert "nvidia.com/" not in done.output
     assert "accelerator.nvhook.io/ascend.count=8" in done.output.splitlines()
+
+
+def test_ascend_labels_are_its_device_plugins(roots: dict[str, Path]) -> None:
+    # Ascend/mind-cluster 22bb3d9 pkg/server/manager.go getNewNodeLabel, on an Atlas 800T A2
+    found = _labels(roots["ascend-910b"])
+    assert found["node.kubernetes.io/npu.chip.name"] == "910B3"
+    assert found["servertype"] == "Ascend910B-20"
+    assert found["accelerator"] == "huawei-Ascend910"
+    assert found["mind-cluster/npu-chip-memory"] == "64G"
+    assert "accelerator-type" not in found  # an Atlas 300I A2's label, by DCMI's board id
+    assert "servertype" not in _labels(roots["mi300x-8"])
