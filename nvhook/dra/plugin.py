@@ -146,7 +146,8 @@ def disagreement(inventory: Inventory, seen: Snapshot) -> str:
         have = migs.get(g.uuid, set())
         if g.uuid in whole or len(have) != count:
             return f"GPU {g.uuid}: NVML has {len(have)} MIG devices, /proc {count}"
-        if g.mig_uuids is not None and have != set(g.mig_uuids):
+        # the watcher's NVML answer, where it was one of this layout (it may be older)
+        if g.mig_uuids is not None and len(g.mig_uuids) == count and have != set(g.mig_uuids):
             return f"GPU {g.uuid}: NVML's MIG UUIDs are not the watcher's"
     extra = sorted((whole | set(migs)) - known)
     return f"GPU {extra[0]}: not in /proc" if extra else ""

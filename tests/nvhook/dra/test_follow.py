@@ -24,7 +24,7 @@ from nvhook.dra.plugin import DraPlugin, Publisher
 from nvhook.dra.prepare import spec_file
 from nvhook.dra.server import HEALTHY, UNHEALTHY, Kubelet
 from nvhook.mock import create, load_profile
-from nvhook.mock.mutate import add_gpu, relayout_mig, remove_gpu
+from nvhook.mock.mutate import add_gpu, relayout_mig, remove_gpu, set_driver
 from nvhook.planner import Host
 from tests.nvhook.dra.conftest import DRIVER, NODE
 from tests.support.kubeapi import KubeApiServer
@@ -35,12 +35,15 @@ UUID7 = load_profile("dgx-a100").gpus[7].uuid
 
 
 def _pool(kubeapi: KubeApiServer) -> tuple[int, dict[str, str]]:
-    """The stored pool's generation and devices (name → uuid); -1 when torn or absent."""
+    """The stored pool's generation and devices (name → "uuid driverVersion"); -1 when torn
+    or absent."""
     slices = [s for s in kubeapi.list("resourceslices") if s["spec"]["pool"]["name"] == NODE]
     if not slices or kubeapi.pool_problems(DRIVER, NODE):
         return -1, {}
     devices = {
-        d["name"]: d["attributes"]["uuid"]["string"]
+        d["name"]: " ".join(
+            (d["attributes"]["uuid"]["string"], d["attributes"]["driverVersion"]["version"])
+        )
         for s in slices
         for d in s["spec"].get("devices", ())
     }
@@ -110,16 +113,26 @@ def test_relayout_gpu_loss_and_return_publish_new_pool_generations_without_resta
     thread.start()
     kubelet = Kubelet(str(sockets / "registry"))
     health: Health | None = None
-    seen: list[float] = []  # seconds from each mutation to its slices in the API
+    seen: list[float] = []  # seconds from each mutation's end to its slices in the API
+    whole: list[float] = []  # … from its start (the mock lays the changed machine out first)
 
-    def follow(mutate: Callable[[], object], names: set[str], old: int) -> dict[str, str]:
+    def follow(
+        mutate: Callable[[], object], names: set[str], old: int, driver: str = "550.54.15"
+    ) -> dict[str, str]:
+        began = time.monotonic()
+        mutate()  # the mock's renames are done when it returns (a driver: seconds of build)
         started = time.monotonic()
-        mutate()
         gen, devices = wait_for(
-            lambda: (p := _pool(kubeapi))[0] > old and set(p[1]) == names and p,
-            f"pool generation > {old} with {sorted(names)}",
+            lambda: (
+                (p := _pool(kubeapi))[0] > old
+                and set(p[1]) == names
+                and all(v.endswith(f" {driver}") for v in p[1].values())
+                and p
+            ),
+            f"pool generation > {old} with {sorted(names)}, driver {driver}",
         )
         seen.append(time.monotonic() - started)
+        whole.append(time.monotonic() - began)
         time.sleep(0.5)  # settled: no later generation, nothing else stored
         assert _pool(kubeapi) == (gen, devices), lines
         assert len(kubeapi.list("resourceslices")) == 1  # the pool's one slice, no other
@@ -187,9 +200,17 @@ def test_relayout_gpu_loss_and_return_publish_new_pool_generations_without_resta
 
         fifth = follow(lambda: add_gpu(root, 7), set(third), _pool(kubeapi)[0])
         assert fifth["gpu-7"] == first["gpu-7"]  # the same GPU back
+        assert not [x for x in lines if "still disagree" in x], lines  # each change settled
+
+        # a driver upgrade under the same root: every device's driverVersion follows
+        sixth = follow(
+            lambda: set_driver(root, "550.90.07"), set(third), _pool(kubeapi)[0], "550.90.7"
+        )
+        assert sixth["gpu-7"] == first["gpu-7"].replace("550.54.15", "550.90.7")
         assert thread.is_alive()  # the same driver all along
-        print(f"\nmutation -> new slices: {[round(s, 2) for s in seen]} s, "
-              f"median {statistics.median(seen):.2f} s")  # fmt: skip
+        print(f"\nmutation's end -> new slices: {[round(s, 2) for s in seen]} s, median "
+              f"{statistics.median(seen):.2f} s; from its start {[round(s, 2) for s in whole]}"
+              )  # fmt: skip
         assert max(seen) < 3.0
     finally:
         if health is not None:
@@ -232,7 +253,14 @@ def test_the_inventory_must_agree_with_what_the_watcher_saw(tmp_path: Path) -> N
     seven = discover(host)
     assert disagreement(seven, now) == ""
     relayout_mig(root, 0, ["1g.10gb"] * 7)  # the same ids re-made: new UUIDs
-    assert "MIG UUIDs" in disagreement(seven, snapshot(host, nvml=True))
+    remade = snapshot(host, nvml=True)
+    assert "MIG UUIDs" in disagreement(seven, remade)
+    # the watcher's NVML answer of an older layout (asked before NVML's list changed) is
+    # not held against the inventory: /proc's layout decides
+    older = remade._replace(
+        gpus=(remade.gpus[0]._replace(mig_uuids=("MIG-old",)), *remade.gpus[1:])
+    )
+    assert disagreement(discover(host), older) == ""
     current = discover(host)
     remove_gpu(root, 7)
     assert f"GPU {UUID7}: not in /proc" == disagreement(current, snapshot(host))
