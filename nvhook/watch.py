@@ -23,8 +23,8 @@ change is seen: ``bench/watch.py`` (docs/watch.md).
 
 Subscribers are called in the order they subscribed, on the watcher's thread, with one
 :class:`Update` (old and new snapshot, the changes); one that raises is logged and the
-others still run. The device plugin subscribes where it runs (``--follow-gpus``);
-``nvhook watch`` runs a watcher with a :class:`Refresher` alone, for a node without either.
+others still run. The device plugin and the DRA driver subscribe where they run
+(``--follow-gpus``); ``nvhook watch`` runs a watcher with a :class:`Refresher`, for the spec.
 
 A :class:`Refresher` brings derived state up to date on each update, in order, logging each
 step with what changed: the generated CDI spec (rewritten by ``nvhook cdi generate``'s
