@@ -346,13 +346,15 @@ class DraPlugin:
                 self._followed.extend(changes)
 
     def _rediscover(self, inventory: Inventory, final: bool) -> Inventory | None:
-        """The inventory read again: the new one when it changed, None when it is unchanged
-        or unreadable (the published slices stay) or, unless ``final``, not yet what the
-        watcher saw (read again on the next tick)."""
+        """The inventory read again: the new one when it changed; None when it is unchanged
+        or unreadable (the published slices stay); unless ``final``, ``inventory`` itself
+        while it cannot be read or is not yet what the watcher saw (read again next tick)."""
         assert self.preparer is not None
         try:
             fresh = discover(self.host)
         except DriverError as e:
+            if not final:  # NVML mid-change (an upgrade's libraries): look again
+                return inventory
             self.log(f"cannot read the devices: {e.message} (keeping the published slices)")
             return None
         if self.watcher is not None:

@@ -300,3 +300,54 @@ def test_follow_flags_reach_the_driver(
         result = runner.invoke(dra_plugin, [*base, *args])
         assert result.exit_code == 0, result.output
     assert seen == [0.5, 2.0, None]
+
+
+def test_a_read_that_fails_mid_change_is_tried_again_then_keeps_the_slices(
+    tmp_path: Path, kubeapi: KubeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgrade's libraries being replaced fail NVML for a moment: while the change settles
+    the inventory is read again; after it, the published slices stay, logged."""
+    import nvhook.dra.plugin as plugin_module
+    from nvhook.dra.inventory import discover
+    from nvhook.dra.prepare import Preparer, host_edits
+    from nvhook.errors import DriverError
+    from nvhook.watch import Watcher
+
+    root = tmp_path / "root"
+    create("dgx-a100", root, nodes="file")
+    host = Host(root=str(root))
+    lines: list[str] = []
+    plugin = DraPlugin(
+        host, node=NODE, api=connect(str(kubeapi.kubeconfig(tmp_path / "kc"))), log=lines.append
+    )
+    inventory = discover(host)
+    (tmp_path / "state").mkdir()
+    plugin.preparer = Preparer(
+        node=NODE,
+        api=plugin.api,
+        state_dir=str(tmp_path / "state"),
+        cdi_root=str(tmp_path / "cdi"),
+        inventory=inventory,
+        edits=host_edits(host, inventory),
+    )
+    plugin.watcher = Watcher(host, log=lines.append)
+
+    def failing(host: Host) -> Inventory:
+        raise DriverError("libnvidia-ml.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(plugin_module, "discover", failing)
+    assert plugin._rediscover(inventory, final=False) is inventory  # look again next tick
+    assert lines == []
+    assert plugin._rediscover(inventory, final=True) is None
+    assert lines == [
+        "cannot read the devices: libnvidia-ml.so.1: cannot open shared object file "
+        "(keeping the published slices)"
+    ]
+    monkeypatch.setattr(plugin_module, "discover", discover)
+    relayout_mig(root, 0, ["1g.10gb"] * 7)
+    assert plugin._rediscover(inventory, final=False) is inventory  # the watcher saw nothing
+    plugin.watcher.poll()
+    fresh = plugin._rediscover(inventory, final=False)
+    assert fresh is not None and fresh is not inventory
+    assert plugin.preparer.inventory is fresh
+    assert "the node's devices changed: added gpu-0-mig-7-0" in lines[-1]
