@@ -346,8 +346,11 @@ def test_a_read_that_fails_mid_change_is_tried_again_then_keeps_the_slices(
     monkeypatch.setattr(plugin_module, "discover", discover)
     relayout_mig(root, 0, ["1g.10gb"] * 7)
     assert plugin._rediscover(inventory, final=False) is inventory  # the watcher saw nothing
-    plugin.watcher.poll()
-    fresh = plugin._rediscover(inventory, final=False)
+    fresh = plugin._rediscover(inventory, final=True)  # the settle is over: NVML's, warned
     assert fresh is not None and fresh is not inventory
     assert plugin.preparer.inventory is fresh
+    assert "warning: NVML and /proc still disagree (GPU GPU-ac376f35" in lines[-2]
     assert "the node's devices changed: added gpu-0-mig-7-0" in lines[-1]
+    plugin.watcher.poll()  # now it has seen the re-layout: they agree, nothing more to do
+    assert plugin._rediscover(fresh, final=False) is None
+    assert lines[-1] == "the published devices are unchanged"
