@@ -58,6 +58,7 @@ __all__ = [
     "Update",
     "Watcher",
     "diff",
+    "names_text",
     "snapshot",
     "spec_paths",
 ]
@@ -411,8 +412,8 @@ class Refresher:
         added = [n for n in after if n not in before]
         removed = [n for n in before if n not in after]
         self.log(
-            f"{self.output} rewritten ({len(after)} devices; added {_names(added)}; "
-            f"removed {_names(removed)})"
+            f"{self.output} rewritten ({len(after)} devices; added {names_text(added)}; "
+            f"removed {names_text(removed)})"
         )
         return True
 
@@ -442,7 +443,8 @@ def _device_names(path: str) -> list[str]:
     return []
 
 
-def _names(names: Sequence[str]) -> str:
+def names_text(names: Sequence[str]) -> str:
+    """``a, b, c``: at most eight names, then how many more (``none`` for none)."""
     if not names:
         return "none"
     shown = ", ".join(names[:8])

@@ -85,8 +85,16 @@ _RETRY_FIRST, _RETRY_MAX = 0.5, 30.0  # seconds between publishing retries (doub
 #: publishes: the device plugin's (:data:`nvhook.deviceplugin.plugin.FOLLOWED`), the driver
 #: (``driverVersion``) and the IMEX channels
 FOLLOWED = frozenset(
-    {"driver", "mig-layout", "mig-mode", "mig-uuids", "gpu-removed", "gpu-added", "nvml-gpus"}
-    | {"imex"}
+    {
+        "driver",
+        "mig-layout",
+        "mig-mode",
+        "mig-uuids",
+        "gpu-removed",
+        "gpu-added",
+        "nvml-gpus",
+        "imex",
+    }
 )
 #: seconds the inventory is read again while NVML's view disagrees with the watcher's
 _SETTLE = 5.0
@@ -154,22 +162,19 @@ def disagreement(inventory: Inventory, seen: Snapshot) -> str:
 
 
 def _what_changed(old: Inventory, new: Inventory) -> str:
+    from nvhook.watch import names_text
+
     before = {d.name: d for d in old.devices}
     after = {d.name: d for d in new.devices}
     added = [n for n in after if n not in before]
     removed = [n for n in before if n not in after]
     changed = [n for n in after if n in before and after[n] != before[n]]
     parts = [
-        f"{label} {_names(names)}"
+        f"{label} {names_text(names)}"
         for label, names in (("added", added), ("removed", removed), ("changed", changed))
         if names
     ]
     return "; ".join(parts) or "no device"
-
-
-def _names(names: list[str]) -> str:
-    shown = ", ".join(names[:8])
-    return shown + (f" and {len(names) - 8} more" if len(names) > 8 else "")
 
 
 def _content(s: Mapping[str, Any]) -> Any:
