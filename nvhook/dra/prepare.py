@@ -166,18 +166,21 @@ class Preparer:
     def gone(self) -> dict[str, tuple[PreparedClaim, str]]:
         """The prepared devices the node no longer has as they were prepared (a GPU lost, a
         MIG instance destroyed or re-made under its name): device name → (a claim holding
-        it, why)."""
-        with self._lock:
-            return {
-                name: (claim, why)
-                for claim in self.checkpoint.prepared.values()
-                for name, why in self._gone(claim)
-            }
+        it, why). Without the lock (a prepare may be waiting on the API): the checkpoint and
+        the inventory are values, each replaced whole."""
+        checkpoint, inventory = self.checkpoint, self.inventory
+        return {
+            name: (claim, why)
+            for claim in checkpoint.prepared.values()
+            for name, why in self._gone(claim, inventory)
+        }
 
-    def _gone(self, claim: PreparedClaim) -> list[tuple[str, str]]:
+    def _gone(
+        self, claim: PreparedClaim, inventory: Inventory | None = None
+    ) -> list[tuple[str, str]]:
         out = []
         for d in claim.devices:
-            now = self.inventory.device(d.device)
+            now = (inventory if inventory is not None else self.inventory).device(d.device)
             if now is None:
                 out.append((d.device, f"is gone from node {self.node}"))
             elif d.uuid and now.uuid != d.uuid:
