@@ -23,8 +23,8 @@ change is seen: ``bench/watch.py`` (docs/watch.md).
 
 Subscribers are called in the order they subscribed, on the watcher's thread, with one
 :class:`Update` (old and new snapshot, the changes); one that raises is logged and the
-others still run. The device plugin subscribes where it runs (``--follow-gpus``);
-``nvhook watch`` runs a watcher with a :class:`Refresher` alone, for a node without either.
+others still run. The device plugin and the DRA driver subscribe where they run
+(``--follow-gpus``); ``nvhook watch`` runs a watcher with a :class:`Refresher`, for the spec.
 
 A :class:`Refresher` brings derived state up to date on each update, in order, logging each
 step with what changed: the generated CDI spec (rewritten by ``nvhook cdi generate``'s
@@ -58,6 +58,7 @@ __all__ = [
     "Update",
     "Watcher",
     "diff",
+    "names_text",
     "snapshot",
     "spec_paths",
 ]
@@ -411,8 +412,8 @@ class Refresher:
         added = [n for n in after if n not in before]
         removed = [n for n in before if n not in after]
         self.log(
-            f"{self.output} rewritten ({len(after)} devices; added {_names(added)}; "
-            f"removed {_names(removed)})"
+            f"{self.output} rewritten ({len(after)} devices; added {names_text(added)}; "
+            f"removed {names_text(removed)})"
         )
         return True
 
@@ -442,7 +443,8 @@ def _device_names(path: str) -> list[str]:
     return []
 
 
-def _names(names: Sequence[str]) -> str:
+def names_text(names: Sequence[str]) -> str:
+    """``a, b, c``: at most eight names, then how many more (``none`` for none)."""
     if not names:
         return "none"
     shown = ", ".join(names[:8])

@@ -1,6 +1,6 @@
 """What the Kubernetes daemons' commands share (``nvhook device-plugin``, ``dra-plugin``,
-``labels``): their API and health options, and the stop on SIGTERM. A module of its own,
-not :mod:`nvhook.cli.options`, as it imports :mod:`nvhook.kubeapi` (``ssl``,
+``labels``): their API, health and follow options, and the stop on SIGTERM. A module of its
+own, not :mod:`nvhook.cli.options`, as it imports :mod:`nvhook.kubeapi` (``ssl``,
 ``http.client``), which the other commands never need."""
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from nvhook.kubeapi import SERVICE_ACCOUNT
 __all__ = [
     "DEFAULT_HEALTH_STATE",
     "api_server_option",
+    "follow_options",
+    "followed_interval",
     "health_interval_option",
     "health_state_option",
     "service_account_option",
@@ -71,6 +73,37 @@ health_interval_option = click.option(
     type=click.FloatRange(min=0.05),
     help="Seconds between health checks of the GPUs.",
 )
+
+
+def follow_options(what: str) -> Callable[[F], F]:
+    """``--follow-gpus/--no-follow-gpus`` (on by default) and ``--follow-interval``: the
+    daemon follows the node's GPUs through the one watcher (:class:`nvhook.watch.Watcher`);
+    ``what`` says what a change brings up to date. The command gets ``follow_gpus`` and
+    ``follow_interval``; :func:`followed_interval` makes them the daemon's one argument."""
+
+    def decorate(f: F) -> F:
+        f = click.option(
+            "--follow-interval",
+            default=0.5,
+            show_default=True,
+            type=click.FloatRange(min=0.05, max=60),
+            help="With --follow-gpus: seconds between looks at /proc (procfs cannot be "
+            "watched with inotify).",
+        )(f)
+        return click.option(
+            "--follow-gpus/--no-follow-gpus",
+            default=True,
+            show_default=True,
+            help="Follow the node's GPUs (nvhook watch's watcher): a MIG re-layout, MIG mode, "
+            f"a GPU lost or added {what} without a restart.",
+        )(f)
+
+    return decorate
+
+
+def followed_interval(follow_gpus: bool, interval: float) -> float | None:
+    """The daemons' ``follow_interval`` argument: None when the GPUs are not followed."""
+    return interval if follow_gpus else None
 
 
 def stop_on_signals(then: Callable[[], None] = lambda: None) -> threading.Event:

@@ -17,6 +17,8 @@ import click
 from nvhook.cli.daemon import (
     DEFAULT_HEALTH_STATE,
     api_server_option,
+    follow_options,
+    followed_interval,
     health_interval_option,
     health_state_option,
     service_account_option,
@@ -201,21 +203,7 @@ def _finish(config: PluginConfig, state_file: str, amd_naming: str = "single") -
     "health.stateFile wins; '' for nowhere)."
 )
 @health_interval_option
-@click.option(
-    "--follow-gpus/--no-follow-gpus",
-    default=True,
-    show_default=True,
-    help="Follow the node's GPUs (nvhook watch's watcher): a MIG re-layout, MIG mode, a GPU "
-    "lost or added re-registers the resources without a restart.",
-)
-@click.option(
-    "--follow-interval",
-    default=0.5,
-    show_default=True,
-    type=click.FloatRange(min=0.05, max=60),
-    help="With --follow-gpus: seconds between looks at /proc (procfs cannot be watched with "
-    "inotify).",
-)
+@follow_options("re-registers the resources")
 @click.option(
     "--amd-resource-naming",
     "--resource-naming-strategy",
@@ -327,6 +315,6 @@ def device_plugin(
         kubelet_socket=kubelet_socket,
         config_source=source,
         config_interval=config_interval,
-        follow_interval=follow_interval if follow_gpus else None,
+        follow_interval=followed_interval(follow_gpus, follow_interval),
     )
     plugin.run(stop)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from nvhook.cli.daemon import health_interval_option, service_account_option, stop_on_signals
+from nvhook.cli.daemon import (
+    follow_options,
+    followed_interval,
+    health_interval_option,
+    service_account_option,
+    stop_on_signals,
+)
 
 __all__ = ["dra_plugin"]
 
@@ -52,12 +58,14 @@ __all__ = ["dra_plugin"]
     help="Where the claims' transient CDI specs are written (the runtime's CDI directory).",
 )
 @health_interval_option
+@follow_options("republishes the ResourceSlices (a new pool generation)")
 @click.option(
     "--rescan-interval",
     default=30.0,
     show_default=True,
     type=click.FloatRange(min=0.05),
-    help="Seconds between re-reads of the node's devices (a MIG relayout republishes).",
+    help="With --no-follow-gpus: seconds between re-reads of the node's devices (a change "
+    "republishes).",
 )
 @click.option(
     "--device-plugin-dir",
@@ -80,6 +88,8 @@ def dra_plugin(
     state_dir: str | None,
     cdi_root: str,
     health_interval: float,
+    follow_gpus: bool,
+    follow_interval: float,
     rescan_interval: float,
     device_plugin_dir: str,
     withdraw: bool,
@@ -113,6 +123,7 @@ def dra_plugin(
         cdi_root=cdi_root,
         health_interval=health_interval,
         rescan_interval=rescan_interval,
+        follow_interval=followed_interval(follow_gpus, follow_interval),
         device_plugin_dir=device_plugin_dir,
         log=lambda line: click.echo(f"nvhook dra-plugin: {line}", err=True),
     ).run(stop)

@@ -16,10 +16,19 @@
    or someone removed it) is served anew, so the watcher sees it again and re-registers;
    every ``health_interval`` the device plugin's health probe
    (:func:`nvhook.deviceplugin.health.probe`: ``/proc`` and NVML) feeds ``dra-health`` and
-   taints unhealthy devices in the slices; every ``rescan_interval`` the inventory is read
-   again, and a change (a MIG relayout, a GPU gone) republishes the slices with a new pool
-   generation (prepared claims keep their specs);
-6. on stop the sockets are removed; the slices stay (a restart should not make the scheduler
+   taints unhealthy devices in the slices;
+6. with ``follow_interval`` (``--follow-gpus``, the default), the node's GPUs followed by the
+   one :class:`~nvhook.watch.Watcher` (on its own thread): its subscriber only hands the
+   changes of a :data:`FOLLOWED` kind (a MIG re-layout, MIG mode, a GPU lost or added, the
+   driver, IMEX channels) to this loop, which reads the inventory again (until NVML's view
+   agrees with the watcher's, at most :data:`_SETTLE` seconds: the two are read at different
+   moments of a change) and, where it changed, republishes the slices with the next pool
+   generation (:class:`Publisher`); a read that fails keeps the published slices. Without
+   it, every ``rescan_interval`` the inventory is read again. Prepared claims keep their
+   specs; a prepared device that is gone (or re-made under its name) is reported
+   ``UNHEALTHY`` in ``dra-health`` until its claim is unprepared, and a repeated prepare of
+   its claim is refused (:meth:`~nvhook.dra.prepare.Preparer.gone`);
+7. on stop the sockets are removed; the slices stay (a restart should not make the scheduler
    forget the node); ``nvhook dra-plugin --withdraw`` deletes them on uninstall.
 """
 
@@ -44,23 +53,26 @@ from nvhook.dra.server import (
     registration_socket,
 )
 from nvhook.dra.state import lock
-from nvhook.errors import DriverError
+from nvhook.errors import DriverError, NvhookError
 from nvhook.kubeapi import ApiError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.dra.kubeapi import Api
     from nvhook.planner import Host
+    from nvhook.watch import Change, Snapshot, Update, Watcher
 
 __all__ = [
     "DEFAULT_CDI_ROOT",
     "DEFAULT_DEVICE_PLUGIN_DIR",
     "DEFAULT_PLUGINS_DIR",
     "DEFAULT_REGISTRY_DIR",
+    "FOLLOWED",
     "DraPlugin",
     "Publisher",
     "check_one_inventory",
     "device_plugin_sockets",
+    "disagreement",
 ]
 
 DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
@@ -69,6 +81,23 @@ DEFAULT_CDI_ROOT = "/var/run/cdi"
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 _TICK = 0.2
 _RETRY_FIRST, _RETRY_MAX = 0.5, 30.0  # seconds between publishing retries (doubling)
+#: the watcher's change kinds (:class:`nvhook.watch.Change`) that change what the pool
+#: publishes: the device plugin's (:data:`nvhook.deviceplugin.plugin.FOLLOWED`), the driver
+#: (``driverVersion``) and the IMEX channels
+FOLLOWED = frozenset(
+    {
+        "driver",
+        "mig-layout",
+        "mig-mode",
+        "mig-uuids",
+        "gpu-removed",
+        "gpu-added",
+        "nvml-gpus",
+        "imex",
+    }
+)
+#: seconds the inventory is read again while NVML's view disagrees with the watcher's
+_SETTLE = 5.0
 
 
 def device_plugin_sockets(directory: str) -> list[str]:
@@ -97,6 +126,55 @@ def check_one_inventory(directory: str) -> None:
             "for one DaemonSet or the other, docs/dra.md), or pass --device-plugin-dir '' to "
             "skip this check"
         )
+
+
+def disagreement(inventory: Inventory, seen: Snapshot) -> str:
+    """Where the inventory (NVML's view) differs from the watcher's snapshot (``/proc``, and
+    NVML's MIG UUIDs when it asked); "" when they agree. During a change the two are read at
+    different moments (a MIG re-layout reaches ``/proc`` before NVML's list), so the loop
+    reads the inventory again until they agree."""
+    migs: dict[str, set[str]] = {}
+    whole: set[str] = set()
+    for d in inventory.devices:
+        if d.kind == "mig":
+            migs.setdefault(d.gpu_uuid, set()).add(d.uuid)
+        elif d.kind == "gpu":
+            whole.add(d.gpu_uuid)
+    listed = set(seen.nvml_gpus) if seen.nvml_gpus is not None else None
+    known = set()
+    for g in seen.gpus:
+        known.add(g.uuid)
+        if listed is not None and g.uuid not in listed:
+            continue  # NVML lost it (XID 79): not in the inventory either way
+        if not g.mig:
+            if g.uuid not in whole:
+                return f"GPU {g.uuid}: not in NVML's devices"
+            continue
+        count = len(g.layout.split(",")) if g.layout else 0
+        have = migs.get(g.uuid, set())
+        if g.uuid in whole or len(have) != count:
+            return f"GPU {g.uuid}: NVML has {len(have)} MIG devices, /proc {count}"
+        # the watcher's NVML answer, where it was one of this layout (it may be older)
+        if g.mig_uuids is not None and len(g.mig_uuids) == count and have != set(g.mig_uuids):
+            return f"GPU {g.uuid}: NVML's MIG UUIDs are not the watcher's"
+    extra = sorted((whole | set(migs)) - known)
+    return f"GPU {extra[0]}: not in /proc" if extra else ""
+
+
+def _what_changed(old: Inventory, new: Inventory) -> str:
+    from nvhook.watch import names_text
+
+    before = {d.name: d for d in old.devices}
+    after = {d.name: d for d in new.devices}
+    added = [n for n in after if n not in before]
+    removed = [n for n in before if n not in after]
+    changed = [n for n in after if n in before and after[n] != before[n]]
+    parts = [
+        f"{label} {names_text(names)}"
+        for label, names in (("added", added), ("removed", removed), ("changed", changed))
+        if names
+    ]
+    return "; ".join(parts) or "no device"
 
 
 def _content(s: Mapping[str, Any]) -> Any:
@@ -169,9 +247,12 @@ class DraPlugin:
         cdi_root: str = DEFAULT_CDI_ROOT,
         health_interval: float = 5.0,
         rescan_interval: float = 30.0,
+        follow_interval: float | None = None,
         device_plugin_dir: str = DEFAULT_DEVICE_PLUGIN_DIR,
         log: Callable[[str], None] = lambda line: None,
     ) -> None:
+        """``follow_interval``: seconds between the watcher's looks (None: the GPUs are not
+        followed, the inventory is read again every ``rescan_interval`` instead)."""
         self.host = host
         self.node = node
         self.api = api
@@ -189,6 +270,11 @@ class DraPlugin:
         self.ready = threading.Event()  # set once serving and registered's socket is there
         self.preparer: Preparer | None = None
         self._unhealthy: dict[str, str] = {}
+        self._gone: set[str] = set()
+        self.follow_interval = follow_interval
+        self.watcher: Watcher | None = None
+        self._follow_lock = threading.Lock()
+        self._followed: list[Change] = []  # changes the watcher handed over, for the loop
 
     def run(self, stop: threading.Event) -> None:
         if self.device_plugin_dir:
@@ -197,7 +283,9 @@ class DraPlugin:
         lock_fd = lock(self.state_dir)
         dra: DraServer | None = None
         registration: RegistrationServer | None = None
+        follower: threading.Thread | None = None
         try:
+            self.watcher = self._watcher()  # before discovery: a change from here on is seen
             inventory = discover(self.host)
             self.preparer = Preparer(
                 node=self.node,
@@ -223,14 +311,74 @@ class DraPlugin:
                 f"registration socket {registration.path}"
             )
             self.ready.set()
+            if self.watcher is not None:
+                follower = threading.Thread(
+                    target=self.watcher.run, args=(stop,), name="nvhook-dra-watch", daemon=True
+                )
+                follower.start()
             self._loop(stop, inventory, dra, registration, pending)
         finally:
+            if follower is not None:
+                stop.set()
+                follower.join(5)
             self.health.close()
             for server in (registration, dra):
                 if server is not None:
                     server.stop()
             os.close(lock_fd)
             self.log("stopped; sockets removed")
+
+    def _watcher(self) -> Watcher | None:
+        """The node's GPU watcher, subscribed (:meth:`_on_update`), not yet running."""
+        if self.follow_interval is None:
+            return None
+        from nvhook.watch import Watcher
+
+        try:
+            watcher = Watcher(self.host, interval=self.follow_interval, log=self.log)
+        except NvhookError as e:
+            self.log(f"warning: the node's GPUs are not followed (restart to see a change): {e}")
+            return None
+        watcher.subscribe(self._on_update)
+        self.log(f"following the node's GPUs (every {self.follow_interval:g} s)")
+        return watcher
+
+    def _on_update(self, update: Update) -> None:
+        """On the watcher's thread: hand the changes that matter to the loop."""
+        changes = [c for c in update.changes if c.kind in FOLLOWED]
+        if changes:
+            with self._follow_lock:
+                self._followed.extend(changes)
+
+    def _rediscover(self, inventory: Inventory, final: bool) -> Inventory | None:
+        """The inventory read again: the new one when it changed; None when it is unchanged
+        or unreadable (the published slices stay); unless ``final``, ``inventory`` itself
+        while it cannot be read or is not yet what the watcher saw (read again next tick)."""
+        assert self.preparer is not None
+        try:
+            fresh = discover(self.host)
+        except DriverError as e:
+            if not final:  # NVML mid-change (an upgrade's libraries): look again
+                return inventory
+            self.log(f"cannot read the devices: {e.message} (keeping the published slices)")
+            return None
+        if self.watcher is not None:
+            why = disagreement(fresh, self.watcher.current)
+            if why and not final:
+                return inventory  # not settled: look again
+            if why:
+                self.log(f"warning: NVML and /proc still disagree ({why}): publishing NVML's")
+        if fresh.digest == inventory.digest:
+            self.log("the published devices are unchanged")
+            return None
+        try:
+            edits = host_edits(self.host, fresh)
+        except NvhookError as e:
+            self.log(f"cannot make the devices' CDI edits: {e} (keeping the published slices)")
+            return None
+        self.log(f"the node's devices changed: {_what_changed(inventory, fresh)}")
+        self.preparer.update(fresh, edits)
+        return fresh
 
     def _publish(self, inventory: Inventory) -> bool:
         try:
@@ -253,22 +401,31 @@ class DraPlugin:
         unhealthy = {
             d.name: bad_gpus[d.gpu_uuid] for d in inventory.devices if d.gpu_uuid in bad_gpus
         }
-        self.health.set(
-            {
-                d.name: (
-                    (UNKNOWN, "no health check of IMEX channels")
-                    if not d.gpu_uuid
-                    else (UNHEALTHY, unhealthy[d.name])
-                    if d.name in unhealthy
-                    else (HEALTHY, "")
-                )
-                for d in inventory.devices
-            }
-        )
+        # a prepared device the node no longer has stays in the stream, UNHEALTHY, until its
+        # claim is unprepared: kubelet shows a claim's devices' health in the pod's status,
+        # and one left out of the list would only turn UNKNOWN, without a word, after
+        # kubelet's timeout (pkg/kubelet/cm/dra/healthinfo.go, 30 s)
+        gone = self.preparer.gone() if self.preparer is not None else {}
+        states = {
+            d.name: (
+                (UNKNOWN, "no health check of IMEX channels")
+                if not d.gpu_uuid
+                else (UNHEALTHY, unhealthy[d.name])
+                if d.name in unhealthy
+                else (HEALTHY, "")
+            )
+            for d in inventory.devices
+        }
+        for name, (claim, why) in gone.items():
+            states[name] = (UNHEALTHY, f"{name} {why}; it is prepared for claim {claim.ref}")
+        self.health.set(states)
         changed = unhealthy != self._unhealthy
         for name in sorted(unhealthy.keys() - self._unhealthy.keys()):
             self.log(f"device {name} is unhealthy: {unhealthy[name]}")
+        for name in sorted(gone.keys() - self._gone):
+            self.log(f"prepared device {name} {gone[name][1]} (claim {gone[name][0].ref})")
         self._unhealthy = unhealthy
+        self._gone = set(gone)
         return changed
 
     def _loop(
@@ -284,6 +441,7 @@ class DraPlugin:
         next_health, next_scan = now + self.health_interval, now + self.rescan_interval
         backoff = _RETRY_FIRST
         next_publish = now + backoff
+        settle: float | None = None  # while following a change: until when to read again
         while not stop.wait(_TICK):
             if not dra.serving:
                 self.log(f"{dra.path} vanished: serving it again")
@@ -294,18 +452,24 @@ class DraPlugin:
                 registration.stop()
                 registration.start()
             now = time.monotonic()
-            if now >= next_scan:
+            with self._follow_lock:
+                followed, self._followed = self._followed, []
+            if followed:
+                self.log(f"the node's GPUs changed: {'; '.join(map(str, followed))}")
+                settle = now + _SETTLE
+            rescan = self.watcher is None and now >= next_scan
+            if rescan:
                 next_scan = now + self.rescan_interval
-                try:
-                    fresh = discover(self.host)
-                except DriverError as e:
-                    self.log(f"cannot read the devices: {e.message} (keeping the last list)")
-                    fresh = inventory
-                if fresh.digest != inventory.digest:
-                    self.log("the node's devices changed: republishing")
+            if settle is not None or rescan:
+                final = settle is None or now >= settle
+                fresh = self._rediscover(inventory, final)
+                if fresh is not inventory:  # settled: changed (published next), or not
+                    settle = None
+                if fresh is not None and fresh is not inventory:
                     inventory = fresh
-                    self.preparer.update(inventory, host_edits(self.host, inventory))
+                    self._check_health(inventory)
                     pending = True
+                    next_publish = now
             if now >= next_health:
                 next_health = now + self.health_interval
                 if self._check_health(inventory):

@@ -3,7 +3,11 @@
 :class:`Preparer` owns the checkpoint (:mod:`.state`) and the claims' CDI specs. For each
 claim of a prepare, in this order, and nothing written until every check passed:
 
-1. already prepared (its UID in the checkpoint): the same answer again (kubelet retries);
+1. already prepared (its UID in the checkpoint): the same answer again (kubelet retries),
+   unless one of its devices is gone or was re-made under its name since (a GPU lost, a MIG
+   re-layout: the UUID prepared is kept): then refused, naming the device (kubelet itself
+   never asks again for a claim it holds as prepared; a repeat comes from a kubelet that lost
+   its state, and must not get a node that now means another device);
 2. unprepared before (a tombstone): refused, the claim is gone and its devices may be
    another claim's by now (NVIDIA's driver #1162: a stale prepare retried after unprepare
    left a device allocated);
@@ -159,6 +163,32 @@ class Preparer:
         with self._lock:
             self.inventory, self.edits = inventory, edits
 
+    def gone(self) -> dict[str, tuple[PreparedClaim, str]]:
+        """The prepared devices the node no longer has as they were prepared (a GPU lost, a
+        MIG instance destroyed or re-made under its name): device name → (a claim holding
+        it, why). Without the lock (a prepare may be waiting on the API): the checkpoint and
+        the inventory are values, each replaced whole."""
+        checkpoint, inventory = self.checkpoint, self.inventory
+        return {
+            name: (claim, why)
+            for claim in checkpoint.prepared.values()
+            for name, why in self._gone(claim, inventory)
+        }
+
+    def _gone(
+        self, claim: PreparedClaim, inventory: Inventory | None = None
+    ) -> list[tuple[str, str]]:
+        out = []
+        for d in claim.devices:
+            now = (inventory if inventory is not None else self.inventory).device(d.device)
+            if now is None:
+                out.append((d.device, f"is gone from node {self.node}"))
+            elif d.uuid and now.uuid != d.uuid:
+                out.append(
+                    (d.device, f"was re-created as another device ({now.uuid}, was {d.uuid})")
+                )
+        return out
+
     # ------------------------------------------------------------------ prepare
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, Result]:
@@ -168,6 +198,14 @@ class Preparer:
     def _prepare_one(self, ref: ClaimRef) -> Result:
         done = self.checkpoint.prepared.get(ref.uid)
         if done is not None:
+            gone = self._gone(done)
+            if gone:
+                name, why = gone[0]
+                return Result(
+                    error=f"claim {ref.ref}: device {name} {why} since the claim was prepared, "
+                    "so its devices cannot be given again; unprepare the claim (delete its "
+                    "pods) and let the scheduler allocate it anew"
+                )
             return Result(done.devices)
         if ref.uid in self.checkpoint.unprepared:
             return Result(
@@ -248,6 +286,7 @@ class Preparer:
                     cdi_ids=(f"{CDI_KIND}={ref.uid}-{name}",),
                     admin=admin,
                     share_id=str(share) if share is not None else None,
+                    uuid=device.uuid,
                 )
             )
         return tuple(out)

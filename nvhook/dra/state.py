@@ -5,8 +5,8 @@ file in the same directory, fsync, rename over, fsync of the directory, so a cra
 old or the new file, never a mix. What it holds:
 
 - ``prepared``: claim UID → its namespace, name and devices (request, pool, device, CDI ids,
-  admin access): the answer a repeated prepare gets, and what unprepare undoes, also in a new
-  process;
+  admin access, the UUID the device had): the answer a repeated prepare gets, and what
+  unprepare undoes, also in a new process;
 - ``unprepared``: the UIDs of claims unprepared (or unprepared before they were ever
   prepared), newest last, at most :data:`MAX_TOMBSTONES`: a prepare of one of them is
   refused (a stale, retried prepare must not resurrect a claim: NVIDIA's driver issue
@@ -50,6 +50,10 @@ class PreparedDevice(Frozen):
     cdi_ids: tuple[str, ...]
     admin: bool = False
     share_id: str | None = None
+    #: the GPU's or MIG device's UUID when it was prepared ("" for an IMEX channel, or a
+    #: checkpoint written before it was kept): a MIG device re-made under the same name is
+    #: another device, told apart by it
+    uuid: str = ""
 
 
 class PreparedClaim(Frozen):
@@ -91,6 +95,7 @@ def _encode(cp: Checkpoint) -> bytes:
                         "cdiIDs": list(d.cdi_ids),
                         "admin": d.admin,
                         **({"shareID": d.share_id} if d.share_id is not None else {}),
+                        **({"uuid": d.uuid} if d.uuid else {}),
                     }
                     for d in c.devices
                 ],
@@ -122,6 +127,7 @@ def _decode(doc: Any, path: str) -> Checkpoint:
                         cdi_ids=tuple(str(i) for i in d["cdiIDs"]),
                         admin=bool(d.get("admin", False)),
                         share_id=d.get("shareID"),
+                        uuid=str(d.get("uuid", "")),
                     )
                     for d in c["devices"]
                 ),

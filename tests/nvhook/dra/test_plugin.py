@@ -44,7 +44,7 @@ class Daemon:
         for d in (self.registry, self.plugins, self.device_plugins):
             d.mkdir(exist_ok=True)
 
-    def start(self) -> Kubelet:
+    def start(self, *args: str) -> Kubelet:
         env = {**os.environ, "NVHOOK_CONFIG": str(self.config)}
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
@@ -52,7 +52,7 @@ class Daemon:
                  "--kubeconfig", str(self.kubeconfig), "--plugins-dir", str(self.plugins),
                  "--registry-dir", str(self.registry), "--cdi-root", str(self.cdi),
                  "--health-interval", "0.2", "--rescan-interval", "0.3",
-                 "--device-plugin-dir", str(self.device_plugins)],
+                 "--device-plugin-dir", str(self.device_plugins), *args],
                 env=env, stderr=log, stdout=subprocess.DEVNULL,
             )  # fmt: skip
         kubelet = Kubelet(str(self.registry))
@@ -212,7 +212,7 @@ def test_health_streams_every_device_and_an_unhealthy_one_is_tainted(
     kubelet.close()
 
 
-def test_a_mig_relayout_republishes_and_leaves_prepared_claims_alone(
+def test_without_follow_a_rescan_republishes_and_leaves_prepared_claims_alone(
     daemon: Callable[..., Daemon],
     kubeapi: KubeApiServer,
     add_claim: AddClaim,
@@ -223,7 +223,7 @@ def test_a_mig_relayout_republishes_and_leaves_prepared_claims_alone(
     config = tmp_path / "own.toml"
     config.write_text(f'[host]\nroot = "{root}"\n')
     d = daemon(config=config)
-    kubelet = d.start()
+    kubelet = d.start("--no-follow-gpus")  # the rescan (following: tests/…/test_follow.py)
     wait_for(lambda: kubeapi.list("resourceslices"), "the slices")
     (before,) = kubeapi.list("resourceslices")
     claim = add_claim("mig", ["gpu-0-mig-3-0"])

@@ -222,3 +222,28 @@ def test_a_claim_with_no_device_of_this_driver_prepares_to_nothing(
     assert (result.error, result.devices) == ("", ())
     assert not os.path.exists(spec_file(p.cdi_root, claim.uid))
     assert claim.uid in load(p.state_dir).prepared
+
+
+def test_a_device_remade_under_its_name_refuses_the_repeat_also_after_a_restart(
+    make_preparer: Callable[..., Preparer], add_claim: AddClaim
+) -> None:
+    """The checkpoint keeps each device's UUID: a MIG device re-made under its name (a
+    re-layout) is another device, and a repeated prepare must not hand it out."""
+    p = make_preparer()
+    claim = add_claim("mig", ["gpu-0-mig-3-0"])
+    (prepared,) = p.prepare([ref(claim)])[claim[2]].devices
+    assert prepared.uuid == p.inventory.device("gpu-0-mig-3-0").uuid  # type: ignore[union-attr]
+    restarted = make_preparer()
+    remade = tuple(
+        d._replace(uuid="MIG-00000000-0000-4000-8000-000000000000")
+        if d.name == "gpu-0-mig-3-0"
+        else d
+        for d in restarted.inventory.devices
+    )
+    restarted.update(restarted.inventory._replace(devices=remade), restarted.edits)
+    (line,) = restarted.prepare([ref(claim)])[claim[2]].error.splitlines()
+    assert "device gpu-0-mig-3-0 was re-created as another device (MIG-00000000-" in line
+    assert f"was {prepared.uuid}) since the claim was prepared" in line
+    assert set(restarted.gone()) == {"gpu-0-mig-3-0"}
+    assert restarted.unprepare([ref(claim)])[claim[2]].error == ""
+    assert restarted.gone() == {}
