@@ -44,6 +44,7 @@ from nvhook.dra.server import (
     registration_socket,
 )
 from nvhook.dra.state import lock
+from nvhook.dra.vendors import discover_vendor, driver_name
 from nvhook.errors import DriverError
 from nvhook.kubeapi import ApiError
 
@@ -68,34 +69,51 @@ DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_CDI_ROOT = "/var/run/cdi"
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 _TICK = 0.2
+#: Why a device's health is UNKNOWN: nothing probes it (no vendor library is loaded).
+_UNCHECKED = {"channel": "no health check of IMEX channels"}
 _RETRY_FIRST, _RETRY_MAX = 0.5, 30.0  # seconds between publishing retries (doubling)
 
 
-def device_plugin_sockets(directory: str) -> list[str]:
-    """The GPU device plugins' sockets in kubelet's device-plugin directory: nvhook's
-    (``nvhook-nvidia.com_*.sock``, :attr:`nvhook.deviceplugin.model.Resource.socket_name`)
+#: The device-plugin sockets that offer a vendor's devices: nvhook's own
+#: (:attr:`nvhook.deviceplugin.model.Resource.socket_name` of the resources of
+#: :mod:`nvhook.deviceplugin.vendors`) and, for NVIDIA, NVIDIA's k8s-device-plugin's
+#: (``nvidia-*.sock``); the other vendors' own plugins' socket names are not checked.
+_DEVICE_PLUGIN_SOCKETS = {
+    "nvidia": ("nvhook-nvidia.com_", "nvidia"),
+    "amd": ("nvhook-amd.com_",),
+    "intel": ("nvhook-gpu.intel.com_",),
+    "ascend": ("nvhook-huawei.com_",),
+}
+_NAMES = {"amd": "AMD's devices", "intel": "Intel's devices", "ascend": "Ascend's devices"}
+
+
+def device_plugin_sockets(directory: str, vendor: str = "nvidia") -> list[str]:
+    """The device plugins' sockets in kubelet's device-plugin directory that offer
+    ``vendor``'s devices: nvhook's (``nvhook-nvidia.com_*.sock``, ``nvhook-amd.com_gpu.sock``…)
     and NVIDIA's k8s-device-plugin's (``nvidia-*.sock``)."""
     try:
         names = os.listdir(directory)
     except OSError:
         return []
+    prefixes = _DEVICE_PLUGIN_SOCKETS.get(vendor, ())
     return sorted(
-        os.path.join(directory, n)
-        for n in names
-        if n.endswith(".sock") and (n.startswith("nvhook-nvidia.com_") or n.startswith("nvidia"))
+        os.path.join(directory, n) for n in names if n.endswith(".sock") and n.startswith(prefixes)
     )
 
 
-def check_one_inventory(directory: str) -> None:
-    """Refuse to run beside a GPU device plugin: a GPU offered by both would be given to two
-    pods (docs/dra.md, "One node, one inventory")."""
-    sockets = device_plugin_sockets(directory)
+def check_one_inventory(directory: str, vendor: str = "nvidia") -> None:
+    """Refuse to run beside a device plugin of the same vendor: a device offered by both
+    would be given to two pods (docs/dra.md, "One node, one inventory")."""
+    sockets = device_plugin_sockets(directory, vendor)
     if sockets:
+        what = (
+            "a GPU device plugin" if vendor == "nvidia" else f"a device plugin of {_NAMES[vendor]}"
+        )
         raise DraConfigError(
-            f"{sockets[0]}: a GPU device plugin serves this node; the DRA driver and a device "
-            "plugin must not offer the same GPUs: run one of them per node (label the node "
-            "for one DaemonSet or the other, docs/dra.md), or pass --device-plugin-dir '' to "
-            "skip this check"
+            f"{sockets[0]}: {what} serves this node; the DRA driver and a "
+            "device plugin must not offer the same devices: run one of them per node (label "
+            "the node for one DaemonSet or the other, docs/dra.md), or pass "
+            "--device-plugin-dir '' to skip this check"
         )
 
 
@@ -111,15 +129,18 @@ class Publisher:
     """The node's pool of ResourceSlices: written when its content changes, with a new
     generation each time (the scheduler uses the slices of a pool's highest generation)."""
 
-    def __init__(self, api: Api, node: str) -> None:
+    def __init__(self, api: Api, node: str, driver: str = DRIVER) -> None:
         self.api = api
         self.node = node
+        self.driver = driver  # the pool's driver (withdraw); publish uses the inventory's
         self.generation = 0
         self.writes = 0  # slices created or replaced (tests and figures)
 
     def publish(self, inventory: Inventory, unhealthy: Mapping[str, str] | None = None) -> bool:
         """Make the API hold exactly this inventory's slices; True when something changed."""
-        existing = {s["metadata"]["name"]: s for s in self.api.list_slices(DRIVER, self.node)}
+        existing = {
+            s["metadata"]["name"]: s for s in self.api.list_slices(inventory.driver, self.node)
+        }
         generations = [
             int((s["spec"].get("pool") or {}).get("generation", 0)) for s in existing.values()
         ]
@@ -148,7 +169,7 @@ class Publisher:
 
     def withdraw(self) -> int:
         """Delete every slice of this driver on this node; how many there were."""
-        names = [s["metadata"]["name"] for s in self.api.list_slices(DRIVER, self.node)]
+        names = [s["metadata"]["name"] for s in self.api.list_slices(self.driver, self.node)]
         for name in names:
             self.api.delete_slice(name)
         return len(names)
@@ -170,12 +191,15 @@ class DraPlugin:
         health_interval: float = 5.0,
         rescan_interval: float = 30.0,
         device_plugin_dir: str = DEFAULT_DEVICE_PLUGIN_DIR,
+        vendor: str = "nvidia",
         log: Callable[[str], None] = lambda line: None,
     ) -> None:
         self.host = host
         self.node = node
         self.api = api
-        self.endpoint_dir = os.path.join(plugins_dir, DRIVER)
+        self.vendor = vendor
+        self.driver = driver_name(vendor)
+        self.endpoint_dir = os.path.join(plugins_dir, self.driver)
         self.endpoint = os.path.join(self.endpoint_dir, "dra.sock")
         self.registry_dir = registry_dir
         self.state_dir = state_dir or self.endpoint_dir
@@ -185,20 +209,20 @@ class DraPlugin:
         self.device_plugin_dir = device_plugin_dir
         self.log = log
         self.health = HealthState()
-        self.publisher = Publisher(api, node)
+        self.publisher = Publisher(api, node, self.driver)
         self.ready = threading.Event()  # set once serving and registered's socket is there
         self.preparer: Preparer | None = None
         self._unhealthy: dict[str, str] = {}
 
     def run(self, stop: threading.Event) -> None:
         if self.device_plugin_dir:
-            check_one_inventory(self.device_plugin_dir)
+            check_one_inventory(self.device_plugin_dir, self.vendor)
         os.makedirs(self.endpoint_dir, mode=0o750, exist_ok=True)
         lock_fd = lock(self.state_dir)
         dra: DraServer | None = None
         registration: RegistrationServer | None = None
         try:
-            inventory = discover(self.host)
+            inventory = self._discover()
             self.preparer = Preparer(
                 node=self.node,
                 api=self.api,
@@ -215,11 +239,14 @@ class DraPlugin:
             dra = DraServer(self.endpoint, self.preparer, self.health)
             dra.start()
             registration = RegistrationServer(
-                registration_socket(self.registry_dir), self.endpoint, self.log
+                registration_socket(self.registry_dir, self.driver),
+                self.endpoint,
+                self.log,
+                self.driver,
             )
             registration.start()
             self.log(
-                f"serving {DRIVER} on {self.endpoint} ({len(inventory.devices)} devices), "
+                f"serving {self.driver} on {self.endpoint} ({len(inventory.devices)} devices), "
                 f"registration socket {registration.path}"
             )
             self.ready.set()
@@ -231,6 +258,13 @@ class DraPlugin:
                     server.stop()
             os.close(lock_fd)
             self.log("stopped; sockets removed")
+
+    def _discover(self) -> Inventory:
+        """The node's devices of this driver: NVIDIA's through NVML, another vendor's
+        through :mod:`nvhook.vendors` (:func:`nvhook.dra.vendors.discover_vendor`)."""
+        if self.vendor == "nvidia":
+            return discover(self.host)
+        return discover_vendor(self.host, self.vendor)
 
     def _publish(self, inventory: Inventory) -> bool:
         try:
@@ -256,7 +290,7 @@ class DraPlugin:
         self.health.set(
             {
                 d.name: (
-                    (UNKNOWN, "no health check of IMEX channels")
+                    (UNKNOWN, _UNCHECKED.get(d.kind, f"no health check of {d.kind} devices"))
                     if not d.gpu_uuid
                     else (UNHEALTHY, unhealthy[d.name])
                     if d.name in unhealthy
@@ -297,7 +331,7 @@ class DraPlugin:
             if now >= next_scan:
                 next_scan = now + self.rescan_interval
                 try:
-                    fresh = discover(self.host)
+                    fresh = self._discover()
                 except DriverError as e:
                     self.log(f"cannot read the devices: {e.message} (keeping the last list)")
                     fresh = inventory

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from nvhook.vendors._sysfs import listdir, read, read_int
+from nvhook.vendors._sysfs import listdir, pcie_root, read, read_int
 from nvhook.vendors.model import Accelerator, Host, Vendor
 
 __all__ = ["DRIVER_TREES", "KIND", "MANAGER_NODES", "VENDOR", "discover"]
@@ -78,6 +78,7 @@ def discover(host: Host) -> tuple[Accelerator, ...]:
                 device_id=device_id,
                 family=chip(device_id),
                 dtypes=dtypes,
+                pcie_root=pcie_root(os.path.join(pci, bus)) if bus else "",
             )
         )
     return tuple(found)
