@@ -283,3 +283,38 @@ def test_the_amd_driver_refuses_to_run_beside_nvhook_s_amd_device_plugin(
     assert proc.returncode != 0
     (line,) = proc.stderr.strip().splitlines()
     assert "nvhook-amd.com_gpu.sock: a device plugin of AMD's devices serves this node" in line
+
+
+def test_an_amd_gpu_without_partitions_is_a_whole_gpu_and_absent_facts_are_left_out() -> None:
+    """An MI210 (no partition files) is published as a GPU, where ROCm's driver skips it; an
+    in-tree amdgpu (no module version) and a gfx11 part (no libdrm family name ROCm's
+    driver knows) leave those attributes out rather than publish "" as a version."""
+    from nvhook.dra.vendors import build_vendor_devices
+    from nvhook.vendors.model import Accelerator
+
+    common: dict[str, Any] = {
+        "vendor": "amd", "kind": "amd.com/gpu", "driver": "amdgpu", "product": "AMD GPU 7448",
+        "memory_mib": 49152, "compute_units": 96, "simd_units": 192, "unique_id": "0x1f",
+    }  # fmt: skip
+    mi210 = Accelerator(
+        name="0", index=0, bus_id="0000:03:00.0", family="gfx90a",
+        nodes=("/dev/dri/card0", "/dev/dri/renderD128"), **common,
+    )  # fmt: skip
+    rdna3 = Accelerator(
+        name="1", index=1, bus_id="0000:83:00.0", family="gfx1100",
+        nodes=("/dev/dri/card1", "/dev/dri/renderD129"), **common,
+    )  # fmt: skip
+    inventory = build_vendor_devices("amd", [mi210, rdna3])
+    assert inventory.driver == AMD
+    one, two = (d.api() for d in inventory.devices)
+    assert attrs(one) == {
+        "type": "amdgpu",
+        "pciAddr": "0000:03:00.0",
+        "deviceID": "31",
+        "cardIndex": 0,
+        "renderIndex": 128,
+        "family": "AI",
+        "productName": "AMD_GPU_7448",
+    }
+    assert one["capacity"]["memory"] == {"value": "48Gi"}
+    assert "family" not in attrs(two) and two["name"] == "gpu-1-129"
