@@ -27,10 +27,11 @@ device plugin and jit mode); this module only names them as each vendor's DRA dr
   capacity ``memory`` and ``millicores`` (1000: the whole GPU);
 - **Ascend** ``npu.huawei.com`` (Ascend/mind-cluster
   ``component/ascend-dynamic-resource-allocation``: ``pkg/consts/consts.go``,
-  ``internal/device/generation_910.go``): a device per NPU with ``deviceType`` (the chip:
-  ``Ascend910``) and ``physicId`` (int, the davinci number). Huawei names a device
-  ``Ascend910-<physicId>``, which is not a DNS label (the API refuses upper case):
-  nvhook publishes ``ascend910-<physicId>``.
+  ``internal/device/generation_910.go``): a device per NPU with ``deviceType`` (the
+  devmanager's: ``Ascend910B`` for a 910B, :data:`nvhook.vendors.ascend.DEVICE_TYPES`) and
+  ``physicId`` (int, the davinci number). Huawei names a device ``Ascend910-<physicId>``
+  (the 910 generation's released name), which is not a DNS label (the API refuses upper
+  case): nvhook publishes ``ascend910-<physicId>``.
 
 A prepared claim gets a transient CDI spec ``k8s.<driver>-claim_<uid>.json`` of kind
 ``k8s.<driver>/claim`` (as NVIDIA's, :mod:`nvhook.dra.prepare`) holding, per device, the
@@ -193,12 +194,17 @@ def _intel(a: Accelerator) -> DraDevice:
 
 
 def _ascend(a: Accelerator) -> DraDevice:
+    from nvhook.vendors.ascend import device_type
+
     return DraDevice(
         name=f"{a.family.lower()}-{a.index}",
         kind="ascend",
         uuid=a.qualified_name,
         bus_id=a.bus_id,
-        attributes={"deviceType": _s(a.family), "physicId": {"int": a.index}},
+        attributes={
+            "deviceType": _s(device_type(a.device_id) or a.family),
+            "physicId": {"int": a.index},
+        },
     )
 
 

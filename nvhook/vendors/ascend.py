@@ -22,7 +22,15 @@ import os
 from nvhook.vendors._sysfs import listdir, pcie_root, read, read_int
 from nvhook.vendors.model import Accelerator, Host, Vendor
 
-__all__ = ["DRIVER_TREES", "KIND", "MANAGER_NODES", "VENDOR", "discover"]
+__all__ = [
+    "DEVICE_TYPES",
+    "DRIVER_TREES",
+    "KIND",
+    "MANAGER_NODES",
+    "VENDOR",
+    "device_type",
+    "discover",
+]
 
 KIND = "huawei.com/npu"
 ENV = "ASCEND_VISIBLE_DEVICES"
@@ -41,6 +49,17 @@ PRODUCTS: dict[int, tuple[str, str, int, int, tuple[str, ...]]] = {
     0xD802: ("Ascend 910B3", "Ascend910", 65536, 20, ("bf16", "fp16", "fp32")),
     0xD500: ("Ascend 310P3", "Ascend310P", 24576, 8, ("fp16",)),
 }
+
+#: PCI device id: the device type Ascend's devmanager reports (Ascend/mind-cluster
+#: ``component/ascend-common/devmanager/common/utils.go`` ``GetDeviceTypeByChipName`` at
+#: 22bb3d9: a 910B chip is ``Ascend910B``, a 910 ``Ascend910A``, a 310P ``Ascend310P``),
+#: which its DRA driver publishes as ``deviceType``.
+DEVICE_TYPES: dict[int, str] = {0xD801: "Ascend910A", 0xD802: "Ascend910B", 0xD500: "Ascend310P"}
+
+
+def device_type(device_id: int) -> str:
+    """``Ascend910B``…: the devmanager's device type of a PCI device id ("" unknown)."""
+    return DEVICE_TYPES.get(device_id, "")
 
 
 def chip(device_id: int) -> str:

@@ -140,7 +140,7 @@ def test_ascend_910b_npus_are_published_under_huawei_s_driver_name(
 ) -> None:
     devices = publish(kubeapi, machine("ascend-910b"), "ascend")
     assert [d["name"] for d in devices] == [f"ascend910-{n}" for n in range(8)]
-    assert attrs(devices[3]) == {"deviceType": "Ascend910", "physicId": 3}
+    assert attrs(devices[3]) == {"deviceType": "Ascend910B", "physicId": 3}
 
 
 def test_a_vendor_claim_spec_holds_cdi_generate_s_edits_and_only_that_driver_s_results(
