@@ -2,10 +2,14 @@
 
 :class:`DraPlugin` runs until its stop event is set (the CLI sets it on SIGTERM and SIGINT):
 
-0. no GPU device plugin on the node (:func:`check_one_inventory`);
+One process serves one driver name (``vendor``: NVIDIA's ``gpu.nvidia.com``, or another
+vendor's, :mod:`nvhook.dra.vendors`); below, ``gpu.nvidia.com`` is that name.
+
+0. no device plugin of the same vendor on the node (:func:`check_one_inventory`);
 1. the state directory's lock (one driver per node), the checkpoint, and a sweep of claim
    specs the checkpoint does not hold (a crash between a spec and its checkpoint);
-2. the inventory (:func:`~nvhook.dra.inventory.discover`) and each device's CDI edits;
+2. the inventory (:func:`~nvhook.dra.inventory.discover`, or
+   :func:`~nvhook.dra.vendors.discover_vendor`) and each device's CDI edits;
 3. the node's ResourceSlices (:class:`Publisher`), retried until the API answers (0.5 s,
    then twice as long each time, at most 30 s);
 4. :class:`~nvhook.dra.server.DraServer` on ``<plugins>/gpu.nvidia.com/dra.sock``, then
