@@ -318,3 +318,56 @@ def test_an_amd_gpu_without_partitions_is_a_whole_gpu_and_absent_facts_are_left_
     }
     assert one["capacity"]["memory"] == {"value": "48Gi"}
     assert "family" not in attrs(two) and two["name"] == "gpu-1-129"
+
+
+def test_withdraw_of_one_vendor_leaves_the_other_driver_s_pool(
+    kubeapi: KubeApiServer, machine: Callable[[str], Path], tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    root = machine("mixed-h100-mi300x")
+    api = client(kubeapi)
+    assert Publisher(api, NODE).publish(discover_vendor(Host(root=str(root)), "amd"))
+    nvidia = {
+        "metadata": {"name": f"{NODE}-gpu.nvidia.com-0"},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": NODE,
+                 "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1}},
+    }  # fmt: skip
+    kubeapi.put("resourceslices", nvidia)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nvhook", "dra-plugin", "--vendor", "amd", "--node-name", NODE,
+         "--kubeconfig", str(kubeapi.kubeconfig(tmp_path / "kubeconfig")), "--withdraw"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"deleted 1 ResourceSlices of {AMD} on node {NODE}" in proc.stdout
+    assert [s["spec"]["driver"] for s in kubeapi.list("resourceslices")] == ["gpu.nvidia.com"]
+
+
+def test_a_gpu_gone_from_amdgpu_republishes_the_amd_pool(
+    vendor_daemon: Callable[[str, str], Daemon],
+    kubeapi: KubeApiServer,
+    tmp_path: Path,
+    machine: Callable[[str], Path],
+) -> None:
+    """The rescan reads the vendor's discovery again: a GPU unbound from amdgpu leaves the
+    pool at the next generation, the other stays."""
+    root = create("mixed-h100-mi300x", tmp_path / "mixed", nodes="file").root  # its own
+    d = vendor_daemon("mixed-h100-mi300x", "amd")
+    d.config.write_text(f'[host]\nroot = "{root}"\n')
+    kubelet = d.start()
+
+    def devices() -> tuple[int, list[str]]:
+        (s,) = [x for x in kubeapi.list("resourceslices") if x["spec"]["driver"] == AMD]
+        return s["spec"]["pool"]["generation"], [x["name"] for x in s["spec"]["devices"]]
+
+    wait_for(lambda: [x for x in kubeapi.list("resourceslices")], "the AMD pool")
+    generation, names = devices()
+    assert len(names) == 2
+    (root / "sys/bus/pci/drivers/amdgpu/0000:a6:00.0").unlink()  # unbound from amdgpu
+    wait_for(lambda: len(devices()[1]) == 1, "the pool without the unbound GPU")
+    assert devices()[0] == generation + 1
+    assert kubeapi.pool_problems(AMD, NODE) == []
+    kubelet.close()
+    assert d.stop() == 0
