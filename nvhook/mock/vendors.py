@@ -9,7 +9,8 @@ vendor's kernel driver and packages put on a host, as each vendor's own tools re
 - AMD: the PCI functions bound to ``amdgpu`` (``sys/bus/pci/drivers/amdgpu/<bus>``, reached
   through ``sys/module/amdgpu/drivers/pci:amdgpu``) with ``device``, ``numa_node``,
   ``current_compute_partition``, ``current_memory_partition`` and ``drm/card*``,
-  ``drm/renderD*``; each further compute partition as
+  ``drm/renderD*``; the module's ``sys/module/amdgpu/version`` and ``srcversion`` (an
+  amdgpu-dkms module's, which ROCm's DRA driver publishes); each further compute partition as
   ``sys/devices/platform/amdgpu_xcp_<n>/drm/…``; the KFD topology (a CPU node, then one node
   per partition with ``drm_render_minor``, ``location_id``, ``domain``, ``simd_count``,
   ``unique_id`` and its memory bank); ``dev/kfd`` and ``dev/dri/{card,renderD}*``
