@@ -17,6 +17,16 @@ __all__ = ["dra_plugin"]
 
 @click.command("dra-plugin")
 @click.option(
+    "--vendor",
+    type=click.Choice(["nvidia", "amd", "intel", "ascend"]),
+    default="nvidia",
+    show_default=True,
+    envvar="NVHOOK_DRA_VENDOR",
+    help="Whose devices this driver serves, under that vendor's DRA driver name: nvidia "
+    "gpu.nvidia.com, amd gpu.amd.com, intel gpu.intel.com, ascend npu.huawei.com (one "
+    "process per vendor on a node with several).",
+)
+@click.option(
     "--node-name",
     envvar="NODE_NAME",
     required=True,
@@ -36,7 +46,7 @@ __all__ = ["dra_plugin"]
     default="/var/lib/kubelet/plugins",
     show_default=True,
     type=click.Path(file_okay=False),
-    help="kubelet's plugin directory: the driver serves <dir>/gpu.nvidia.com/dra.sock.",
+    help="kubelet's plugin directory: the driver serves <dir>/<driver name>/dra.sock.",
 )
 @click.option(
     "--registry-dir",
@@ -48,7 +58,7 @@ __all__ = ["dra_plugin"]
 @click.option(
     "--state-dir",
     type=click.Path(file_okay=False),
-    help="Where the checkpoint of prepared claims lives (default: <plugins-dir>/gpu.nvidia.com).",
+    help="Where the checkpoint of prepared claims lives (default: <plugins-dir>/<driver name>).",
 )
 @click.option(
     "--cdi-root",
@@ -77,9 +87,10 @@ __all__ = ["dra_plugin"]
 @click.option(
     "--withdraw",
     is_flag=True,
-    help="Delete this node's ResourceSlices of gpu.nvidia.com and exit (uninstall).",
+    help="Delete this node's ResourceSlices of the vendor's driver and exit (uninstall).",
 )
 def dra_plugin(
+    vendor: str,
     node_name: str,
     kubeconfig: str | None,
     service_account_dir: str,
@@ -95,18 +106,24 @@ def dra_plugin(
     withdraw: bool,
 ) -> None:
     """Publish the node's GPUs, MIG devices and IMEX channels as ResourceSlices (driver
-    gpu.nvidia.com) and prepare kubelet's claims as transient CDI specs (docs/dra.md).
+    gpu.nvidia.com) and prepare kubelet's claims as transient CDI specs (docs/dra.md);
+    with --vendor amd|intel|ascend, that vendor's devices under its own DRA driver's name
+    and attributes.
 
     The host, driver and dev roots come from nvhook's settings ($NVHOOK_CONFIG or
     /etc/nvhook/config.toml), so it runs on a mock machine too. Stops cleanly on SIGTERM,
     removing its sockets; the slices and prepared claims stay for the next start."""
     from nvhook.dra.kubeapi import connect
     from nvhook.dra.plugin import DraPlugin, Publisher
+    from nvhook.dra.vendors import driver_name
 
     api = connect(kubeconfig, service_account=service_account_dir)
     if withdraw:
-        count = Publisher(api, node_name).withdraw()
-        click.echo(f"nvhook dra-plugin: deleted {count} ResourceSlices of node {node_name}")
+        driver = driver_name(vendor)
+        count = Publisher(api, node_name, driver).withdraw()
+        click.echo(
+            f"nvhook dra-plugin: deleted {count} ResourceSlices of {driver} on node {node_name}"
+        )
         return
     from nvhook.planner import Host
     from nvhook.settings import load_settings
@@ -125,5 +142,6 @@ def dra_plugin(
         rescan_interval=rescan_interval,
         follow_interval=followed_interval(follow_gpus, follow_interval),
         device_plugin_dir=device_plugin_dir,
+        vendor=vendor,
         log=lambda line: click.echo(f"nvhook dra-plugin: {line}", err=True),
     ).run(stop)

@@ -105,17 +105,20 @@ class DraDevice(Frozen):
     """One published device: its name in the pool, what it is, its API attributes/capacity."""
 
     name: str  # "gpu-0", "gpu-0-mig-2-0", "channel-0"
-    kind: str  # "gpu" | "mig" | "channel"
-    uuid: str = ""  # the GPU's or MIG device's UUID (what its CDI edits are found by)
+    kind: str  # "gpu" | "mig" | "channel"; another vendor's: "amd" | "intel" | "ascend"
+    # the GPU's or MIG device's UUID (what its CDI edits are found by); another vendor's
+    # device: its qualified CDI name (amd.com/gpu=3), as `nvhook cdi generate --vendor` names it
+    uuid: str = ""
     gpu_uuid: str = ""  # the physical GPU (health is per GPU); "" for a channel
     bus_id: str = ""  # the physical GPU's PCI bus id, as NVML gives it
     channel: int | None = None
     attributes: Mapping[str, Mapping[str, Any]] = EMPTY_MAPPING
     capacity: Mapping[str, Mapping[str, str]] = EMPTY_MAPPING
 
-    def api(self, taint: str | None = None) -> dict[str, Any]:
+    def api(self, taint: str | None = None, driver: str = DRIVER) -> dict[str, Any]:
         """The device as the API's JSON (``ResourceSlice.spec.devices[]``); ``taint``: why
-        it is unhealthy, published as a ``NoSchedule`` taint (:data:`UNHEALTHY_TAINT`)."""
+        it is unhealthy, published as a ``NoSchedule`` taint ``<driver>/unhealthy``
+        (:data:`UNHEALTHY_TAINT` for NVIDIA's)."""
         out: dict[str, Any] = {"name": self.name}
         if self.attributes:
             out["attributes"] = {k: dict(v) for k, v in sorted(self.attributes.items())}
@@ -123,14 +126,19 @@ class DraDevice(Frozen):
             out["capacity"] = {k: dict(v) for k, v in sorted(self.capacity.items())}
         if taint is not None:
             # types.go DeviceTaint: key a qualified name, value at most 63 characters
-            out["taints"] = [{"key": UNHEALTHY_TAINT, "value": "true", "effect": "NoSchedule"}]
+            key = f"{driver}/unhealthy"
+            out["taints"] = [{"key": key, "value": "true", "effect": "NoSchedule"}]
         return out
 
 
 class Inventory(Frozen):
-    """The node's devices, in publication order."""
+    """The node's devices of one driver, in publication order: NVIDIA's (``gpu.nvidia.com``)
+    or another vendor's (:mod:`nvhook.dra.vendors`: ``vendor`` ``amd``, ``intel``,
+    ``ascend`` and that vendor's DRA driver name)."""
 
     devices: tuple[DraDevice, ...]
+    driver: str = DRIVER
+    vendor: str = "nvidia"
 
     def device(self, name: str) -> DraDevice | None:
         return next((d for d in self.devices if d.name == name), None)
@@ -260,9 +268,10 @@ def discover(host: Host) -> Inventory:
     return build_devices(gpus, driver, numa=numa, channels=imex_channels(host.dev_root))
 
 
-def slice_name(node: str, index: int) -> str:
-    """The name of the node's slice ``index``: ``<node>-gpu.nvidia.com-<index>``."""
-    return f"{node}-{DRIVER}-{index}"
+def slice_name(node: str, index: int, driver: str = DRIVER) -> str:
+    """The name of the node's slice ``index``: ``<node>-<driver>-<index>``
+    (``node-a-gpu.nvidia.com-0``)."""
+    return f"{node}-{driver}-{index}"
 
 
 def build_slices(
@@ -277,7 +286,8 @@ def build_slices(
     A node without devices still publishes one empty slice: the pool then says "no devices"
     rather than leaving the scheduler to guess."""
     unhealthy = unhealthy or {}
-    devices = [d.api(unhealthy.get(d.name)) for d in inventory.devices]
+    driver = inventory.driver
+    devices = [d.api(unhealthy.get(d.name), driver) for d in inventory.devices]
     chunks = [
         devices[i : i + MAX_DEVICES_PER_SLICE]
         for i in range(0, len(devices), MAX_DEVICES_PER_SLICE)
@@ -286,9 +296,9 @@ def build_slices(
         {
             "apiVersion": API_VERSION,
             "kind": "ResourceSlice",
-            "metadata": {"name": slice_name(node, i)},
+            "metadata": {"name": slice_name(node, i, driver)},
             "spec": {
-                "driver": DRIVER,
+                "driver": driver,
                 "nodeName": node,
                 "pool": {"name": node, "generation": generation, "resourceSliceCount": len(chunks)},
                 **({"devices": chunk} if chunk else {}),

@@ -2,10 +2,14 @@
 
 :class:`DraPlugin` runs until its stop event is set (the CLI sets it on SIGTERM and SIGINT):
 
-0. no GPU device plugin on the node (:func:`check_one_inventory`);
+One process serves one driver name (``vendor``: NVIDIA's ``gpu.nvidia.com``, or another
+vendor's, :mod:`nvhook.dra.vendors`); below, ``gpu.nvidia.com`` is that name.
+
+0. no device plugin of the same vendor on the node (:func:`check_one_inventory`);
 1. the state directory's lock (one driver per node), the checkpoint, and a sweep of claim
    specs the checkpoint does not hold (a crash between a spec and its checkpoint);
-2. the inventory (:func:`~nvhook.dra.inventory.discover`) and each device's CDI edits;
+2. the inventory (:func:`~nvhook.dra.inventory.discover`, or
+   :func:`~nvhook.dra.vendors.discover_vendor`) and each device's CDI edits;
 3. the node's ResourceSlices (:class:`Publisher`), retried until the API answers (0.5 s,
    then twice as long each time, at most 30 s);
 4. :class:`~nvhook.dra.server.DraServer` on ``<plugins>/gpu.nvidia.com/dra.sock``, then
@@ -53,6 +57,7 @@ from nvhook.dra.server import (
     registration_socket,
 )
 from nvhook.dra.state import lock
+from nvhook.dra.vendors import discover_vendor, driver_name
 from nvhook.errors import DriverError, NvhookError
 from nvhook.kubeapi import ApiError
 
@@ -80,6 +85,8 @@ DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_CDI_ROOT = "/var/run/cdi"
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 _TICK = 0.2
+#: Why a device's health is UNKNOWN: nothing probes it (no vendor library is loaded).
+_UNCHECKED = {"channel": "no health check of IMEX channels"}
 _RETRY_FIRST, _RETRY_MAX = 0.5, 30.0  # seconds between publishing retries (doubling)
 #: the watcher's change kinds (:class:`nvhook.watch.Change`) that change what the pool
 #: publishes: the device plugin's (:data:`nvhook.deviceplugin.plugin.FOLLOWED`), the driver
@@ -100,31 +107,46 @@ FOLLOWED = frozenset(
 _SETTLE = 5.0
 
 
-def device_plugin_sockets(directory: str) -> list[str]:
-    """The GPU device plugins' sockets in kubelet's device-plugin directory: nvhook's
-    (``nvhook-nvidia.com_*.sock``, :attr:`nvhook.deviceplugin.model.Resource.socket_name`)
+#: The device-plugin sockets that offer a vendor's devices: nvhook's own
+#: (:attr:`nvhook.deviceplugin.model.Resource.socket_name` of the resources of
+#: :mod:`nvhook.deviceplugin.vendors`) and, for NVIDIA, NVIDIA's k8s-device-plugin's
+#: (``nvidia-*.sock``); the other vendors' own plugins' socket names are not checked.
+_DEVICE_PLUGIN_SOCKETS = {
+    "nvidia": ("nvhook-nvidia.com_", "nvidia"),
+    "amd": ("nvhook-amd.com_",),
+    "intel": ("nvhook-gpu.intel.com_",),
+    "ascend": ("nvhook-huawei.com_",),
+}
+_NAMES = {"amd": "AMD's devices", "intel": "Intel's devices", "ascend": "Ascend's devices"}
+
+
+def device_plugin_sockets(directory: str, vendor: str = "nvidia") -> list[str]:
+    """The device plugins' sockets in kubelet's device-plugin directory that offer
+    ``vendor``'s devices: nvhook's (``nvhook-nvidia.com_*.sock``, ``nvhook-amd.com_gpu.sock``…)
     and NVIDIA's k8s-device-plugin's (``nvidia-*.sock``)."""
     try:
         names = os.listdir(directory)
     except OSError:
         return []
+    prefixes = _DEVICE_PLUGIN_SOCKETS.get(vendor, ())
     return sorted(
-        os.path.join(directory, n)
-        for n in names
-        if n.endswith(".sock") and (n.startswith("nvhook-nvidia.com_") or n.startswith("nvidia"))
+        os.path.join(directory, n) for n in names if n.endswith(".sock") and n.startswith(prefixes)
     )
 
 
-def check_one_inventory(directory: str) -> None:
-    """Refuse to run beside a GPU device plugin: a GPU offered by both would be given to two
-    pods (docs/dra.md, "One node, one inventory")."""
-    sockets = device_plugin_sockets(directory)
+def check_one_inventory(directory: str, vendor: str = "nvidia") -> None:
+    """Refuse to run beside a device plugin of the same vendor: a device offered by both
+    would be given to two pods (docs/dra.md, "One node, one inventory")."""
+    sockets = device_plugin_sockets(directory, vendor)
     if sockets:
+        what = (
+            "a GPU device plugin" if vendor == "nvidia" else f"a device plugin of {_NAMES[vendor]}"
+        )
         raise DraConfigError(
-            f"{sockets[0]}: a GPU device plugin serves this node; the DRA driver and a device "
-            "plugin must not offer the same GPUs: run one of them per node (label the node "
-            "for one DaemonSet or the other, docs/dra.md), or pass --device-plugin-dir '' to "
-            "skip this check"
+            f"{sockets[0]}: {what} serves this node; the DRA driver and a "
+            "device plugin must not offer the same devices: run one of them per node (label "
+            "the node for one DaemonSet or the other, docs/dra.md), or pass "
+            "--device-plugin-dir '' to skip this check"
         )
 
 
@@ -189,15 +211,18 @@ class Publisher:
     """The node's pool of ResourceSlices: written when its content changes, with a new
     generation each time (the scheduler uses the slices of a pool's highest generation)."""
 
-    def __init__(self, api: Api, node: str) -> None:
+    def __init__(self, api: Api, node: str, driver: str = DRIVER) -> None:
         self.api = api
         self.node = node
+        self.driver = driver  # the pool's driver (withdraw); publish uses the inventory's
         self.generation = 0
         self.writes = 0  # slices created or replaced (tests and figures)
 
     def publish(self, inventory: Inventory, unhealthy: Mapping[str, str] | None = None) -> bool:
         """Make the API hold exactly this inventory's slices; True when something changed."""
-        existing = {s["metadata"]["name"]: s for s in self.api.list_slices(DRIVER, self.node)}
+        existing = {
+            s["metadata"]["name"]: s for s in self.api.list_slices(inventory.driver, self.node)
+        }
         generations = [
             int((s["spec"].get("pool") or {}).get("generation", 0)) for s in existing.values()
         ]
@@ -226,7 +251,7 @@ class Publisher:
 
     def withdraw(self) -> int:
         """Delete every slice of this driver on this node; how many there were."""
-        names = [s["metadata"]["name"] for s in self.api.list_slices(DRIVER, self.node)]
+        names = [s["metadata"]["name"] for s in self.api.list_slices(self.driver, self.node)]
         for name in names:
             self.api.delete_slice(name)
         return len(names)
@@ -249,6 +274,7 @@ class DraPlugin:
         rescan_interval: float = 30.0,
         follow_interval: float | None = None,
         device_plugin_dir: str = DEFAULT_DEVICE_PLUGIN_DIR,
+        vendor: str = "nvidia",
         log: Callable[[str], None] = lambda line: None,
     ) -> None:
         """``follow_interval``: seconds between the watcher's looks (None: the GPUs are not
@@ -256,7 +282,9 @@ class DraPlugin:
         self.host = host
         self.node = node
         self.api = api
-        self.endpoint_dir = os.path.join(plugins_dir, DRIVER)
+        self.vendor = vendor
+        self.driver = driver_name(vendor)
+        self.endpoint_dir = os.path.join(plugins_dir, self.driver)
         self.endpoint = os.path.join(self.endpoint_dir, "dra.sock")
         self.registry_dir = registry_dir
         self.state_dir = state_dir or self.endpoint_dir
@@ -266,7 +294,7 @@ class DraPlugin:
         self.device_plugin_dir = device_plugin_dir
         self.log = log
         self.health = HealthState()
-        self.publisher = Publisher(api, node)
+        self.publisher = Publisher(api, node, self.driver)
         self.ready = threading.Event()  # set once serving and registered's socket is there
         self.preparer: Preparer | None = None
         self._unhealthy: dict[str, str] = {}
@@ -278,7 +306,7 @@ class DraPlugin:
 
     def run(self, stop: threading.Event) -> None:
         if self.device_plugin_dir:
-            check_one_inventory(self.device_plugin_dir)
+            check_one_inventory(self.device_plugin_dir, self.vendor)
         os.makedirs(self.endpoint_dir, mode=0o750, exist_ok=True)
         lock_fd = lock(self.state_dir)
         dra: DraServer | None = None
@@ -286,7 +314,7 @@ class DraPlugin:
         follower: threading.Thread | None = None
         try:
             self.watcher = self._watcher()  # before discovery: a change from here on is seen
-            inventory = discover(self.host)
+            inventory = self._discover()
             self.preparer = Preparer(
                 node=self.node,
                 api=self.api,
@@ -303,11 +331,14 @@ class DraPlugin:
             dra = DraServer(self.endpoint, self.preparer, self.health)
             dra.start()
             registration = RegistrationServer(
-                registration_socket(self.registry_dir), self.endpoint, self.log
+                registration_socket(self.registry_dir, self.driver),
+                self.endpoint,
+                self.log,
+                self.driver,
             )
             registration.start()
             self.log(
-                f"serving {DRIVER} on {self.endpoint} ({len(inventory.devices)} devices), "
+                f"serving {self.driver} on {self.endpoint} ({len(inventory.devices)} devices), "
                 f"registration socket {registration.path}"
             )
             self.ready.set()
@@ -331,6 +362,12 @@ class DraPlugin:
     def _watcher(self) -> Watcher | None:
         """The node's GPU watcher, subscribed (:meth:`_on_update`), not yet running."""
         if self.follow_interval is None:
+            return None
+        if self.vendor != "nvidia":  # the watcher reads NVIDIA's facts: /proc, NVML
+            self.log(
+                f"{_NAMES[self.vendor]} are read again every {self.rescan_interval:g} s "
+                "(the GPU watcher follows NVIDIA's)"
+            )
             return None
         from nvhook.watch import Watcher
 
@@ -356,7 +393,7 @@ class DraPlugin:
         while it cannot be read or is not yet what the watcher saw (read again next tick)."""
         assert self.preparer is not None
         try:
-            fresh = discover(self.host)
+            fresh = self._discover()
         except DriverError as e:
             if not final:  # NVML mid-change (an upgrade's libraries): look again
                 return inventory
@@ -379,6 +416,13 @@ class DraPlugin:
         self.log(f"the node's devices changed: {_what_changed(inventory, fresh)}")
         self.preparer.update(fresh, edits)
         return fresh
+
+    def _discover(self) -> Inventory:
+        """The node's devices of this driver: NVIDIA's through NVML, another vendor's
+        through :mod:`nvhook.vendors` (:func:`nvhook.dra.vendors.discover_vendor`)."""
+        if self.vendor == "nvidia":
+            return discover(self.host)
+        return discover_vendor(self.host, self.vendor)
 
     def _publish(self, inventory: Inventory) -> bool:
         try:
@@ -408,7 +452,7 @@ class DraPlugin:
         gone = self.preparer.gone() if self.preparer is not None else {}
         states = {
             d.name: (
-                (UNKNOWN, "no health check of IMEX channels")
+                (UNKNOWN, _UNCHECKED.get(d.kind, f"no health check of {d.kind} devices"))
                 if not d.gpu_uuid
                 else (UNHEALTHY, unhealthy[d.name])
                 if d.name in unhealthy

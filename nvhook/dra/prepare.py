@@ -18,8 +18,10 @@ claim of a prepare, in this order, and nothing written until every check passed:
    held by another claim is refused naming both claims (an ``adminAccess`` result, on
    either side, does not count as an allocation);
 4. one transient CDI spec for the claim, ``k8s.gpu.nvidia.com-claim_<uid>.json`` in the CDI
-   directory (the CDI library's ``GenerateTransientSpecName(vendor, class, uid)``: vendor and
-   class joined by ``-``, then ``_`` and the ID, as NVIDIA's driver names its claim specs),
+   directory (``k8s.<driver>-claim_<uid>.json`` for another vendor's driver, whose devices'
+   edits are ``nvhook cdi generate --vendor``'s: :mod:`nvhook.dra.vendors`) (the CDI
+   library's ``GenerateTransientSpecName(vendor, class, uid)``: vendor and class joined
+   by ``-``, then ``_`` and the ID, as NVIDIA's driver names its claim specs),
    kind ``k8s.gpu.nvidia.com/claim``, one CDI device ``<uid>-<device>`` per allocated device
    (unique per claim) with that device's nodes, and the GPU spec's spec-level edits (driver
    files, hooks) when the claim has a GPU or MIG device; written atomically
@@ -64,6 +66,7 @@ __all__ = [
     "DeviceEdits",
     "Preparer",
     "Result",
+    "cdi_vendor",
     "host_edits",
     "spec_file",
 ]
@@ -74,9 +77,15 @@ CDI_CLASS = "claim"
 CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
 
 
-def spec_file(cdi_root: str, uid: str) -> str:
-    """``<cdi_root>/k8s.gpu.nvidia.com-claim_<uid>.json`` (module docstring, step 4)."""
-    return os.path.join(cdi_root, f"{CDI_VENDOR}-{CDI_CLASS}_{uid.replace('/', '_')}.json")
+def cdi_vendor(driver: str) -> str:
+    """The claim specs' CDI vendor of ``driver``: ``k8s.<driver>`` (``k8s.gpu.amd.com``)."""
+    return f"k8s.{driver}"
+
+
+def spec_file(cdi_root: str, uid: str, driver: str = DRIVER) -> str:
+    """``<cdi_root>/k8s.<driver>-claim_<uid>.json`` (module docstring, step 4)."""
+    name = f"{cdi_vendor(driver)}-{CDI_CLASS}_{uid.replace('/', '_')}.json"
+    return os.path.join(cdi_root, name)
 
 
 class ClaimRef(Frozen):
@@ -107,7 +116,12 @@ class DeviceEdits(Frozen):
 
 def host_edits(host: Host, inventory: Inventory) -> DeviceEdits:
     """Each published device's CDI edits (nvhook's generator: the GPU spec by UUID, the IMEX
-    channel spec by number), and the GPU spec's spec-level edits."""
+    channel spec by number), and the GPU spec's spec-level edits; another vendor's: what
+    ``nvhook cdi generate --vendor`` writes (:func:`nvhook.dra.vendors.vendor_edits`)."""
+    if inventory.vendor != "nvidia":
+        from nvhook.dra.vendors import vendor_edits
+
+        return vendor_edits(host, inventory)
     from nvhook.tools.generate import generate_spec
 
     by_device: dict[str, Edits] = {}
@@ -219,7 +233,7 @@ class Preparer:
         except (ApiError, PrepareError) as e:
             return Result(error=e.message)
         prepared = PreparedClaim(ref.uid, ref.namespace, ref.name, devices)
-        path = spec_file(self.cdi_root, ref.uid)
+        path = spec_file(self.cdi_root, ref.uid, self.inventory.driver)
         if devices:
             try:
                 write_spec(path, spec)
@@ -248,7 +262,7 @@ class Preparer:
         results = [
             r
             for r in ((allocation.get("devices") or {}).get("results") or ())
-            if isinstance(r, dict) and r.get("driver") == DRIVER
+            if isinstance(r, dict) and r.get("driver") == self.inventory.driver
         ]
         taken = {
             (d.pool, d.device): c
@@ -267,7 +281,8 @@ class Preparer:
             device = self.inventory.device(name)
             if device is None or name not in self.edits.by_device:
                 raise PrepareError(
-                    f"claim {ref.ref}: device {name} is not a device of {DRIVER} on node "
+                    f"claim {ref.ref}: device {name} is not a device of "
+                    f"{self.inventory.driver} on node "
                     f"{self.node} (published: {', '.join(d.name for d in self.inventory.devices)})"
                 )
             admin = bool(r.get("adminAccess"))
@@ -283,7 +298,7 @@ class Preparer:
                     request=str(r.get("request", "")),
                     pool=pool,
                     device=name,
-                    cdi_ids=(f"{CDI_KIND}={ref.uid}-{name}",),
+                    cdi_ids=(f"{self._kind_of_claims}={ref.uid}-{name}",),
                     admin=admin,
                     share_id=str(share) if share is not None else None,
                     uuid=device.uuid,
@@ -296,8 +311,14 @@ class Preparer:
 
         cdi = [Device(f"{ref.uid}-{d.device}", self.edits.by_device[d.device]) for d in devices]
         kinds = {self._kind(d.device) for d in devices}
-        common = self.edits.common if kinds & {"gpu", "mig"} else None
-        return Spec.create(CDI_KIND, cdi, edits=common, source=f"claim {ref.ref}")
+        # the spec-level edits go with any device but an IMEX channel (NVIDIA's GPU spec's
+        # driver files; another vendor's /dev/kfd, manager nodes, driver trees)
+        common = self.edits.common if kinds - {"channel", ""} else None
+        return Spec.create(self._kind_of_claims, cdi, edits=common, source=f"claim {ref.ref}")
+
+    @property
+    def _kind_of_claims(self) -> str:
+        return f"{cdi_vendor(self.inventory.driver)}/{CDI_CLASS}"
 
     def _kind(self, name: str) -> str:
         device: DraDevice | None = self.inventory.device(name)
@@ -311,7 +332,7 @@ class Preparer:
 
     def _unprepare_one(self, ref: ClaimRef) -> Result:
         try:
-            _remove(spec_file(self.cdi_root, ref.uid))
+            _remove(spec_file(self.cdi_root, ref.uid, self.inventory.driver))
         except OSError as e:
             return Result(error=f"claim {ref.ref}: cannot remove its CDI spec: {e.strerror}")
         was = ref.uid in self.checkpoint.prepared
@@ -328,7 +349,7 @@ class Preparer:
 
     def sweep(self) -> list[str]:
         """Remove our claim specs that the checkpoint does not hold; the paths removed."""
-        prefix = f"{CDI_VENDOR}-{CDI_CLASS}_"
+        prefix = f"{cdi_vendor(self.inventory.driver)}-{CDI_CLASS}_"
         try:
             names = os.listdir(self.cdi_root)
         except FileNotFoundError:

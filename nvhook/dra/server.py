@@ -75,8 +75,10 @@ HEALTH_SERVICE = "v1.DRAResourceHealth"
 MAX_CLAIMS = 256
 
 
-def registration_socket(registry_dir: str) -> str:
-    return os.path.join(registry_dir, f"{DRIVER}-reg.sock")
+def registration_socket(registry_dir: str, driver: str = DRIVER) -> str:
+    """``<registry_dir>/<driver>-reg.sock``: one per driver name, as kubelet's plugin
+    watcher registers a DRA plugin per name."""
+    return os.path.join(registry_dir, f"{driver}-reg.sock")
 
 
 def _serve_unix(server: Any, path: str) -> None:
@@ -132,9 +134,12 @@ class _Socket:
 class RegistrationServer(_Socket):
     """``pluginregistration.Registration`` for the driver at ``endpoint``."""
 
-    def __init__(self, path: str, endpoint: str, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, path: str, endpoint: str, log: Callable[[str], None], driver: str = DRIVER
+    ) -> None:
         super().__init__(path)
         self.endpoint = endpoint
+        self.driver = driver
         self.log = log
         self.statuses: list[tuple[bool, str]] = []
 
@@ -154,7 +159,7 @@ class RegistrationServer(_Socket):
     def get_info(self, request: Any, context: Any) -> Any:
         return reg.PluginInfo(
             type=DRA_PLUGIN_TYPE,
-            name=DRIVER,
+            name=self.driver,
             endpoint=self.endpoint,
             supported_versions=list(SUPPORTED_VERSIONS),
         )
@@ -162,7 +167,7 @@ class RegistrationServer(_Socket):
     def notify(self, request: Any, context: Any) -> Any:
         self.statuses.append((request.plugin_registered, request.error))
         if request.plugin_registered:
-            self.log(f"kubelet registered {DRIVER} (endpoint {self.endpoint})")
+            self.log(f"kubelet registered {self.driver} (endpoint {self.endpoint})")
         else:
             self.log(f"kubelet refused the registration: {request.error[:512]}")
         return reg.RegistrationStatusResponse()
@@ -328,14 +333,15 @@ def _prepared(pb: Any, r: Result) -> Any:
 class Kubelet:
     """A stand-in for kubelet's plugin watcher and DRA manager (the tests', the demo's)."""
 
-    def __init__(self, registry_dir: str) -> None:
+    def __init__(self, registry_dir: str, driver: str = DRIVER) -> None:
         self.registry_dir = registry_dir
+        self.driver = driver
         self.info: Any = None
         self._channel: Any = None
 
     def register(self, timeout: float = 10.0) -> Any:
         """Wait for the driver's registration socket, ``GetInfo``, check it, notify it."""
-        path = registration_socket(self.registry_dir)
+        path = registration_socket(self.registry_dir, self.driver)
         deadline = time.monotonic() + timeout
         while not os.path.exists(path):
             if time.monotonic() >= deadline:

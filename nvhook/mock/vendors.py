@@ -9,7 +9,8 @@ vendor's kernel driver and packages put on a host, as each vendor's own tools re
 - AMD: the PCI functions bound to ``amdgpu`` (``sys/bus/pci/drivers/amdgpu/<bus>``, reached
   through ``sys/module/amdgpu/drivers/pci:amdgpu``) with ``device``, ``numa_node``,
   ``current_compute_partition``, ``current_memory_partition`` and ``drm/card*``,
-  ``drm/renderD*``; each further compute partition as
+  ``drm/renderD*``; the module's ``sys/module/amdgpu/version`` and ``srcversion`` (an
+  amdgpu-dkms module's, which ROCm's DRA driver publishes); each further compute partition as
   ``sys/devices/platform/amdgpu_xcp_<n>/drm/…``; the KFD topology (a CPU node, then one node
   per partition with ``drm_render_minor``, ``location_id``, ``domain``, ``simd_count``,
   ``unique_id`` and its memory bank); ``dev/kfd`` and ``dev/dri/{card,renderD}*``
@@ -53,6 +54,7 @@ __all__ = [
 ]
 
 DRM_MAJOR = 226
+_SRCVERSION = "4D8A4B4F5E2C1B0A9F8E7D6"
 KFD_MAJOR = 236  # dynamic on a real host; what /proc/devices would say
 DAVINCI_MAJOR = 237
 MANAGER_MAJOR = 238
@@ -177,6 +179,9 @@ def _amd(tree: Tree, t: dict[str, Any]) -> None:
     device_id = int(t["device_id"])
     tree.mkdir("sys/bus/pci/drivers/amdgpu")
     tree.symlink("sys/module/amdgpu/drivers/pci:amdgpu", "../../../bus/pci/drivers/amdgpu")
+    # an out-of-tree (amdgpu-dkms) module has a version; ROCm's DRA driver publishes it
+    tree.write("sys/module/amdgpu/version", f"{t.get('driver_version', '6.10.5')}\n")
+    tree.write("sys/module/amdgpu/srcversion", f"{t.get('driver_srcversion', _SRCVERSION)}\n")
     topo = "sys/class/kfd/kfd/topology/nodes"
     tree.write(f"{topo}/0/properties", "cpu_cores_count 96\nsimd_count 0\ndrm_render_minor 0\n")
     tree.write("sys/class/kfd/kfd/dev", f"{KFD_MAJOR}:0\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["listdir", "read", "read_int", "read_keyed"]
+__all__ = ["listdir", "pcie_root", "read", "read_int", "read_keyed"]
 
 
 def read(path: str) -> str | None:
@@ -45,3 +45,15 @@ def listdir(path: str) -> list[str]:
         return sorted(os.listdir(path))
     except OSError:
         return []
+
+
+def pcie_root(device_dir: str) -> str:
+    """The PCIe root complex of the PCI function at ``device_dir`` (a sysfs link such as
+    ``/sys/bus/pci/devices/<bus>``): the ``pci<domain>:<bus>`` component of its real path
+    under ``/sys/devices``, as Kubernetes' ``deviceattribute`` library derives the standard
+    ``resource.kubernetes.io/pcieRoot`` attribute; "" when it has none."""
+    parts = os.path.realpath(device_dir).split(os.sep)
+    for i, part in enumerate(parts[:-1]):
+        if part == "devices" and parts[i + 1].startswith("pci") and ":" in parts[i + 1]:
+            return parts[i + 1]
+    return ""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from nvhook.vendors._sysfs import listdir, read, read_int, read_keyed
+from nvhook.vendors._sysfs import listdir, pcie_root, read, read_int, read_keyed
 from nvhook.vendors.model import Accelerator, Host, Vendor
 
 __all__ = ["KIND", "VENDOR", "discover"]
@@ -35,6 +35,9 @@ KFD = "/dev/kfd"
 _DRIVER = "/sys/module/amdgpu/drivers/pci:amdgpu"
 _XCP = "/sys/devices/platform"
 _TOPOLOGY = "/sys/class/kfd/kfd/topology/nodes"
+#: The ``amdgpu`` module's version and srcversion (what ROCm's DRA driver reads through
+#: ``/sys/class/drm/card*/device/driver/module/``; an in-tree module has no version).
+_MODULE = "/sys/module/amdgpu"
 
 #: Products by PCI device id (the names of amdgpu.ids, libdrm's table) and what their
 #: matrix cores take; only what the mock and the docs use, the rest are "AMD GPU <id>".
@@ -47,7 +50,7 @@ PRODUCTS: dict[int, tuple[str, tuple[str, ...]]] = {
 
 
 class _Node:
-    __slots__ = ("bus", "compute_units", "family", "memory_mib", "unique_id")
+    __slots__ = ("bus", "compute_units", "family", "memory_mib", "simd_units", "unique_id")
 
     def __init__(self, props: dict[str, str], mem: dict[str, str]) -> None:
         location = _int(props.get("location_id"))
@@ -57,6 +60,7 @@ class _Node:
         self.bus = f"{domain:04x}:{bus:02x}:{dev:02x}.{fn}"
         simd, per_cu = _int(props.get("simd_count")), _int(props.get("simd_per_cu"))
         self.compute_units = simd // per_cu if per_cu else 0
+        self.simd_units = simd
         self.memory_mib = _int(mem.get("size_in_bytes")) // (1024 * 1024)
         gfx = _int(props.get("gfx_target_version"))
         self.family = f"gfx{gfx // 10000}{(gfx // 100) % 100:x}{gfx % 100:x}" if gfx else ""
@@ -114,12 +118,15 @@ def discover(host: Host) -> tuple[Accelerator, ...]:
         memory = (read(os.path.join(path, "current_memory_partition")) or "").lower()
         partition = f"{compute}_{memory}" if compute or memory else ""
         groups.setdefault(node.bus, []).append((render, nodes, partition, path))
+    version = read(host.sys(f"{_MODULE}/version")) or ""
+    src_version = read(host.sys(f"{_MODULE}/srcversion")) or ""
     found: list[Accelerator] = []
     for bus, members in groups.items():
         pci = os.path.join(driver, bus)
         device_id = read_int(os.path.join(pci, "device")) or 0
         product, dtypes = PRODUCTS.get(device_id, (f"AMD GPU {device_id:04x}", ()))
         parent_partition = next((p for _, _, p, _ in members if p), "")
+        root = pcie_root(pci)
         for render, nodes, partition, _ in sorted(members, key=lambda m: m[0]):
             node = topology[render]
             found.append(
@@ -139,6 +146,10 @@ def discover(host: Host) -> tuple[Accelerator, ...]:
                     partition=partition or parent_partition,
                     unique_id=node.unique_id,
                     dtypes=dtypes,
+                    pcie_root=root,
+                    simd_units=node.simd_units,
+                    driver_version=version,
+                    driver_src_version=src_version,
                 )
             )
     return tuple(found)

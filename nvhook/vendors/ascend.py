@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-from nvhook.vendors._sysfs import listdir, read, read_int
+from nvhook.vendors._sysfs import listdir, pcie_root, read, read_int
 from nvhook.vendors.model import Accelerator, Host, Vendor
 
 __all__ = [
@@ -125,6 +125,7 @@ def discover(host: Host) -> tuple[Accelerator, ...]:
                 device_id=device_id,
                 family=family(device_id),
                 dtypes=dtypes,
+                pcie_root=pcie_root(os.path.join(pci, bus)) if bus else "",
             )
         )
     return tuple(found)

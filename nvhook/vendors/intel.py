@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import os
 
-from nvhook.vendors._sysfs import listdir, read, read_int
+from nvhook.vendors._sysfs import listdir, pcie_root, read, read_int
 from nvhook.vendors.model import Accelerator, Host, Vendor
 
-__all__ = ["KIND", "VENDOR", "discover", "uid"]
+__all__ = ["KIND", "MODELS", "VENDOR", "discover", "model", "uid"]
 
 KIND = "intel.com/gpu"
 _DRM = "/sys/class/drm"
@@ -38,6 +38,25 @@ PRODUCTS: dict[int, tuple[str, int, int, int, tuple[str, ...]]] = {
     0x56C0: ("Intel Data Center GPU Flex 170", 16384, 32, 1, ("bf16", "fp16", "fp32")),
     0x56C1: ("Intel Data Center GPU Flex 140", 12288, 16, 2, ("bf16", "fp16", "fp32")),
 }
+
+#: device id: (model, family) as Intel's resource driver's ``pkg/gpu/device/models.go``
+#: ``ModelDetails`` names them (at 1da939f; its DRA driver publishes them as ``model`` and
+#: ``family``, "Unknown" for an id not in the table).
+MODELS: dict[int, tuple[str, str]] = {
+    0x0BD0: ("Max 1550", "Data Center Max"),
+    0x0BD5: ("Max 1550", "Data Center Max"),
+    0x0BD6: ("Max 1450", "Data Center Max"),
+    0x0BD9: ("Max 1100", "Data Center Max"),
+    0x0BDA: ("Max 1100", "Data Center Max"),
+    0x0BDB: ("Max 1100", "Data Center Max"),
+    0x56C0: ("Flex 170", "Data Center Flex"),
+    0x56C1: ("Flex 140", "Data Center Flex"),
+}
+
+
+def model(device_id: int) -> tuple[str, str]:
+    """``(model, family)`` of a device id, Intel's spellings; ``("Unknown", "Unknown")``."""
+    return MODELS.get(device_id, ("Unknown", "Unknown"))
 
 
 def uid(bus_id: str, device_id: int) -> str:
@@ -97,6 +116,8 @@ def discover(host: Host) -> tuple[Accelerator, ...]:
                 device_id=device_id,
                 family="xe" if driver == "xe" else "i915",
                 dtypes=dtypes,
+                pcie_root=pcie_root(device),
+                max_vfs=read_int(os.path.join(device, "sriov_totalvfs"), 10) or 0,
             )
         )
     return tuple(found)

@@ -58,6 +58,14 @@ class Accelerator(Frozen, kw_only=True):
     partition: str = ""
     unique_id: str = ""
     dtypes: tuple[str, ...] = ()
+    #: What the vendors' DRA drivers publish beside (nvhook/dra/vendors.py): the PCIe root
+    #: complex (``pci0000:29``), AMD's SIMD units and ``amdgpu`` module version and
+    #: srcversion, Intel's SR-IOV virtual functions the device can have.
+    pcie_root: str = ""
+    simd_units: int = 0
+    driver_version: str = ""
+    driver_src_version: str = ""
+    max_vfs: int = 0
 
     @property
     def qualified_name(self) -> str:

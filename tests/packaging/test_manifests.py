@@ -70,7 +70,12 @@ MANIFESTS = [
 
 #: The DRA driver's manifests: checked against the real schemas of the releases that serve
 #: resource.k8s.io/v1 (DRA_KUBERNETES) and against the ``kubernetes`` client's models, below.
-DRA_MANIFESTS = ["dra-deviceclasses.yaml", "dra-driver.yaml", "dra-example-claims.yaml"]
+DRA_MANIFESTS = [
+    "dra-deviceclasses.yaml",
+    "dra-driver.yaml",
+    "dra-driver-vendors.yaml",
+    "dra-example-claims.yaml",
+]
 
 
 def test_every_manifest_is_checked_here() -> None:
@@ -178,7 +183,42 @@ def test_daemonsets_are_safe_to_apply_to_a_whole_cluster(name: str, at: int) -> 
     assert not pod.get("hostNetwork")
 
 
-@pytest.mark.parametrize(("name", "at"), DAEMONSETS)
+#: The other vendors' DRA drivers (dra-driver-vendors.yaml): (index, vendor, PCI vendor id).
+VENDOR_DRA = [(3, "amd", "1002"), (4, "intel", "8086"), (5, "ascend", "19e5")]
+
+
+@pytest.mark.parametrize(("at", "vendor", "pci"), VENDOR_DRA)
+def test_the_vendor_dra_daemonsets_are_safe_to_apply_to_a_whole_cluster(
+    at: int, vendor: str, pci: str
+) -> None:
+    """Nodes with that vendor's devices (NFD's PCI label, or nvhook's labeller's count)
+    that are given to DRA (``accelerator.nvhook.io/dra``), never a control-plane node."""
+    ds = load_all("dra-driver-vendors.yaml")[at]
+    pod = ds["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    dra = {"key": "accelerator.nvhook.io/dra", "operator": "In", "values": ["true"]}
+    not_cp = {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}
+    assert [t["matchExpressions"] for t in terms] == [
+        [{"key": f"feature.node.kubernetes.io/pci-{pci}.present", "operator": "In",
+          "values": ["true"]}, dra, not_cp],
+        [{"key": f"accelerator.nvhook.io/{vendor}.count", "operator": "Exists"}, dra, not_cp],
+    ]  # fmt: skip
+    assert "nodeSelector" not in pod
+    for t in pod["tolerations"]:
+        assert t.get("key") and "control-plane" not in t["key"], t
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert pod["automountServiceAccountToken"] is False
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
+    (c,) = pod["containers"]
+    assert set(c["resources"]["requests"]) == set(c["resources"]["limits"]) == {"cpu", "memory"}
+    assert not pod.get("hostNetwork")
+
+
+@pytest.mark.parametrize(
+    ("name", "at"), [*DAEMONSETS, *(("dra-driver-vendors.yaml", at) for at, _, _ in VENDOR_DRA)]
+)
 def test_every_host_path_is_explained_in_the_header(name: str, at: int) -> None:
     text = (KUBE / name).read_text()
     header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
@@ -469,14 +509,22 @@ def test_the_model_check_refuses_a_misspelt_field() -> None:
     assert validate_model(ds, "V1DaemonSet") != []
 
 
-def _dra_daemonset() -> tuple[Doc, Doc, Doc]:
-    ds = next(d for d in load_all("dra-driver.yaml") if d["kind"] == "DaemonSet")
+def _dra_daemonset(name: str = "dra-driver.yaml", at: int = 3) -> tuple[Doc, Doc, Doc]:
+    ds = load_all(name)[at]
+    assert ds["kind"] == "DaemonSet"
     pod = ds["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     return ds, pod, container
 
 
-def test_the_dra_driver_writes_only_the_host_paths_it_mounts_writable() -> None:
+@pytest.mark.parametrize(
+    ("name", "at", "vendor"),
+    [("dra-driver.yaml", 3, "nvidia"),
+     *(("dra-driver-vendors.yaml", at, vendor) for at, vendor, _ in VENDOR_DRA)],
+)  # fmt: skip
+def test_the_dra_driver_writes_only_the_host_paths_it_mounts_writable(
+    name: str, at: int, vendor: str
+) -> None:
     """Least privilege: the host root read-only; kubelet's plugin and registry directories
     and the CDI directory writable; every directory flag of the command is one of them."""
     import shlex
@@ -485,7 +533,7 @@ def test_the_dra_driver_writes_only_the_host_paths_it_mounts_writable() -> None:
 
     from nvhook.cli.draplugin import dra_plugin
 
-    _, pod, container = _dra_daemonset()
+    _, pod, container = _dra_daemonset(name, at)
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert mounts["/host"]["readOnly"] is True
@@ -505,13 +553,20 @@ def test_the_dra_driver_writes_only_the_host_paths_it_mounts_writable() -> None:
         assert params[flag] in writable, flag
     assert "/host" + params["service_account_dir"] in mounts
     assert "/host" + params["device_plugin_dir"] in mounts
+    from nvhook.dra.vendors import driver_name
+
+    assert params["vendor"] == vendor  # its own driver name's directory for the token
+    assert params["service_account_dir"].startswith(
+        f"/var/lib/kubelet/plugins/{driver_name(vendor)}/"
+    )
     assert isinstance(ctx, click.Context)
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
-def test_the_dra_rbac_grants_the_driver_s_calls_only() -> None:
-    role = next(d for d in load_all("dra-driver.yaml") if d["kind"] == "ClusterRole")
+@pytest.mark.parametrize("name", ["dra-driver.yaml", "dra-driver-vendors.yaml"])
+def test_the_dra_rbac_grants_the_driver_s_calls_only(name: str) -> None:
+    role = next(d for d in load_all(name) if d["kind"] == "ClusterRole")
     rules = {r["resources"][0]: set(r["verbs"]) for r in role["rules"]}
     assert rules == {
         "resourceslices": {"get", "list", "watch", "create", "update", "delete"},
@@ -529,6 +584,12 @@ def test_the_device_classes_select_the_driver_s_device_types() -> None:
         expression = selector["cel"]["expression"]
         assert f"device.driver == '{DRIVER}'" in expression
         assert f"device.attributes['{DRIVER}'].type == '{kind}'" in expression
+    from nvhook.dra.vendors import DRIVERS
+
+    for vendor, driver in DRIVERS.items():  # the other vendors' classes: their drivers' names
+        if vendor != "nvidia":
+            (selector,) = classes[driver]["spec"]["selectors"]
+            assert selector["cel"]["expression"] == f"device.driver == '{driver}'"
     for claim in load_all("dra-example-claims.yaml"):
         for request in claim["spec"]["spec"]["devices"]["requests"]:
             assert request["exactly"]["deviceClassName"] in classes

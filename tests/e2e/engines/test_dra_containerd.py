@@ -10,6 +10,12 @@ the driver's CDI directory). Each container's mock ``nvidia-smi -L`` lists exact
 claim's devices; after unprepare the specs are gone. Then on a mock of its own, re-laid
 while the driver runs (``nvhook.mock.mutate``): a claim of a new MIG device runs with exactly
 that device (its new UUID), and the claim of a destroyed one is refused a repeat, unprepared.
+
+The same for AMD: ``nvhook dra-plugin --vendor amd`` on the ``mi300x-8`` mock (CPX
+partitions, char nodes) prepares a ``gpu.amd.com`` claim of one partition; the container
+started with the returned CDI id sees exactly ``/dev/kfd`` and that partition's card and
+render nodes (which open as far as the missing driver: ENXIO), and runs with the render
+group the spec's ``additionalGids`` carries.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ from nvhook.cri.client import CriClient
 from nvhook.dra.prepare import spec_file
 from nvhook.mock import Profile
 from nvhook.mock.mutate import current_profile, relayout_mig
-from tests.e2e.conftest import Shim, expected_smi_uuids, parse_probe
+from nvhook.mock.vendors import RENDER_GID
+from nvhook.mock.vendors import create as create_vendor_mock
+from tests.e2e.conftest import PROBE, Shim, expected_smi_uuids, parse_probe
 from tests.e2e.engines.conftest import Engine, private_root
 from tests.e2e.engines.test_containerd import configure, restrict_oom_score_adj
 from tests.e2e.test_cri import run_pod
@@ -70,8 +78,10 @@ def run_claim_pods(
     busybox_image: Path,
     tmp_path: Path,
     ids: dict[str, list[str]],
+    command: str | None = None,
 ) -> dict[str, str]:
-    """One CRI pod per claim (uid → its CDI ids) on a private containerd; each one's output."""
+    """One CRI pod per claim (uid → its CDI ids) on a private containerd, running ``command``
+    (None: the probe); each one's output."""
     daemon = EngineContainerd(containerd2.root, tmp_path, config, env=shim.extra_env)
     dump = daemon.dump()
     sandbox = dump["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"]
@@ -82,7 +92,14 @@ def run_claim_pods(
         daemon.ctr("images", "tag", PAUSE_IMAGE, sandbox)
         with CriClient(daemon.address) as client:
             return {
-                uid: run_pod(client, "", tmp_path / uid, {}, allocation={"cdi_devices": cdis})[2]
+                uid: run_pod(
+                    client,
+                    "",
+                    tmp_path / uid,
+                    {},
+                    allocation={"cdi_devices": cdis},
+                    command=PROBE if command is None else command,
+                )[2]
                 for uid, cdis in ids.items()
             }
 
@@ -203,6 +220,59 @@ def test_after_a_mig_relayout_a_claim_of_a_new_device_runs_it_in_containerd_2(
             assert [c.error for c in unprepared.values()] == ["", ""]
             assert not any(os.path.exists(spec_file(str(cdi), u)) for u in (old_ref[2], uid))
             assert kubeapi.rejected == []
+        finally:
+            kubelet.close()
+            driver.stop()
+            shutil.rmtree(sockets, ignore_errors=True)
+
+
+def test_an_amd_claim_prepared_by_the_amd_driver_runs_in_containerd_2_through_cdi_devices(
+    containerd2: Engine,
+    shim: Shim,
+    busybox_image: Path,
+    tmp_path: Path,
+    print_version: Callable[[Engine], None],
+) -> None:
+    print_version(containerd2)
+    root = create_vendor_mock("mi300x-8", tmp_path / "amd", nodes="char").root
+    cdi, config = cdi_config(containerd2, shim, tmp_path)
+    settings = tmp_path / "nvhook.toml"
+    settings.write_text(f'[host]\nroot = "{root}"\n')
+    look = (
+        "ls /dev /dev/dri; echo '--- gids'; id -G; echo '--- open'; "
+        "cat /dev/dri/renderD137 2>&1; true"
+    )
+
+    with KubeApiServer() as kubeapi:
+        stored = kubeapi.put(
+            "resourceclaims", allocated_claim("a-partition", ["gpu-10-137"], driver="gpu.amd.com")
+        )
+        claim = (stored["metadata"]["namespace"], "a-partition", stored["metadata"]["uid"])
+        sockets = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
+        driver = Daemon(tmp_path, kubeapi, settings, sockets, vendor="amd")
+        driver.cdi = cdi
+        kubelet = driver.start()
+        try:
+            assert kubelet.info.name == "gpu.amd.com"
+            (device,) = kubelet.prepare(claim).claims[claim[2]].devices
+            ids = list(device.cdi_device_ids)
+            assert ids == [f"k8s.gpu.amd.com/claim={claim[2]}-gpu-10-137"]
+            outputs = run_claim_pods(
+                containerd2, shim, config, busybox_image, tmp_path, {claim[2]: ids}, look
+            )
+            listing, _, rest = outputs[claim[2]].partition("--- gids\n")
+            gids, _, opened = rest.partition("--- open\n")
+            names = set(listing.split())
+            assert "kfd" in names
+            assert {n for n in names if n.startswith(("card", "renderD"))} == {
+                "card10",
+                "renderD137",
+            }
+            assert str(RENDER_GID) in gids.split()  # the spec's additionalGids
+            assert "No such device or address" in opened, opened
+            assert kubeapi.rejected == []
+            assert kubelet.unprepare(claim).claims[claim[2]].error == ""
+            assert not os.path.exists(spec_file(str(cdi), claim[2], "gpu.amd.com"))
         finally:
             kubelet.close()
             driver.stop()

@@ -29,16 +29,16 @@ def allocated_claim(
     pool: str = NODE,
     admin: bool = False,
     request: str = "gpus",
+    driver: str = DRIVER,
 ) -> dict[str, Any]:
-    """A ResourceClaim as the scheduler leaves it: allocated ``devices`` of ``pool``."""
+    """A ResourceClaim as the scheduler leaves it: allocated ``devices`` of ``pool`` of
+    ``driver`` (whose DeviceClass has the driver's name)."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            "devices": {
-                "requests": [{"name": request, "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
-            }
+            "devices": {"requests": [{"name": request, "exactly": {"deviceClassName": driver}}]}
         },
         "status": {
             "allocation": {
@@ -46,7 +46,7 @@ def allocated_claim(
                     "results": [
                         {
                             "request": request,
-                            "driver": DRIVER,
+                            "driver": driver,
                             "pool": pool,
                             "device": d,
                             **({"adminAccess": True} if admin else {}),

@@ -19,6 +19,7 @@ import pytest
 
 from nvhook.dra.prepare import spec_file
 from nvhook.dra.server import HEALTHY, UNHEALTHY, Kubelet
+from nvhook.dra.vendors import driver_name
 from tests.nvhook.dra.conftest import DRIVER, NODE
 from tests.support.kubeapi import KubeApiServer
 
@@ -27,11 +28,18 @@ AddClaim = Callable[..., tuple[str, str, str]]
 
 class Daemon:
     def __init__(
-        self, tmp: Path, kubeapi: KubeApiServer, config: Path, sockets: Path | None = None
+        self,
+        tmp: Path,
+        kubeapi: KubeApiServer,
+        config: Path,
+        sockets: Path | None = None,
+        vendor: str = "nvidia",
     ) -> None:
         """``sockets``: where kubelet's directories go (a short path: a unix socket's is at
-        most 107 bytes, which pytest's temporary paths under xdist can pass)."""
+        most 107 bytes, which pytest's temporary paths under xdist can pass); ``vendor``:
+        ``--vendor``, whose driver name the kubelet stand-in registers."""
         self.tmp = tmp
+        self.vendor = vendor
         sockets = sockets or tmp
         self.registry = sockets / "registry"
         self.plugins = sockets / "plugins"
@@ -52,10 +60,11 @@ class Daemon:
                  "--kubeconfig", str(self.kubeconfig), "--plugins-dir", str(self.plugins),
                  "--registry-dir", str(self.registry), "--cdi-root", str(self.cdi),
                  "--health-interval", "0.2", "--rescan-interval", "0.3",
-                 "--device-plugin-dir", str(self.device_plugins), *args],
+                 "--device-plugin-dir", str(self.device_plugins), "--vendor", self.vendor,
+                 *args],
                 env=env, stderr=log, stdout=subprocess.DEVNULL,
             )  # fmt: skip
-        kubelet = Kubelet(str(self.registry))
+        kubelet = Kubelet(str(self.registry), driver_name(self.vendor))
         try:
             kubelet.register(timeout=30)
         except Exception:
@@ -290,7 +299,7 @@ def test_withdraw_deletes_the_node_s_slices_only(
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert f"deleted 1 ResourceSlices of node {NODE}" in proc.stdout
+    assert f"deleted 1 ResourceSlices of gpu.nvidia.com on node {NODE}" in proc.stdout
     assert [s["spec"]["nodeName"] for s in kubeapi.list("resourceslices")] == ["node-b"]
 
 
