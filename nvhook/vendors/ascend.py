@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import os
 
-from nvhook.vendors._sysfs import listdir, read, read_int
+from nvhook.vendors._sysfs import listdir
 from nvhook.vendors.model import Accelerator, Host, Vendor
+from nvhook.vendors.pci import functions as pci_functions
 
 __all__ = ["DRIVER_TREES", "KIND", "MANAGER_NODES", "VENDOR", "discover"]
 
@@ -33,7 +34,7 @@ DRIVER_TREES = (
     "/usr/local/dcmi",
     "/usr/local/bin/npu-smi",
 )
-_PCI = "/sys/bus/pci/devices"
+HUAWEI = 0x19E5  # the PCI vendor ID
 
 #: PCI device id: (product, the resource name's chip, memory MiB, AI cores, data types).
 PRODUCTS: dict[int, tuple[str, str, int, int, tuple[str, ...]]] = {
@@ -54,12 +55,12 @@ def discover(host: Host) -> tuple[Accelerator, ...]:
     numbers = sorted(
         int(n[7:]) for n in listdir(dev) if n.startswith("davinci") and n[7:].isdigit()
     )
-    pci = host.sys(_PCI)
-    functions = [b for b in listdir(pci) if read(os.path.join(pci, b, "vendor")) == "0x19e5"]
+    functions = pci_functions(host, vendor=HUAWEI)
     found: list[Accelerator] = []
     for position, n in enumerate(numbers):
-        bus = functions[position] if position < len(functions) else ""
-        device_id = (read_int(os.path.join(pci, bus, "device")) or 0) if bus else 0
+        function = functions[position] if position < len(functions) else None
+        bus = function.bus_id if function else ""
+        device_id = (function.device or 0) if function else 0
         product, _, memory, cores, dtypes = PRODUCTS.get(
             device_id, ("Ascend NPU", "Ascend", 0, 0, ())
         )
