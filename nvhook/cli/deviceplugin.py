@@ -313,6 +313,7 @@ def device_plugin(
         )
         chosen = source()
         if chosen is None:
+            source.close()
             raise PluginConfigError(
                 f"{source.where}: no configuration to start with (see the line above); give "
                 "--default-config or a valid config"
