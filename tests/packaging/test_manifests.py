@@ -132,7 +132,7 @@ def test_the_schema_refuses_a_wrong_field(
 
 DAEMONSETS = [
     ("installer-daemonset.yaml", 0),
-    ("device-plugin.yaml", 4),
+    ("device-plugin.yaml", 6),
     ("labeller.yaml", 5),
     ("nri-plugin.yaml", 0),
     ("dra-driver.yaml", 3),
@@ -329,15 +329,29 @@ def test_manifest_names_are_dns_labels(name: str) -> None:
 
 def _device_plugin() -> tuple[Doc, Doc, Doc, Doc]:
     """The device plugin's ConfigMap and DaemonSet, its pod spec and its one container."""
-    cm, account, role, binding, ds = load_all("device-plugin.yaml")
+    cm, account, role, binding, cm_role, cm_binding, ds = load_all("device-plugin.yaml")
     assert (cm["apiVersion"], cm["kind"]) == ("v1", "ConfigMap")
-    assert [account["kind"], role["kind"], binding["kind"]] == [
+    assert [account["kind"], role["kind"], binding["kind"], cm_role["kind"]] == [
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
     ]
-    # it reads its Node's label: get, nothing more
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    # it reads and watches its Node's label, and changes nothing
+    rule = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    assert role["rules"] == [rule]
+    # …and reads and watches its one ConfigMap, nothing else of its namespace
+    assert cm_role["metadata"]["namespace"] == cm["metadata"]["namespace"]
+    assert cm_role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "verbs": ["get", "list", "watch"],
+            "resourceNames": [cm["metadata"]["name"]],
+        }
+    ]
+    assert cm_binding["roleRef"]["name"] == cm_role["metadata"]["name"]
+    assert cm_binding["subjects"][0]["name"] == account["metadata"]["name"]
     assert ds["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
     assert (ds["apiVersion"], ds["kind"]) == ("apps/v1", "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
@@ -367,7 +381,7 @@ def test_device_plugin_runs_on_gpu_nodes_only_and_tolerates_their_taint() -> Non
     )
 
 
-def test_device_plugin_mounts_its_config_and_the_host() -> None:
+def test_device_plugin_mounts_the_host_and_reads_its_config_through_the_api() -> None:
     cm, _, pod, container = _device_plugin()
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
@@ -380,13 +394,10 @@ def test_device_plugin_mounts_its_config_and_the_host() -> None:
     }
     assert writable == {
         DEFAULT_DIRECTORY.rstrip("/"): "/host" + DEFAULT_DIRECTORY.rstrip("/"),
-        "/var/lib/nvhook/device-plugin": "/host/var/lib/nvhook/device-plugin",
         os.path.dirname(DEFAULT_STATE_FILE): "/host" + os.path.dirname(DEFAULT_STATE_FILE),
         "/run/nvhook/mps": "/host/run/nvhook/mps",  # the MPS config's flags.mpsRoot
     }
-    configs = mounts["/host/var/lib/nvhook/device-plugin/configs"]
-    assert configs["readOnly"] is True
-    assert volumes[configs["name"]]["configMap"]["name"] == cm["metadata"]["name"]
+    assert all("configMap" not in v for v in pod["volumes"])  # --config-map: the API's
     assert container["securityContext"]["privileged"] is True  # NVML opens /dev/nvidia*
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert (
@@ -402,7 +413,7 @@ def test_device_plugin_runs_the_installed_nvhook_on_kubelet_s_directory() -> Non
     (script,) = container["args"]
     assert f"exec chroot /host {prefix}/bin/nvhook device-plugin" in script
     assert f"--device-plugin-path {DEFAULT_DIRECTORY}" in script
-    assert "--config-dir /var/lib/nvhook/device-plugin/configs" in script
+    assert "--config-map kube-system/nvhook-device-plugin" in script
     assert "--default-config default" in script and '--node-name "$NODE_NAME"' in script
     assert f"--health-state-file {DEFAULT_STATE_FILE}" in script
     assert "$(" not in script  # Kubernetes would expand it
