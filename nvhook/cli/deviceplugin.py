@@ -330,6 +330,8 @@ def device_plugin(
         log(f"warning: {note}")
     stop = stop_on_signals()
     directory = os.path.dirname(kubelet_socket) if kubelet_socket else device_plugin_path
+    from nvhook.deviceplugin.selector import ASK_INTERVAL
+
     plugin = DevicePlugin(
         host,
         config,
@@ -338,9 +340,9 @@ def device_plugin(
         log=log,
         kubelet_socket=kubelet_socket,
         config_source=source,
-        # a watched label or ConfigMap costs nothing to ask: asked every second (the
-        # selector polls the API at most every --config-interval where it is not watched)
-        config_interval=min(1.0, config_interval),
+        # a watched label or ConfigMap costs nothing to ask: asked often (the selector polls
+        # the API at most every --config-interval where it is not watched)
+        config_interval=ASK_INTERVAL if source is not None else config_interval,
         follow_interval=follow_interval if follow_gpus else None,
     )
     plugin.run(stop)

@@ -10,9 +10,9 @@ configuration check and answers the configuration to serve:
   (NVIDIA's fallback strategies ``named`` then ``single``). The label is followed by a watch
   of the Node (:class:`nvhook.kubeapi.ObjectWatch`: list, then watch with resume, re-list on
   410, reconnect with backoff), so a change is seen as it is made and the plugin, which asks
-  every second, applies it within about a second; where the API server refuses the watch
-  (RBAC without ``list``/``watch`` on nodes) or before the first list answered, the label is
-  polled instead (``GET /api/v1/nodes/NAME``,
+  every :data:`ASK_INTERVAL`, applies it within about a second; where the API server
+  refuses the watch (RBAC without ``list``/``watch`` on nodes) or before the first list
+  answered, the label is polled instead (``GET /api/v1/nodes/NAME``,
   :func:`nvhook.deviceplugin.nodeapi.node_labels`, at most once per ``poll_interval``);
 - the config is the file of that name in ``directory`` (a mounted ConfigMap: one file per
   key; ``NAME`` or ``NAME.yaml``), read again when the name or the file's identity (inode,
@@ -40,10 +40,13 @@ from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.nodeapi import node_labels
 from nvhook.kubeapi import ApiError, Client, ObjectWatch
 
-__all__ = ["DEFAULT_LABEL", "MAX_CONFIG_MAP", "ConfigMapConfigs", "ConfigSelector"]
+__all__ = ["ASK_INTERVAL", "DEFAULT_LABEL", "MAX_CONFIG_MAP", "ConfigMapConfigs", "ConfigSelector"]
 
 #: NVIDIA's label (its config-manager's ``NODE_LABEL`` default)
 DEFAULT_LABEL = "nvidia.com/device-plugin.config"
+#: seconds between the plugin's questions to a selector: a watched label or ConfigMap costs
+#: nothing to ask, so a change is applied within this plus the old servers' stop (0.5 s)
+ASK_INTERVAL = 0.5
 #: the most ``data`` of a ConfigMap read (the API refuses a ConfigMap over 1 MiB)
 MAX_CONFIG_MAP = 1 << 20
 _SUFFIXES = ("", ".yaml", ".yml")
