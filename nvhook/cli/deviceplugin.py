@@ -155,6 +155,14 @@ def _finish(config: PluginConfig, state_file: str, amd_naming: str = "single") -
     "is applied without a restart (NVIDIA's config-manager variables work too).",
 )
 @click.option(
+    "--config-map",
+    metavar="NAMESPACE/NAME",
+    help="Several named configs in this ConfigMap (its data keys), read and watched through "
+    "the Kubernetes API instead of a mounted --config-dir: a change is applied within a "
+    "second (RBAC: get, list and watch on that ConfigMap by resourceNames); the node's label "
+    "chooses among them as with --config-dir.",
+)
+@click.option(
     "--default-config",
     envvar="DEFAULT_CONFIG",
     default="",
@@ -181,8 +189,9 @@ def _finish(config: PluginConfig, state_file: str, amd_naming: str = "single") -
     default=30.0,
     show_default=True,
     type=click.FloatRange(min=1),
-    help="With --config-dir: seconds between looks at the node's label and the configs (one "
-    "GET of its Node each: a thousand nodes at 30 s are some 33 requests a second).",
+    help="With --config-dir or --config-map: seconds between GETs of the node's label (and "
+    "the ConfigMap) where the API server refuses to watch them (a thousand nodes at 30 s are "
+    "some 33 requests a second); watched, a change is applied within a second.",
 )
 @service_account_option("With --node-name: where the pod's service account token and ca.crt are.")
 @click.option(
@@ -220,6 +229,7 @@ def device_plugin(
     device_plugin_path: str,
     kubelet_socket: str | None,
     config_dir: str | None,
+    config_map: str | None,
     default_config: str,
     node_label: str,
     node_name: str,
@@ -267,29 +277,46 @@ def device_plugin(
     from nvhook.settings import load_settings
 
     source = None
-    if config_dir is not None:
+    if config_dir is not None and config_map is not None:
+        raise click.UsageError("--config-dir and --config-map: give one source of configs")
+    if config_map is not None:
+        namespace, _, map_name = config_map.partition("/")
+        if not namespace or not map_name or "/" in map_name:
+            raise click.UsageError(f"--config-map {config_map!r}: expected NAMESPACE/NAME")
+    if config_dir is not None or config_map is not None:
         from nvhook.deviceplugin.errors import PluginConfigError
+        from nvhook.deviceplugin.nodeapi import client
         from nvhook.deviceplugin.selector import ConfigSelector
 
-        creds = None
-        if node_name:
-            from nvhook.deviceplugin.nodeapi import client
+        def log_line(line: str) -> None:
+            click.echo(f"nvhook device-plugin: {line}", err=True)
 
-            creds = client(api_server, service_account_dir)
+        creds = client(api_server, service_account_dir) if node_name or config_map else None
+        configs = None
+        if config_map is not None:
+            from nvhook.deviceplugin.selector import ConfigMapConfigs
+
+            assert creds is not None
+            configs = ConfigMapConfigs(
+                creds, namespace, map_name, poll_interval=config_interval, log=log_line
+            )
         source = ConfigSelector(
-            config_dir,
+            config_dir or "",
             default=default_config,
             node=node_name,
             label=node_label,
-            credentials=creds,
+            credentials=creds if node_name else None,
+            config_map=configs,
             overrides=overrides,
             finish=lambda c: _finish(c, health_state_file, amd_naming),
-            log=lambda line: click.echo(f"nvhook device-plugin: {line}", err=True),
+            log=log_line,
+            poll_interval=config_interval,
         )
         chosen = source()
         if chosen is None:
+            source.close()
             raise PluginConfigError(
-                f"{config_dir}: no configuration to start with (see the line above); give "
+                f"{source.where}: no configuration to start with (see the line above); give "
                 "--default-config or a valid config"
             )
         config = chosen
@@ -306,6 +333,8 @@ def device_plugin(
         log(f"warning: {note}")
     stop = stop_on_signals()
     directory = os.path.dirname(kubelet_socket) if kubelet_socket else device_plugin_path
+    from nvhook.deviceplugin.selector import ASK_INTERVAL
+
     plugin = DevicePlugin(
         host,
         config,
@@ -314,7 +343,9 @@ def device_plugin(
         log=log,
         kubelet_socket=kubelet_socket,
         config_source=source,
-        config_interval=config_interval,
+        # a watched label or ConfigMap costs nothing to ask: asked often (the selector polls
+        # the API at most every --config-interval where it is not watched)
+        config_interval=ASK_INTERVAL if source is not None else config_interval,
         follow_interval=followed_interval(follow_gpus, follow_interval),
     )
     plugin.run(stop)

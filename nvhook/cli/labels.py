@@ -81,6 +81,15 @@ __all__ = ["labels"]
     "vendor-neutral accelerator.nvhook.io/ set (vendor, product, memory-mib, class…); NVIDIA's "
     "labels only where its driver is loaded.",
 )
+@click.option(
+    "--presence",
+    is_flag=True,
+    help="Only nvidia.com/gpu.present, from the PCI bus (an NVIDIA display controller in "
+    "/sys/bus/pci/devices under --root): no driver, NVML or /dev/nvidia* needed, so a fresh "
+    "node gets the label its GPU DaemonSets select; set when one is there, removed when none "
+    "is, no other label touched. With --node; --config, --output and --all-vendors do not "
+    "apply.",
+)
 def labels(
     root: str | None,
     driver_root: str | None,
@@ -93,11 +102,21 @@ def labels(
     service_account_dir: str,
     interval: float,
     all_vendors: bool,
+    presence: bool,
 ) -> None:
     """Print GPU Feature Discovery's labels for this node (nvidia.com/gpu.product, .count,
     .memory, .family, MIG and time-slicing labels…), one key=value line each: the format of
     Node Feature Discovery's local feature files; or write them to such a file (--output), or
     to this node's Node object (--node)."""
+    if presence:
+        if not node:
+            raise click.UsageError("--presence labels a Node: give --node (or set $NODE_NAME)")
+        if config_file or output or all_vendors:
+            raise click.UsageError(
+                "--presence sets one label: --config, --output and --all-vendors do not apply"
+            )
+        _presence(root, node, api_server, service_account_dir, interval)
+        return
     from nvhook.deviceplugin.config import load_config
     from nvhook.planner import Host
 
@@ -126,6 +145,52 @@ def labels(
             service_account_dir,
             all_vendors,
         )
+        if not interval or stop.wait(interval):
+            return
+
+
+def _presence(
+    root: str | None, node: str, api_server: str | None, account: str, interval: float
+) -> None:
+    """``--presence``: the PCI bus's answer on the Node, once or every ``interval`` seconds
+    (a failed turn is one line and the next turn tries again)."""
+    from nvhook.deviceplugin.nodeapi import client
+    from nvhook.deviceplugin.presence import PRESENT, label_presence, presence
+    from nvhook.errors import NvhookError
+    from nvhook.vendors.model import Host as VendorHost
+
+    if root is None:
+        from nvhook.settings import load_settings
+
+        root = load_settings().host_root
+    host = VendorHost(root=root or "/")
+    creds = client(api_server, account)
+    stop = stop_on_signals() if interval else threading.Event()
+    said = ""
+    while True:
+        present = presence(host)
+        try:
+            patch = label_presence(creds, node, present)
+        except NvhookError as e:
+            if not interval:
+                raise
+            line, said = f"nvhook labels: warning: {e.message}; trying again", ""
+            click.echo(line, err=True)
+        else:
+            if present is None:
+                bus = host.sys("/sys/bus/pci/devices")
+                line = f"node {node}: {bus} cannot be read; {PRESENT} left as it is"
+            elif patch:
+                line = f"node {node}: {PRESENT} " + (
+                    "set" if present else "removed: no NVIDIA GPU on the PCI bus"
+                )
+            else:
+                line = f"node {node}: {PRESENT} " + (
+                    "is set" if present else "is not set: no NVIDIA GPU on the PCI bus"
+                )
+            if line != said:
+                click.echo(line, err=True)
+                said = line
         if not interval or stop.wait(interval):
             return
 

@@ -99,6 +99,7 @@ __all__ = [
     "environment_overrides",
     "health_environment",
     "load_config",
+    "load_config_text",
     "parse_config",
 ]
 
@@ -632,15 +633,23 @@ def load_config(
         raise PluginConfigError(
             f"{path}: not UTF-8 (byte {e.start}): save the device plugin config as UTF-8"
         ) from None
+    return load_config_text(text, source=path, overrides=overrides)
+
+
+def load_config_text(
+    text: str, *, source: str, overrides: Mapping[tuple[str, ...], Override] | None = None
+) -> PluginConfig:
+    """The configuration in the YAML ``text`` (a file's, a ConfigMap key's), ``source``
+    naming it in every message, with ``overrides`` applied over it."""
     try:
         data = yaml.load(text, Loader=_Loader)  # safe_load's loader, nesting bounded
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise PluginConfigError(f"{path}: not valid YAML{where}: fix the syntax") from None
+        raise PluginConfigError(f"{source}: not valid YAML{where}: fix the syntax") from None
     except NestingError as e:
-        raise PluginConfigError(f"{path}: {e}") from None
-    return parse_config(data, source=path, overrides=overrides)
+        raise PluginConfigError(f"{source}: {e}") from None
+    return parse_config(data, source=source, overrides=overrides)
 
 
 #: ``yaml.safe_load``'s loader, refusing nesting deeper than :data:`YAML_MAX_DEPTH` (a real

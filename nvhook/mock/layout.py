@@ -44,6 +44,7 @@ from nvhook.mock.model import Profile
 from nvhook.mock.nvmldata import DATA_DIR, write_data
 from nvhook.mock.procfs import write_proc
 from nvhook.mock.profiles import load_profile
+from nvhook.mock.sysfs import write_sys
 from nvhook.mock.userspace import (
     LIB32_DIR,
     LIB_DIR,
@@ -141,6 +142,7 @@ def create(
     write_proc(tree, prof, **access)
     write_dev(tree, prof, **access)
     write_run(tree, prof)
+    write_sys(tree, prof)
     write_data(tree, prof, mode)
     write_ld_cache(top, prof)
     return MockMachine(root=top, profile=prof, nodes=mode)

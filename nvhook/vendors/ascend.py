@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import os
 
-from nvhook.vendors._sysfs import listdir, pcie_root, read, read_int
+from nvhook.vendors._sysfs import listdir, pcie_root
 from nvhook.vendors.model import Accelerator, Host, Vendor
+from nvhook.vendors.pci import PCI_DEVICES
+from nvhook.vendors.pci import functions as pci_functions
 
 __all__ = [
     "DRIVER_TREES",
@@ -52,7 +54,7 @@ DRIVER_TREES = (
     "/usr/local/dcmi",
     "/usr/local/bin/npu-smi",
 )
-_PCI = "/sys/bus/pci/devices"
+HUAWEI = 0x19E5  # the PCI vendor ID
 
 #: PCI device id: (product, Ascend's card type, memory MiB, AI cores, data types). The card
 #: type is what Ascend's ``GetDeviceTypeByChipName`` makes of DCMI's chip name
@@ -101,13 +103,14 @@ def discover(host: Host) -> tuple[Accelerator, ...]:
     numbers = sorted(
         int(n[7:]) for n in listdir(dev) if n.startswith("davinci") and n[7:].isdigit()
     )
-    pci = host.sys(_PCI)
-    functions = [b for b in listdir(pci) if read(os.path.join(pci, b, "vendor")) == "0x19e5"]
+    functions = pci_functions(host, vendor=HUAWEI)
+    pci = host.sys(PCI_DEVICES)
     found: list[Accelerator] = []
     for position, n in enumerate(numbers):
-        bus = functions[position] if position < len(functions) else ""
-        device_id = (read_int(os.path.join(pci, bus, "device")) or 0) if bus else 0
-        product, _card, memory, cores, dtypes = PRODUCTS.get(
+        function = functions[position] if position < len(functions) else None
+        bus = function.bus_id if function else ""
+        device_id = (function.device or 0) if function else 0
+        product, _, memory, cores, dtypes = PRODUCTS.get(
             device_id, ("Ascend NPU", "Ascend", 0, 0, ())
         )
         found.append(

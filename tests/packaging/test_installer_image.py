@@ -22,7 +22,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -392,3 +392,56 @@ def test_the_bundle_refuses_another_prefix(context: Path, node: Path, tmp_path: 
         "or install Python on the node; nothing was changed"
     ]
     assert tree(node) == before
+
+
+def test_the_presence_labeller_runs_the_image_s_own_nvhook(
+    context: Path, tmp_path: Path, make_mock_machine: Callable[..., Path]
+) -> None:
+    """presence-labeller.yaml's script in the image as its pod runs it: the root read-only,
+    an emptyDir at /opt/nvhook, the node's /sys (a fresh H100 node's PCI bus: no driver, no
+    nvhook), user 65534; the image's bundled CPython runs nvhook from its wheel and sets
+    nvidia.com/gpu.present on the stand-in API server's Node (its extra arguments, which the
+    manifest leaves empty, point it there and make it one turn)."""
+    from tests.support.kubeapi import KubeApiServer
+
+    docs = yaml.safe_load_all((PACKAGING / "kubernetes/presence-labeller.yaml").read_text())
+    doc = next(d for d in docs if d["kind"] == "DaemonSet")
+    (container,) = doc["spec"]["template"]["spec"]["containers"]
+    (script,) = container["args"]
+    machine = make_mock_machine("h100-pcie")
+    for gone in ("proc/driver/nvidia", "usr/lib", "dev"):
+        shutil.rmtree(machine / gone)
+    root = tmp_path / "pod"
+    shutil.copytree(context, root, symlinks=True, copy_function=os.link)
+    for mountpoint in ("sys", "opt/nvhook", "dev", "proc"):
+        (root / mountpoint).mkdir(parents=True)
+    mounted: list[Path] = []
+    try:
+        for argv in (
+            ["--bind", str(root), str(root)],
+            ["-o", "remount,bind,ro", str(root)],  # readOnlyRootFilesystem
+            ["-t", "tmpfs", "-o", "size=1m,mode=1777", "tmpfs", str(root / "opt/nvhook")],
+            ["--rbind", "-o", "ro", str(machine / "sys"), str(root / "sys")],
+            ["--rbind", "/dev", str(root / "dev")],
+            ["-t", "proc", "proc", str(root / "proc")],  # ld.so's $ORIGIN: /proc/self/exe
+        ):
+            _mount(*argv)
+            if argv[0] != "-o":
+                mounted.append(Path(argv[-1]))
+        with KubeApiServer() as api:
+            api.put("nodes", {"metadata": {"name": "gpu-1", "labels": {"a/b": "c"}}})
+            env = {"PATH": POD_PATH, "NODE_NAME": "gpu-1"}
+            proc = subprocess.run(
+                [require("chroot"), "--userspec=65534:65534", str(root), "/bin/sh", "-c", script,
+                 "sh", "--api-server", api.url, "--interval", "0"],
+                env=env, capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+            assert api.get("nodes", "gpu-1")["metadata"]["labels"] == {
+                "a/b": "c",
+                "nvidia.com/gpu.present": "true",
+            }
+        assert proc.stderr.splitlines() == ["node gpu-1: nvidia.com/gpu.present set"]
+    finally:
+        for path in reversed(mounted):
+            subprocess.run([require("umount"), "--lazy", str(path)], check=False)

@@ -64,6 +64,7 @@ MANIFESTS = [
     "installer-daemonset.yaml",
     "nri-plugin.yaml",
     "labeller.yaml",
+    "presence-labeller.yaml",
     "runtimeclass.yaml",
 ]
 
@@ -136,14 +137,17 @@ def test_the_schema_refuses_a_wrong_field(
 
 DAEMONSETS = [
     ("installer-daemonset.yaml", 0),
-    ("device-plugin.yaml", 4),
+    ("device-plugin.yaml", 6),
     ("labeller.yaml", 5),
     ("nri-plugin.yaml", 0),
     ("dra-driver.yaml", 3),
+    ("presence-labeller.yaml", 5),
 ]
 #: The DaemonSets that talk to the API with the token kubelet mounts (the DRA driver's is
 #: projected where its chroot reads it; the installer and the NRI plugin talk to none).
-AUTOMOUNTED_TOKEN = {"device-plugin.yaml", "labeller.yaml"}
+AUTOMOUNTED_TOKEN = {"device-plugin.yaml", "labeller.yaml", "presence-labeller.yaml"}
+#: The DaemonSet that finds the GPU nodes runs on every Linux worker (no GPU label yet).
+EVERY_WORKER = {"presence-labeller.yaml"}
 #: One node, one inventory: the label that gives a GPU node to the DRA driver, whose
 #: DaemonSet requires it and the device plugin's refuses it.
 DRA_NODE = {"key": "nvidia.com/gpu.dra", "operator": "In", "values": ["true"]}
@@ -161,10 +165,16 @@ def test_daemonsets_are_safe_to_apply_to_a_whole_cluster(name: str, at: int) -> 
         "nodeSelectorTerms"
     ]
     gpu_labels = ["nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"]
+    if name in EVERY_WORKER:
+        gpu_labels = ["kubernetes.io/os"]
     assert len(terms) == len(gpu_labels)
     for term, label in zip(terms, gpu_labels, strict=True):
         assert term["matchExpressions"] == [
-            {"key": label, "operator": "In", "values": ["true"]},
+            {
+                "key": label,
+                "operator": "In",
+                "values": ["linux" if name in EVERY_WORKER else "true"],
+            },
             *SPLIT.get(name, []),
             {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"},
         ]
@@ -359,15 +369,29 @@ def test_manifest_names_are_dns_labels(name: str) -> None:
 
 def _device_plugin() -> tuple[Doc, Doc, Doc, Doc]:
     """The device plugin's ConfigMap and DaemonSet, its pod spec and its one container."""
-    cm, account, role, binding, ds = load_all("device-plugin.yaml")
+    cm, account, role, binding, cm_role, cm_binding, ds = load_all("device-plugin.yaml")
     assert (cm["apiVersion"], cm["kind"]) == ("v1", "ConfigMap")
-    assert [account["kind"], role["kind"], binding["kind"]] == [
+    assert [account["kind"], role["kind"], binding["kind"], cm_role["kind"]] == [
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
     ]
-    # it reads its Node's label: get, nothing more
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    # it reads and watches its Node's label, and changes nothing
+    rule = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    assert role["rules"] == [rule]
+    # …and reads and watches its one ConfigMap, nothing else of its namespace
+    assert cm_role["metadata"]["namespace"] == cm["metadata"]["namespace"]
+    assert cm_role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "verbs": ["get", "list", "watch"],
+            "resourceNames": [cm["metadata"]["name"]],
+        }
+    ]
+    assert cm_binding["roleRef"]["name"] == cm_role["metadata"]["name"]
+    assert cm_binding["subjects"][0]["name"] == account["metadata"]["name"]
     assert ds["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
     assert (ds["apiVersion"], ds["kind"]) == ("apps/v1", "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
@@ -397,7 +421,7 @@ def test_device_plugin_runs_on_gpu_nodes_only_and_tolerates_their_taint() -> Non
     )
 
 
-def test_device_plugin_mounts_its_config_and_the_host() -> None:
+def test_device_plugin_mounts_the_host_and_reads_its_config_through_the_api() -> None:
     cm, _, pod, container = _device_plugin()
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
@@ -410,13 +434,10 @@ def test_device_plugin_mounts_its_config_and_the_host() -> None:
     }
     assert writable == {
         DEFAULT_DIRECTORY.rstrip("/"): "/host" + DEFAULT_DIRECTORY.rstrip("/"),
-        "/var/lib/nvhook/device-plugin": "/host/var/lib/nvhook/device-plugin",
         os.path.dirname(DEFAULT_STATE_FILE): "/host" + os.path.dirname(DEFAULT_STATE_FILE),
         "/run/nvhook/mps": "/host/run/nvhook/mps",  # the MPS config's flags.mpsRoot
     }
-    configs = mounts["/host/var/lib/nvhook/device-plugin/configs"]
-    assert configs["readOnly"] is True
-    assert volumes[configs["name"]]["configMap"]["name"] == cm["metadata"]["name"]
+    assert all("configMap" not in v for v in pod["volumes"])  # --config-map: the API's
     assert container["securityContext"]["privileged"] is True  # NVML opens /dev/nvidia*
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert (
@@ -432,7 +453,7 @@ def test_device_plugin_runs_the_installed_nvhook_on_kubelet_s_directory() -> Non
     (script,) = container["args"]
     assert f"exec chroot /host {prefix}/bin/nvhook device-plugin" in script
     assert f"--device-plugin-path {DEFAULT_DIRECTORY}" in script
-    assert "--config-dir /var/lib/nvhook/device-plugin/configs" in script
+    assert "--config-map kube-system/nvhook-device-plugin" in script
     assert "--default-config default" in script and '--node-name "$NODE_NAME"' in script
     assert f"--health-state-file {DEFAULT_STATE_FILE}" in script
     assert "$(" not in script  # Kubernetes would expand it
@@ -632,13 +653,15 @@ def test_the_labeller_may_patch_its_own_node_s_nvidia_labels_only() -> None:
     assert proc.returncode == 0, proc.stdout
 
 
-def _admitted(request_user: str, node_of_token: str, old: Doc, new: Doc) -> bool | None:
-    """The labeller's ValidatingAdmissionPolicy on one Node UPDATE, its CEL evaluated by the
-    reference implementation (PyPI common-expression-language): None when it does not apply
-    (another user), else whether every validation holds."""
+def _admitted(
+    request_user: str, node_of_token: str, old: Doc, new: Doc, manifest: str = "labeller.yaml"
+) -> bool | None:
+    """The labeller's (or ``manifest``'s) ValidatingAdmissionPolicy on one Node UPDATE, its
+    CEL evaluated by the reference implementation (PyPI common-expression-language): None when
+    it does not apply (another user), else whether every validation holds."""
     import cel
 
-    policy = load_all("labeller.yaml")[3]["spec"]
+    policy = load_all(manifest)[3]["spec"]
     request = {
         "userInfo": {
             "username": request_user,
@@ -674,3 +697,53 @@ def test_the_admission_policy_admits_only_its_own_node_s_nvidia_labels() -> None
     annotated = node("gpu-1", ours["metadata"]["labels"], annotations={"a": "b"})
     assert _admitted(me, "gpu-1", old, annotated) is False  # not the annotations
     assert _admitted("system:node:gpu-1", "gpu-1", old, renamed) is None  # others: not ours
+
+
+def test_the_presence_labeller_may_set_gpu_present_on_its_own_node_only() -> None:
+    account, role, binding, policy, policy_binding, ds = load_all("presence-labeller.yaml")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    assert binding["subjects"][0]["name"] == account["metadata"]["name"] == "nvhook-presence"
+    assert policy_binding["spec"] == {
+        "policyName": "nvhook-presence",
+        "validationActions": ["Deny"],
+    }
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "nvhook-presence"
+    # nothing of the host: no hostPath, not privileged, not root, no capability
+    assert all("hostPath" not in v for v in pod["volumes"])
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert not container["securityContext"].get("privileged")
+    (script,) = container["args"]
+    assert "nvhook labels --presence --root /" in script
+    for tool in ("sh", "shellcheck"):
+        argv = [require(tool), "-n"] if tool == "sh" else [require(tool), "--shell=sh", "-"]
+        proc = subprocess.run(argv, input=script, capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    me = "system:serviceaccount:kube-system:nvhook-presence"
+
+    def node(name: str, labels: dict[str, str], **more: Any) -> Doc:
+        return {"metadata": {"name": name, "labels": labels, **more}, "spec": {}}
+
+    def admitted(token_node: str, old: Doc, new: Doc, user: str = me) -> bool | None:
+        return _admitted(user, token_node, old, new, "presence-labeller.yaml")
+
+    fresh = node("gpu-1", {"kubernetes.io/hostname": "gpu-1", "nvidia.com/gpu.count": "8"})
+    present = node("gpu-1", {**fresh["metadata"]["labels"], "nvidia.com/gpu.present": "true"})
+    assert admitted("gpu-1", fresh, present) is True
+    assert admitted("gpu-1", present, fresh) is True  # removed: no NVIDIA GPU any more
+    assert admitted("gpu-2", fresh, present) is False  # another node's token
+    lying = node("gpu-1", {**fresh["metadata"]["labels"], "nvidia.com/gpu.present": "false"})
+    assert admitted("gpu-1", fresh, lying) is False  # only "true"
+    counted = node("gpu-1", {**present["metadata"]["labels"], "nvidia.com/gpu.count": "9"})
+    assert admitted("gpu-1", present, counted) is False  # another nvidia.com/ label
+    dropped = node("gpu-1", {"nvidia.com/gpu.present": "true"})
+    assert admitted("gpu-1", fresh, dropped) is False  # …or others' removed
+    annotated = node("gpu-1", present["metadata"]["labels"], annotations={"a": "b"})
+    assert admitted("gpu-1", fresh, annotated) is False  # not the annotations
+    cordoned = {**present, "spec": {"unschedulable": True}}
+    assert admitted("gpu-1", fresh, cordoned) is False  # not the spec
+    assert admitted("gpu-1", fresh, counted, user="system:node:gpu-1") is None  # not ours

@@ -25,6 +25,16 @@ nothing was refused):
   versions, DNS-label device names, taint effects; :meth:`KubeApiServer.pool_problems`
   checks a pool as a whole (its newest generation's slices: the count they declare).
 
+Watches (``GET`` of a collection with ``watch=1``) stream events as kube-apiserver does
+(its watch handler, chunked JSON lines ``{"type", "object"}``, read the same way by the
+``kubernetes`` client's ``watch/watch.py``): every change after the ``resourceVersion`` asked
+for, filtered by the ``fieldSelector``, ``BOOKMARK`` events where ``allowWatchBookmarks`` asks,
+until ``timeoutSeconds``; a version older than what is kept (:meth:`KubeApiServer.compact`)
+gets the ``ERROR`` event with a 410 ``Expired`` Status. :meth:`KubeApiServer.drop_watches`
+breaks every open stream (an API server restarting), :attr:`KubeApiServer.refuse_watch`
+answers watches with that status (RBAC without ``watch``), and
+:attr:`KubeApiServer.watches` counts the watches opened.
+
 :meth:`KubeApiServer.fail` makes the next matching requests fail (an API error mid-prepare);
 :meth:`KubeApiServer.kubeconfig` writes a kubeconfig pointing at it.
 """
@@ -35,6 +45,7 @@ import copy
 import json
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -293,6 +304,15 @@ class KubeApiServer:
         self._faults: list[list[Any]] = []  # [method, path part, status, times]
         self._version = 0
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        #: every change: (resourceVersion, type, plural, namespace, the object after it)
+        self.events: list[tuple[int, str, str, str, dict[str, Any]]] = []
+        self._compacted = 0  # versions up to this one are no longer kept
+        self._generation = 0  # drop_watches() breaks the streams of older generations
+        self._closing = False
+        #: a status to refuse watches with (0: watches are served)
+        self.refuse_watch = 0
+        self.watches = 0
         self._httpd: ThreadingHTTPServer | None = None
 
     # ------------------------------------------------------------------ test side
@@ -304,9 +324,13 @@ class KubeApiServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
+            protocol_version = "HTTP/1.1"  # chunked watch streams, as the API's
+
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
+                if self.command == "GET" and server.watch_stream(self):
+                    return
                 status, answer = server.handle(
                     self.command,
                     self.path,
@@ -320,6 +344,7 @@ class KubeApiServer:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+                self.close_connection = True  # one request per connection, as nvhook's client
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
@@ -328,6 +353,9 @@ class KubeApiServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -370,8 +398,109 @@ class KubeApiServer:
         with self._lock:
             self._version += 1
             meta["resourceVersion"] = str(self._version)
-            self.objects[(plural, meta.get("namespace", ""), meta["name"])] = obj
+            key = (plural, meta.get("namespace", ""), meta["name"])
+            self._record("MODIFIED" if key in self.objects else "ADDED", key, obj)
+            self.objects[key] = obj
         return obj
+
+    def _record(self, kind: str, key: tuple[str, str, str], obj: dict[str, Any]) -> None:
+        """Log a change (the lock held) for the watches, and wake them."""
+        self.events.append((self._version, kind, key[0], key[1], copy.deepcopy(obj)))
+        self._changed.notify_all()
+
+    def compact(self) -> None:
+        """Keep no change older than now: a watch from an older version gets 410 Expired."""
+        with self._lock:
+            self._compacted = self._version
+            self.events = []
+
+    def drop_watches(self) -> None:
+        """Break every open watch stream (no final chunk), as a restarting server does."""
+        with self._changed:
+            self._generation += 1
+            self._changed.notify_all()
+
+    def watch_stream(self, handler: BaseHTTPRequestHandler) -> bool:
+        """Serve ``handler``'s request as a watch if it is one (False: it is not)."""
+        url = urlsplit(handler.path)
+        query = parse_qs(url.query)
+        if query.get("watch", [""])[0] not in ("1", "true"):
+            return False
+        route = self._route(url.path)
+
+        def refuse(code: int, message: str) -> bool:
+            data = json.dumps(self._status(code, message, "Forbidden")[1]).encode()
+            handler.send_response(code)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+            handler.close_connection = True  # one request per connection, as nvhook's client
+            return True
+
+        with self._lock:
+            self.requests.append(("WATCH", url.path))
+            if self.token and handler.headers.get("Authorization") != f"Bearer {self.token}":
+                return refuse(401, "Unauthorized")
+            if self.refuse_watch:
+                return refuse(self.refuse_watch, f"watch of {url.path} refused by the stand-in")
+            self.watches += 1
+            generation = self._generation
+        if route is None or route[2] is not None:
+            return refuse(404, f"the server could not find the requested resource {url.path}")
+        resource, namespace, _ = route
+        terms = [t.split("=", 1) for t in query.get("fieldSelector", [""])[0].split(",") if t]
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        bookmarks = query.get("allowWatchBookmarks", [""])[0] == "true"
+        deadline = time.monotonic() + float(query.get("timeoutSeconds", ["1800"])[0])
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+
+        def send(event: dict[str, Any]) -> None:
+            data = json.dumps(event).encode() + b"\n"
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            handler.wfile.flush()
+
+        try:
+            if since and since < self._compacted:
+                status = self._status(410, f"too old resource version: {since}", "Expired")[1]
+                send({"type": "ERROR", "object": status})
+                handler.wfile.write(b"0\r\n\r\n")
+                return True
+            while True:
+                with self._changed:
+                    while True:
+                        if self._closing or generation != self._generation:
+                            handler.close_connection = True
+                            return True  # broken: no final chunk
+                        new = [
+                            (v, k, o)
+                            for v, k, p, ns, o in self.events
+                            if v > since
+                            and p == resource.plural
+                            and (not namespace or ns == namespace)
+                            and all(str(_field(o, f)) == x for f, x in terms)
+                        ]
+                        left = deadline - time.monotonic()
+                        if new or left <= 0:
+                            break
+                        self._changed.wait(min(left, 1.0))
+                    version = self._version
+                for v, kind, obj in new:
+                    send({"type": kind, "object": obj})
+                    since = v
+                if left <= 0:
+                    if bookmarks:
+                        mark = {"kind": resource.kind, "apiVersion": resource.group_version,
+                                "metadata": {"resourceVersion": str(version)}}  # fmt: skip
+                        send({"type": "BOOKMARK", "object": mark})
+                    handler.wfile.write(b"0\r\n\r\n")
+                    return True
+        except OSError:  # the client went away
+            handler.close_connection = True
+            return True
 
     def pool_problems(self, driver: str, pool: str) -> list[str]:
         """What is wrong with the pool as stored: its newest generation must have exactly
@@ -497,6 +626,10 @@ class KubeApiServer:
         if method == "DELETE":
             with self._lock:
                 obj = self.objects.pop(key, None)
+                if obj is not None:
+                    self._version += 1
+                    obj["metadata"]["resourceVersion"] = str(self._version)
+                    self._record("DELETED", key, obj)
             if obj is None:
                 return self._not_found(resource, name or "")
             return self._status(200, "deleted")
@@ -543,5 +676,6 @@ class KubeApiServer:
             meta["uid"] = old["metadata"]["uid"] if old else str(uuid.uuid4())
             self._version += 1
             meta["resourceVersion"] = str(self._version)
+            self._record("ADDED" if old is None else "MODIFIED", key, obj)
             self.objects[key] = obj
         return (201 if method == "POST" else 200), copy.deepcopy(obj)

@@ -16,7 +16,12 @@ from pathlib import Path
 import pytest
 
 from nvhook.deviceplugin.plugin import DevicePlugin
-from nvhook.deviceplugin.selector import ConfigSelector
+from nvhook.deviceplugin.selector import (
+    ASK_INTERVAL,
+    MAX_CONFIG_MAP,
+    ConfigMapConfigs,
+    ConfigSelector,
+)
 from nvhook.deviceplugin.server import Kubelet
 from nvhook.kubeapi import Client
 from nvhook.planner import Host
@@ -139,3 +144,151 @@ def test_the_command_needs_a_config_to_start_with(
     assert f"{tmp_path}: no configuration to start with" in err
     assert main(argv) == 8  # two configs, no label, no default: which one is not guessed
     assert "no default, and" in capsys.readouterr().err
+
+
+class _Running:
+    """A plugin on the dgx mock with ``selector`` as its config source, asked as often as
+    ``nvhook device-plugin`` asks it, and the kubelet stand-in it registers with."""
+
+    def __init__(self, root: Path, selector: ConfigSelector, lines: list[str]) -> None:
+        initial = selector()
+        assert initial is not None
+        self.directory = Path(tempfile.mkdtemp(prefix="nvh-sel-", dir="/tmp"))  # short
+        self.kubelet = Kubelet(self.directory)
+        self.kubelet.start()
+        self.selector = selector
+        plugin = DevicePlugin(Host(root=str(root)), initial, str(self.directory),
+                              health_interval=5.0, log=lines.append, config_source=selector,
+                              config_interval=ASK_INTERVAL)  # fmt: skip
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=plugin.run, args=(self.stop,), daemon=True)
+        self.thread.start()
+        self.kubelet.wait_registered(1)
+
+    def devices(self) -> int:
+        [request] = self.kubelet.wait_registered(len(self.kubelet.requests))[-1:]
+        client = self.kubelet.client(request)
+        client.watch()
+        return len(client.wait_for(lambda d: True))
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.kubelet.stop()
+        self.selector.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        assert not self.thread.is_alive()
+
+
+def test_a_label_change_is_applied_within_a_second_by_the_node_watch(
+    dgx: Path,  # noqa: F811
+    api: KubeApiServer,
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "plain").write_text("version: v1\n")
+    (tmp_path / "sliced").write_text(SLICED.format(n=2))
+    lines: list[str] = []
+    selector = ConfigSelector(str(tmp_path), default="plain", node="gpu-1",
+                              credentials=Client(api.url), log=lines.append)  # fmt: skip
+    running = _Running(dgx, selector, lines)
+    try:
+        assert running.devices() == 8
+        start = time.monotonic()
+        _set_label(api, "sliced")
+        _wait(lambda: len(running.kubelet.requests) >= 2)
+        took = time.monotonic() - start
+        assert running.devices() == 16
+        assert took < 2.0, took  # measured 1.0 s: the event, ASK_INTERVAL, the old servers' stop
+        # followed by one list and one watch: no GET of the Node per second
+        assert ("GET", "/api/v1/nodes/gpu-1") not in api.requests
+        assert api.requests.count(("WATCH", "/api/v1/nodes")) == 1
+    finally:
+        running.close()
+
+
+def test_a_refused_watch_falls_back_to_polling(
+    dgx: Path,  # noqa: F811
+    api: KubeApiServer,
+    tmp_path: Path,
+) -> None:
+    api.refuse_watch = 403  # RBAC without list/watch on nodes
+    (tmp_path / "plain").write_text("version: v1\n")
+    (tmp_path / "sliced").write_text(SLICED.format(n=2))
+    lines: list[str] = []
+    selector = ConfigSelector(str(tmp_path), default="plain", node="gpu-1",
+                              credentials=Client(api.url), log=lines.append,
+                              poll_interval=1.0)  # fmt: skip
+    running = _Running(dgx, selector, lines)
+    try:
+        assert any("403 Forbidden" in line and "polling instead" in line for line in lines)
+        _set_label(api, "sliced")
+        _wait(lambda: len(running.kubelet.requests) >= 2)
+        assert running.devices() == 16
+        assert ("GET", "/api/v1/nodes/gpu-1") in api.requests
+    finally:
+        running.close()
+
+
+def test_configs_from_a_config_map_through_the_api(
+    dgx: Path,  # noqa: F811
+    api: KubeApiServer,
+) -> None:
+    """The named configs are a ConfigMap's keys, watched: a key's change and a label's are
+    each applied without a restart; a bad key, a missing name and an oversized ConfigMap
+    are named and change nothing."""
+    cm = {"metadata": {"name": "cfg", "namespace": "kube-system"},
+          "data": {"plain": "version: v1\n", "sliced.yaml": SLICED.format(n=2)}}  # fmt: skip
+    api.put("configmaps", cm)
+
+    def edit(**data: str) -> None:
+        obj = api.get("configmaps", "cfg", "kube-system")
+        obj["data"] = {**obj["data"], **data}
+        api.put("configmaps", obj)
+
+    lines: list[str] = []
+    creds = Client(api.url)
+    configs = ConfigMapConfigs(creds, "kube-system", "cfg", log=lines.append)
+    selector = ConfigSelector("", default="plain", node="gpu-1", credentials=creds,
+                              config_map=configs, log=lines.append)  # fmt: skip
+    running = _Running(dgx, selector, lines)
+    try:
+        assert running.devices() == 8
+        _set_label(api, "sliced")  # the key sliced.yaml
+        _wait(lambda: len(running.kubelet.requests) >= 2)
+        assert running.devices() == 16
+        start = time.monotonic()
+        edit(**{"sliced.yaml": SLICED.format(n=3)})  # the ConfigMap itself changes
+        _wait(lambda: len(running.kubelet.requests) >= 3)
+        assert time.monotonic() - start < 2.0
+        assert running.devices() == 24
+        registered = len(running.kubelet.requests)
+        edit(**{"sliced.yaml": "version: v1\nflags: {migStrategy: all}\n"})
+        _wait(lambda: any("ConfigMap kube-system/cfg key sliced.yaml: " in x for x in lines))
+        edit(**{"sliced.yaml": SLICED.format(n=3), "huge": "#" * MAX_CONFIG_MAP})
+        _wait(lambda: any(f"more than {MAX_CONFIG_MAP}: split it" in x for x in lines))
+        small = api.get("configmaps", "cfg", "kube-system")
+        del small["data"]["huge"]
+        api.put("configmaps", small)
+        _set_label(api, "nope")
+        _wait(lambda: any("=nope: no such config in ConfigMap kube-system/cfg" in x for x in lines))
+        time.sleep(1.5)
+        assert len(running.kubelet.requests) == registered  # nothing changed: still 24
+        assert ("GET", "/api/v1/namespaces/kube-system/configmaps/cfg") not in api.requests
+    finally:
+        running.close()
+
+
+def test_the_command_takes_a_config_map(
+    api: KubeApiServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from nvhook.cli import main
+
+    argv = ["device-plugin", "--api-server", api.url, "--node-name", "gpu-1"]
+    assert main([*argv, "--config-map", "nope"]) == 2
+    assert "expected NAMESPACE/NAME" in capsys.readouterr().err
+    assert main([*argv, "--config-map", "a/b", "--config-dir", "/x"]) == 2
+    assert main([*argv, "--config-map", "kube-system/cfg", "--default-config", "plain"]) == 8
+    err = capsys.readouterr().err
+    assert "ConfigMap kube-system/cfg does not exist" in err
+    assert "ConfigMap kube-system/cfg: no configuration to start with" in err
