@@ -16,7 +16,7 @@ from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet
 from nvhook.mock import create, load_profile
-from nvhook.mock.mutate import relayout_mig, remove_gpu
+from nvhook.mock.mutate import current_profile, relayout_mig, remove_gpu
 from nvhook.planner import Host
 
 DGX = load_profile("dgx-a100")
@@ -78,6 +78,54 @@ def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) ->
         assert [d.ID for d in client.wait_for(lambda d: len(d) == 5)] == UUIDS[2:7]
         assert any("nvidia.com/gpu: 6 -> 5 devices" in line for line in lines), lines
         assert thread.is_alive()  # the same plugin all along
+    finally:
+        stop.set()
+        thread.join(10)
+        kubelet.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not thread.is_alive()
+
+
+def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -> None:
+    """A layout re-made with the same instance ids: procfs is the same, only NVML's UUIDs
+    tell. The XID monitor holds NVML open (its event reader); the watcher's NVML check must
+    still see the new UUIDs, and the plugin advertise them."""
+    root = tmp_path / "root"
+    create("dgx-a100", root, nodes="file")
+    directory = Path("/tmp") / f"nvh-fu-{os.getpid()}-{tmp_path.name[-12:]}"
+    directory.mkdir()
+    kubelet = Kubelet(directory)
+    kubelet.start()
+    lines: list[str] = []
+    plugin = DevicePlugin(
+        Host(root=str(root)),
+        PluginConfig(mig_strategy="mixed"),
+        str(directory),
+        health_interval=0.2,
+        log=lines.append,
+        follow_interval=0.1,
+        follow_nvml_interval=0.3,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        first = kubelet.wait_registered(3)
+        assert plugin.monitor is not None and plugin.monitor.nvml_open.wait(5)  # NVML held
+        mig = kubelet.client(next(r for r in first if r.resource_name.endswith("2g.20gb")))
+        mig.watch()
+        before = sorted(d.ID for d in mig.wait_for(lambda d: len(d) == 2))
+        relayout_mig(root, 0, ["2g.20gb", "2g.20gb", "3g.40gb"])  # the same gi ids, new UUIDs
+        assert [i.id for i in current_profile(root).gpus[0].gpu_instances] == [3, 4, 2]
+        again = kubelet.wait_registered(6)[3:]
+        fresh = kubelet.client(next(r for r in again if r.resource_name.endswith("2g.20gb")))
+        fresh.watch()
+        after = sorted(d.ID for d in fresh.wait_for(lambda d: len(d) == 2))
+        assert not set(after) & set(before), (before, after)
+        now = current_profile(root).gpus[0].mig_devices
+        assert after == sorted(d.uuid for d in now if d.profile.name == "2g.20gb")
+        assert any("MIG devices re-created (new UUIDs)" in line for line in lines), lines
+        assert plugin.monitor is not None and plugin.monitor.nvml_open.wait(5)  # resumed
     finally:
         stop.set()
         thread.join(10)
