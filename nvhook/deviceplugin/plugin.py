@@ -38,8 +38,10 @@ SIGINT):
 
 With ``failOnInitError: false`` (NVIDIA's legacy mode, for a DaemonSet on every node), a
 node whose driver or GPUs cannot be read at start (no driver, NVML failing, a MIG layout
-the strategy refuses) logs the error once and serves nothing until SIGTERM, instead of
-exiting (and crash-looping).
+the strategy refuses) logs the error once and serves nothing, instead of exiting (and
+crash-looping): with ``--follow-gpus`` until the watcher sees the driver or the GPUs change
+(the driver loaded late, a GPU added, a re-layout), then it discovers again and serves what
+it finds (a discovery that still fails logs why and keeps waiting); without, until SIGTERM.
 """
 
 from __future__ import annotations
@@ -239,6 +241,12 @@ class DevicePlugin:
                 resources, gpus, topology = (), (), Topology(numa=())
             elif not isinstance(e, (DriverError, StrategyError)) or self.config.fail_on_init_error:
                 raise
+            elif watcher is not None:  # serve nothing until the driver or the GPUs change
+                self.log(
+                    f"error: {e.message}; failOnInitError is false: serving nothing on this "
+                    "node until its driver or GPUs change (followed) or SIGTERM"
+                )
+                resources, gpus, topology = (), (), Topology(numa=())
             else:
                 self.log(
                     f"error: {e.message}; failOnInitError is false: serving nothing on this "
@@ -362,7 +370,8 @@ class DevicePlugin:
             ResourceServer(r, self.config, t, self.state, self.directory) for r, t in self._others
         ]
         if not self.servers:
-            self.log("no GPU to advertise on this node; waiting for SIGTERM")
+            until = "a change of its GPUs" if self.follow_interval is not None else "SIGTERM"
+            self.log(f"no GPU to advertise on this node; waiting for {until}")
         for s in self.servers:
             s.start()
             register(self.kubelet_socket, s)
@@ -372,6 +381,8 @@ class DevicePlugin:
             )
 
     def _start_monitor(self) -> None:
+        if not self._gpus_of:  # no NVIDIA GPU: no XID to watch (and NVML may be absent)
+            return
         monitor = HealthMonitor(
             self.host, self._gpus_of, self.config.health, on_change=self._refresh, log=self.log
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,13 @@ from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet
 from nvhook.mock import create, load_profile
-from nvhook.mock.mutate import current_profile, relayout_mig, remove_gpu
+from nvhook.mock.mutate import (
+    current_profile,
+    load_driver,
+    relayout_mig,
+    remove_gpu,
+    unload_driver,
+)
 from nvhook.planner import Host
 
 DGX = load_profile("dgx-a100")
@@ -126,6 +133,57 @@ def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -
         assert after == sorted(d.uuid for d in now if d.profile.name == "2g.20gb")
         assert any("MIG devices re-created (new UUIDs)" in line for line in lines), lines
         assert plugin.monitor is not None and plugin.monitor.nvml_open.wait(5)  # resumed
+    finally:
+        stop.set()
+        thread.join(10)
+        kubelet.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not thread.is_alive()
+
+
+def test_fail_on_init_error_false_starts_serving_when_the_driver_comes(tmp_path: Path) -> None:
+    """``failOnInitError: false`` on a node whose driver is not loaded yet (a driver container
+    starting after the plugin): nothing served, then the driver loads and the same plugin
+    registers its resources, no restart."""
+    root = tmp_path / "root"
+    create("dgx-a100", root, nodes="file")
+    unload_driver(root)
+    directory = Path("/tmp") / f"nvh-fd-{os.getpid()}-{tmp_path.name[-12:]}"
+    directory.mkdir()
+    kubelet = Kubelet(directory)
+    kubelet.start()
+    lines: list[str] = []
+    plugin = DevicePlugin(
+        Host(root=str(root)),
+        PluginConfig(fail_on_init_error=False),
+        str(directory),
+        health_interval=0.2,
+        log=lines.append,
+        follow_interval=0.1,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert plugin.ready.wait(10)
+        time.sleep(0.4)  # a few polls with nothing there
+        assert kubelet.requests == [] and plugin.servers == [] and plugin.monitor is None
+        assert not any(p.suffix == ".sock" for p in directory.iterdir() if p.name != "kubelet.sock")
+        assert any(
+            "Driver Not Loaded" in line
+            and "serving nothing on this node until its driver or GPUs change" in line
+            for line in lines
+        ), lines
+
+        load_driver(root)
+        (gpu,) = kubelet.wait_registered(1, timeout=10)
+        assert gpu.resource_name == "nvidia.com/gpu"
+        client = kubelet.client(gpu)
+        client.watch()
+        assert [d.ID for d in client.wait_for(lambda d: len(d) == 8)] == UUIDS
+        assert any("the node's GPUs changed: GPU 0000:07:00.0" in line for line in lines), lines
+        assert any("registering nvidia.com/gpu (8 devices)" in line for line in lines), lines
+        assert thread.is_alive()
     finally:
         stop.set()
         thread.join(10)
