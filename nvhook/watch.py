@@ -372,9 +372,11 @@ class Refresher:
         labels_config: str | None = None,
         watcher: Watcher | None = None,
         log: Callable[[str], None] = _stderr,
+        vendor: str | None = None,
     ) -> None:
         self.host, self.output, self.log, self.watcher = host, output, log, watcher
         self.labels_output, self.labels_config = labels_output, labels_config
+        self.vendor = vendor  # the spec's vendor (``cdi generate --vendor``); None: nvidia.com
 
     def __call__(self, update: Update) -> None:
         self.log("changed: " + "; ".join(map(str, update.changes)))
@@ -395,7 +397,10 @@ class Refresher:
         from oci.errors import OciError
 
         try:
-            spec = generate_spec(self.host).spec
+            if self.vendor is None:
+                spec = generate_spec(self.host).spec
+            else:
+                spec = generate_spec(self.host, vendor=self.vendor).spec
         except NvhookError as e:
             self.log(f"{self.output} kept: cannot generate a spec now: {e}")
             return False
