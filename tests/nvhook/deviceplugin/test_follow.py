@@ -133,6 +133,18 @@ def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -
         assert after == sorted(d.uuid for d in now if d.profile.name == "2g.20gb")
         assert any("MIG devices re-created (new UUIDs)" in line for line in lines), lines
         assert plugin.monitor is not None and plugin.monitor.nvml_open.wait(5)  # resumed
+
+        # XID 79: the driver keeps GPU 4's /proc entry, NVML stops listing it (its line taken
+        # out of the mock's NVML data, by rename as the mock changes files)
+        data = root / "etc/nvhook-mock/nvml.txt"
+        lines_kept = [x for x in data.read_text().splitlines(True) if f"\t{UUIDS[4]}\t" not in x]
+        (root / "nvml.tmp").write_text("".join(lines_kept))
+        os.rename(root / "nvml.tmp", data)
+        gpu = next(r for r in kubelet.wait_registered(9)[6:] if r.resource_name == "nvidia.com/gpu")
+        whole = kubelet.client(gpu)
+        whole.watch()
+        assert [d.ID for d in whole.wait_for(lambda d: len(d) == 5)] == UUIDS[2:4] + UUIDS[5:]
+        assert any(f"NVML: no longer lists {UUIDS[4]}" in line for line in lines), lines
     finally:
         stop.set()
         thread.join(10)
