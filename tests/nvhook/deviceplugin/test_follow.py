@@ -9,6 +9,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -28,6 +29,34 @@ from nvhook.planner import Host
 
 DGX = load_profile("dgx-a100")
 UUIDS = [g.uuid for g in DGX.gpus]
+
+
+def _settled(
+    kubelet: Kubelet,
+    plugin: DevicePlugin,
+    lines: list[str],
+    logged: str,
+    names: set[str],
+    since: int,
+) -> list[Any]:
+    """The plugin's registrations once it logged ``logged`` and serves exactly ``names``, each
+    registered after the first ``since`` registrations: a poll may land between the mock's
+    renames (its new entries move in before the old go), so the plugin may register an
+    intermediate layout first."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        servers = list(plugin.servers)
+        if (
+            any(logged in line for line in lines)
+            and {s.resource.name for s in servers} == names
+            and all(s.serving for s in servers)
+        ):
+            start = len(kubelet.requests) - len(servers)
+            last = kubelet.requests[start:]
+            if start >= since and {r.resource_name for r in last} == names:
+                return last
+        time.sleep(0.05)
+    raise AssertionError(f"not settled on {sorted(names)} after {logged!r}: {lines}")
 
 
 def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) -> None:
@@ -60,26 +89,29 @@ def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) ->
         vanished.watch()
         vanished.wait_for(lambda d: len(d) == 1)
 
+        since = len(kubelet.requests)
         relayout_mig(root, 0, ["1g.10gb"] * 7)  # 3g.40gb + 2g.20gb + … -> 7 x 1g.10gb
-        again = kubelet.wait_registered(5)[3:]
-        assert {r.resource_name for r in again} == {"nvidia.com/gpu", "nvidia.com/mig-1g.10gb"}
+        names = {"nvidia.com/gpu", "nvidia.com/mig-1g.10gb"}
+        final = " -> 7.0,8.0,9.0,10.0,11.0,12.0,13.0 "
+        again = _settled(kubelet, plugin, lines, final, names, since)
         assert vanished.stream_ended()  # withdrawn: its server stopped, its socket removed
         for profile in ("2g.20gb", "3g.40gb"):
             assert not (directory / f"nvhook-nvidia.com_mig-{profile}.sock").exists()
         mig = kubelet.client(next(r for r in again if r.resource_name.endswith("1g.10gb")))
         mig.watch()
         assert len(mig.wait_for(lambda d: len(d) == 7)) == 7
-        # the change is logged; a poll may land between the mock's renames (its new instances
-        # are moved in before the old ones go), so only the final layout is certain
-        assert any("MIG layout " in line and " -> 7.0," in line for line in lines), lines
-        assert any(
-            "registering nvidia.com/mig-1g.10gb (7 devices)" in line
-            and "withdrawing nvidia.com/mig-3g.40gb" in line
-            for line in lines
-        ), lines
+        # each step is logged (the steps of intermediate layouts too, where a poll saw one)
+        assert any("registering nvidia.com/mig-1g.10gb (" in line for line in lines), lines
+        assert any("withdrawing nvidia.com/mig-3g.40gb" in line for line in lines), lines
 
+        since = len(kubelet.requests)
         remove_gpu(root, 7)
-        gpu = next(r for r in kubelet.wait_registered(7)[5:] if r.resource_name == "nvidia.com/gpu")
+        gone = f"{UUIDS[7]}, minor 7): gone"
+        gpu = next(
+            r
+            for r in _settled(kubelet, plugin, lines, gone, names, since)
+            if r.resource_name == "nvidia.com/gpu"
+        )
         client = kubelet.client(gpu)
         client.watch()
         assert [d.ID for d in client.wait_for(lambda d: len(d) == 5)] == UUIDS[2:7]
@@ -122,9 +154,11 @@ def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -
         mig = kubelet.client(next(r for r in first if r.resource_name.endswith("2g.20gb")))
         mig.watch()
         before = sorted(d.ID for d in mig.wait_for(lambda d: len(d) == 2))
+        since = len(kubelet.requests)
         relayout_mig(root, 0, ["2g.20gb", "2g.20gb", "3g.40gb"])  # the same gi ids, new UUIDs
         assert [i.id for i in current_profile(root).gpus[0].gpu_instances] == [3, 4, 2]
-        again = kubelet.wait_registered(6)[3:]
+        names = {"nvidia.com/gpu", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"}
+        again = _settled(kubelet, plugin, lines, "MIG devices re-created (new UUIDs)", names, since)
         fresh = kubelet.client(next(r for r in again if r.resource_name.endswith("2g.20gb")))
         fresh.watch()
         after = sorted(d.ID for d in fresh.wait_for(lambda d: len(d) == 2))
@@ -139,12 +173,17 @@ def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -
         data = root / "etc/nvhook-mock/nvml.txt"
         lines_kept = [x for x in data.read_text().splitlines(True) if f"\t{UUIDS[4]}\t" not in x]
         (root / "nvml.tmp").write_text("".join(lines_kept))
+        since = len(kubelet.requests)
         os.rename(root / "nvml.tmp", data)
-        gpu = next(r for r in kubelet.wait_registered(9)[6:] if r.resource_name == "nvidia.com/gpu")
+        lost = f"NVML: no longer lists {UUIDS[4]}"
+        gpu = next(
+            r
+            for r in _settled(kubelet, plugin, lines, lost, names, since)
+            if r.resource_name == "nvidia.com/gpu"
+        )
         whole = kubelet.client(gpu)
         whole.watch()
         assert [d.ID for d in whole.wait_for(lambda d: len(d) == 5)] == UUIDS[2:4] + UUIDS[5:]
-        assert any(f"NVML: no longer lists {UUIDS[4]}" in line for line in lines), lines
     finally:
         stop.set()
         thread.join(10)
