@@ -1,28 +1,28 @@
 """podman's own CDI in the loop while the node changes: what protects its user.
 
 podman (the host's 4.3) resolves ``--device <vendor>/gpu=…`` itself, from the spec files in
-``/var/run/cdi``, and hands runc a finished config: ``nvhook-runtime`` is not on this path, so
-the layout record a generated spec puts in each MIG device's env
-(``NVHOOK_MIG_LAYOUT_<minor>``, :mod:`nvhook.devices.miglayout`) reaches the container but is
-checked by no one. nvhook does run, as the spec's ``createContainer`` hook
-(``nvhook-hook create-container``: links and the ld cache), which does not check it. What
-protects the podman user is the watcher:
+``/var/run/cdi``, and hands runc a finished config: ``nvhook-runtime`` is not on this path.
+nvhook runs as the spec's ``createContainer`` hook (``nvhook-hook create-container``). What
+protects the podman user:
 
 - the :class:`~nvhook.watch.Refresher` rewrites the spec within the poll interval and a
-  refresh (measured: ``bench/watch.py``), by rename, so podman reads the old spec or the new
-  one, never none and never a part (the reader loop here checks that);
-- inside that window a start that resolved the old spec gets the old names' nodes: a MIG
-  device's ``nvidia-cap`` nodes of an instance the re-layout destroyed (nvidia-modprobe's
-  nodes stay), a lost GPU's node; the container starts and sees no such device
-  (``nvidia-smi -L`` lists the GPU without that MIG device, or none), not another one;
+  refresh (each change's rewrite is timed here against :data:`WINDOW`), by rename, so podman
+  reads the old spec or the new one, never none and never a part (the reader loop checks);
+- a start that resolved the old spec before the rewrite is refused by the hook, which checks
+  the GPU and MIG layout records of the container's env (:mod:`nvhook.gpurecords`): runc's
+  ``error running hook #0: … exit status 11, …, stderr: nvhook-hook create-container: …``;
+- a change that lands after the hook's check leaves the old names' nodes: a MIG device's
+  ``nvidia-cap`` nodes of a destroyed instance, a lost GPU's node; such a container sees no
+  such device (``nvidia-smi -L`` lists the GPU without that MIG device, or none), not another;
 - after the rewrite a name the spec no longer has fails in podman itself, before any
   container exists: ``Error: setting up CDI devices: unresolvable CDI devices <name>``
   (asserted here as podman 4.3 prints it).
 
 A ``dgx-a100`` mock of the test's own (real char nodes): GPU 0 re-laid to 7x1g.10gb and back,
 GPU 5 lost and back, while a loop of ``podman run`` asks in turn for ``0:1`` and GPU 5 by
-UUID. Every start got the device as a layout current during it defines it, or (only within
-:data:`WINDOW` seconds of a change) the stale spec's dead nodes, or failed with podman's line.
+UUID. Every start got the device as a layout current during it defines it, or (only between
+a change and its rewrite) the hook's refusal or the old spec's dead nodes, or failed with
+podman's line.
 """
 
 from __future__ import annotations
