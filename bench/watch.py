@@ -13,13 +13,18 @@ watched as ``nvhook watch`` watches them:
   GPU 0 (to 7x1g.10gb) and a GPU loss (GPU 5), each through ``nvhook.mock.mutate``; the
   latency is from the change's landing in procfs (the mtime of the directory the change
   renamed entries in: ``capabilities/gpu0/mig``, ``gpus``) to the subscriber's call, and to
-  the rewritten spec on disk (the refresh included). Five of each; the median and the worst.
+  the rewritten spec on disk (the refresh included). Five of each; the median and the worst;
+- **the device plugin's NVML check**: with the XID monitor's NVML event reader running
+  (:class:`~nvhook.deviceplugin.health.HealthMonitor`), how long the watcher waits for the
+  reader to release NVML (``nvml_released``) and how long the reader is closed (its XID
+  events unseen through NVML) per check, twenty checks; the median and the worst.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -108,6 +113,31 @@ def _latencies(host: Host, root: Path, spec: str) -> dict[str, list[tuple[float,
     return out
 
 
+def _released(host: Host) -> tuple[list[float], list[float]]:
+    from nvhook.deviceplugin.health import HealthMonitor
+    from nvhook.deviceplugin.xid import XidPolicy
+    from nvhook.watch import _with_nvml
+
+    gpus = [(g.uuid, g.bus_id) for g in snapshot(host).gpus]
+    monitor = HealthMonitor(host, gpus, XidPolicy())
+    monitor.start()
+    waits, closed = [], []
+    try:
+        for _ in range(20):
+            assert monitor.nvml_open.wait(5)
+            time.sleep(random.uniform(0, HealthMonitor.WAIT))  # anywhere in its wait
+            start = time.monotonic()
+            with monitor.nvml_released():
+                got = time.monotonic()
+                _with_nvml(host, snapshot(host))
+            waits.append(got - start)
+            assert monitor.nvml_open.wait(5)
+            closed.append(time.monotonic() - got)
+    finally:
+        monitor.stop()
+    return waits, closed
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--polls", type=int, default=1000)
@@ -137,6 +167,14 @@ def main() -> int:
                 f"{statistics.median(written):.2f} s, worst {max(written):.2f} s  "
                 f"{verdict} ({BUDGET_S:g} s)"
             )
+        waits, closed = _released(host)
+        print(
+            f"device plugin NVML check: waits for the XID reader median "
+            f"{statistics.median(waits):.2f} s, worst {max(waits):.2f} s; the reader is closed "
+            f"median {statistics.median(closed) * 1e3:.1f} ms, worst {max(closed) * 1e3:.1f} ms "
+            "per check "
+            f"(every {DEFAULT_NVML_INTERVAL:g} s and on a procfs change)"
+        )
     return 0
 
 

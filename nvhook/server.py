@@ -134,6 +134,7 @@ PRELOAD = (
     "nvhook.discover.nodes",
     "nvhook.discover.root",
     "nvhook.errors",
+    "nvhook.gpurecords",
     "nvhook.hook.app_profile",
     "nvhook.hook.create_symlinks",
     "nvhook.hook.update_ldcache",

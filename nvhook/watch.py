@@ -19,7 +19,10 @@ a ``stat`` per spec path. NVML is asked only when that view changed (so a MIG re
 UUIDs come with the re-layout) and every :data:`DEFAULT_NVML_INTERVAL` seconds (a layout
 re-made with the same instance ids, which procfs cannot tell apart); NVML's initialisation is
 the costly part on a real GPU, and this keeps it off the poll. What that costs and how fast a
-change is seen: ``bench/watch.py`` (docs/watch.md).
+change is seen: ``bench/watch.py`` (docs/watch.md). NVML counts its initialisations in a
+process and reads the GPU list at the first: a process that holds NVML open elsewhere (the
+device plugin's XID event reader) passes ``nvml_gate``, a context its NVML check runs in with
+that hold released (:meth:`nvhook.deviceplugin.health.HealthMonitor.nvml_released`).
 
 Subscribers are called in the order they subscribed, on the watcher's thread, with one
 :class:`Update` (old and new snapshot, the changes); one that raises is logged and the
@@ -296,6 +299,7 @@ class Watcher:
         files: Iterable[str] = (),
         log: Callable[[str], None] = _stderr,
         clock: Callable[[], float] = time.monotonic,
+        nvml_gate: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
     ) -> None:
         if interval <= 0 or nvml_interval <= 0:
             raise NvhookError("watch intervals must be positive (seconds)")
@@ -304,6 +308,7 @@ class Watcher:
         self._files = tuple(files)
         self._subscribers: list[Subscriber] = []
         self._lock = threading.Lock()
+        self._gate = nvml_gate or contextlib.nullcontext
         self.current = snapshot(host, files=self._files, nvml=nvml)
         self._nvml_at = clock()
 
@@ -325,7 +330,8 @@ class Watcher:
         new = snapshot(self.host, files=files)
         due = self.use_nvml and self.clock() - self._nvml_at >= self.nvml_interval
         if self.use_nvml and (due or new != self.current.procfs_part()):
-            new = _with_nvml(self.host, new)
+            with self._gate():
+                new = _with_nvml(self.host, new)
             self._nvml_at = self.clock()
         elif self.current.nvml:  # keep what NVML said until it is asked again
             by_uuid = {g.uuid: g.mig_uuids for g in self.current.gpus}
@@ -367,9 +373,11 @@ class Refresher:
         labels_config: str | None = None,
         watcher: Watcher | None = None,
         log: Callable[[str], None] = _stderr,
+        vendor: str | None = None,
     ) -> None:
         self.host, self.output, self.log, self.watcher = host, output, log, watcher
         self.labels_output, self.labels_config = labels_output, labels_config
+        self.vendor = vendor  # the spec's vendor (``cdi generate --vendor``); None: nvidia.com
 
     def __call__(self, update: Update) -> None:
         self.log("changed: " + "; ".join(map(str, update.changes)))
@@ -390,7 +398,10 @@ class Refresher:
         from oci.errors import OciError
 
         try:
-            spec = generate_spec(self.host).spec
+            if self.vendor is None:
+                spec = generate_spec(self.host).spec
+            else:
+                spec = generate_spec(self.host, vendor=self.vendor).spec
         except NvhookError as e:
             self.log(f"{self.output} kept: cannot generate a spec now: {e}")
             return False

@@ -24,9 +24,9 @@
 #           the spec at boot and when the driver's files change, then run `nvhook cdi check`;
 #           and nvhook-shim-server.service (its path set to PREFIX), enabled and (re)started:
 #           the pre-forked shim the native front-end hands GPU creates to (docs D12); and
-#           nvhook-watch.service (its paths set as the refresh service's), installed but not
-#           enabled: `systemctl enable --now nvhook-watch.service` where MIG layouts or the GPU
-#           set change while the node runs (docs/watch.md)
+#           nvhook-watch.service (its paths set as the refresh service's), enabled and
+#           started: it keeps the spec current through a MIG re-layout, a GPU lost or added,
+#           a driver loaded late (docs/watch.md; the unit's comment says why it is on)
 #   engine  `nvhook runtime configure --runtime containerd --name RUNTIME_NAME` on
 #           CONTAINERD_CONFIG (the originals kept in BACKUP_DIR); containerd has no reload, so
 #           when that changed anything, containerd is restarted through systemd when systemd
@@ -301,10 +301,13 @@ step_units() {
         # started anew: an upgrade's server has seen its code change and exited by now
         systemctl enable nvhook-shim-server.service
         systemctl restart nvhook-shim-server.service
+        # restarted too: an upgrade's watcher runs the new code
+        systemctl enable nvhook-watch.service
+        systemctl restart nvhook-watch.service
         say "units: installed and enabled in $SYSTEMD_UNIT_DIR"
     else
         say "units: installed in $SYSTEMD_UNIT_DIR; systemd is not running here: run" \
-            "\`systemctl enable --now nvhook-shim-server.service;" \
+            "\`systemctl enable --now nvhook-shim-server.service nvhook-watch.service;" \
             "systemctl enable nvhook-cdi-refresh.service; systemctl enable --now" \
             "nvhook-cdi-refresh.path\` where it does"
     fi

@@ -102,6 +102,7 @@ RANKS: dict[str, int] = {
     "nvhook.rootfs": 2,
     "nvhook.peer": 2,
     "nvhook.shim_protocol": 2,
+    "nvhook.gpurecords": 2,
     # what a container asks for; the hook's steps (each one job over a rootfs)
     "nvhook.requests": 3,
     "nvhook.hook": 3,

@@ -201,6 +201,24 @@ def driver(directory: Path, version: str, cuda: str | None) -> None:
     _changed(set_driver(directory, version, cuda=cuda), f"driver {version}")
 
 
+@mock.command("unload-driver")
+@_ROOT
+def unload_driver(directory: Path) -> None:
+    """Unload the driver's kernel module of the mock at DIRECTORY (GPUs, nodes, procfs go)."""
+    from nvhook.mock.mutate import unload_driver as unload
+
+    _changed(unload(directory), "driver unloaded")
+
+
+@mock.command("load-driver")
+@_ROOT
+def load_driver(directory: Path) -> None:
+    """Load the driver's kernel module of the mock at DIRECTORY again (its GPUs come back)."""
+    from nvhook.mock.mutate import load_driver as load
+
+    _changed(load(directory), "driver loaded")
+
+
 def _gpu_text(g: Gpu) -> str:
     m = g.model
     line = (

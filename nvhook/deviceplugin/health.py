@@ -9,15 +9,20 @@ UUID to one line saying why; an empty map means all is well. Its signature is st
 
 :class:`HealthMonitor` adds XID health (NVML events and the kernel log, the XID policy of
 the config's ``health`` section, recovery): the plugin merges its :meth:`~HealthMonitor.unhealthy`
-with :func:`probe`'s answer on every tick.
+with :func:`probe`'s answer on every tick. NVML counts its initialisations in a process and
+reads the GPUs (and, in the mock, everything) at the first: while the event reader holds
+NVML, another ``nvmlInit`` in the process sees the node as it was then.
+:meth:`HealthMonitor.nvml_released` closes the event reader's NVML for a moment so that
+someone else (the node watcher's NVML check) reads the node afresh.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from nvhook.deviceplugin.xid import XidEvent, XidPolicy, XidTracker, meaning, parse_kmsg
 from nvhook.errors import DriverError
@@ -67,6 +72,11 @@ class HealthMonitor:
     (O(1) per event otherwise, so a flood costs the tracker a counter each) and is logged
     with its number and meaning; ignored and non-fatal XIDs change nothing. The plugin asks
     :meth:`unhealthy` on each health tick, which applies the recovery rule.
+
+    :meth:`nvml_released` makes the NVML reader close its event set and NVML (at the end of
+    its current wait, at most :data:`WAIT` seconds) and stay closed while its block runs;
+    XIDs that arrive meanwhile reach NVML's next event set only if still pending, so the
+    kernel log reader (which does not pause) is what sees them.
     """
 
     WAIT = 0.5
@@ -89,6 +99,9 @@ class HealthMonitor:
         self._threads: list[threading.Thread] = []
         self._by_pci = {_pci_key(bus): uuid for uuid, bus in self.gpus}
         self.events = 0  # XIDs seen, fatal or not
+        self._nvml = threading.Condition()
+        self._released = 0  # nvml_released blocks under way: the NVML reader stays closed
+        self.nvml_open = threading.Event()  # set while the NVML reader holds NVML
 
     def start(self) -> None:
         if not self.policy.enabled:
@@ -103,8 +116,25 @@ class HealthMonitor:
 
     def stop(self) -> None:
         self._stop.set()
+        with self._nvml:
+            self._nvml.notify_all()
         for t in self._threads:
             t.join(5)
+
+    @contextlib.contextmanager
+    def nvml_released(self, timeout: float = 5.0) -> Iterator[None]:
+        """Run the block with NVML closed by this monitor's reader (see the class docstring);
+        after ``timeout`` seconds of waiting for the reader (stuck in NVML) the block runs
+        anyway."""
+        with self._nvml:
+            self._released += 1
+            self._nvml.wait_for(lambda: not self.nvml_open.is_set(), timeout)
+        try:
+            yield
+        finally:
+            with self._nvml:
+                self._released -= 1
+                self._nvml.notify_all()
 
     def unhealthy(self, answering: Sequence[str]) -> dict[str, str]:
         """GPU UUID → why, for the GPUs a fatal XID holds unhealthy now."""
@@ -121,14 +151,21 @@ class HealthMonitor:
         from nvhook.planner import nvml_library_dir
 
         said = ""
+        told: set[str] = set()
         while not self._stop.is_set():
+            with self._nvml:  # not while someone reads the node through NVML afresh
+                self._nvml.wait_for(lambda: not self._released or self._stop.is_set())
+                if self._stop.is_set():
+                    return
+                self.nvml_open.set()
             try:
                 with open_nvml(nvml_library_dir(self.host.driver_root)) as nvml:
                     events = nvml.events([u for u, _ in self.gpus])
-                    for uuid in events.unsupported:
+                    for uuid in set(events.unsupported) - told:  # once, not at each reopen
                         self.log(f"GPU {uuid} reports no XID events through NVML")
+                        told.add(uuid)
                     try:
-                        while not self._stop.is_set():
+                        while not self._stop.is_set() and not self._released:
                             e = events.wait(self.WAIT)
                             if e is not None and e.event_type == EVENT_XID:
                                 self.record(e.gpu_uuid, e.data, "NVML events")
@@ -138,7 +175,15 @@ class HealthMonitor:
                 if e.message != said:  # once per distinct failure, not every 5 s
                     self.log(f"NVML events: {e.message}; retrying every {self.RETRY:g} s")
                     said = e.message
+                self._closed()
                 self._stop.wait(self.RETRY)
+            else:
+                self._closed()
+
+    def _closed(self) -> None:
+        with self._nvml:
+            self.nvml_open.clear()
+            self._nvml.notify_all()
 
     def _read_kmsg(self) -> None:
         path = self.policy.kmsg

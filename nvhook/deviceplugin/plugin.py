@@ -30,21 +30,28 @@ SIGINT):
    the plugin's loop, which discovers the resources again and re-registers them as a
    configuration change does (a failure keeps the old servers; allocations already made
    stay as they are); under ``mixed`` a new MIG profile's resource registers and a vanished
-   one is withdrawn (its server stops, its socket is removed);
+   one is withdrawn (its server stops, its socket is removed). The watcher's NVML check runs
+   with the XID monitor's NVML released (:meth:`HealthMonitor.nvml_released`): NVML counts
+   its initialisations, and while the monitor holds it a new ``nvmlInit`` sees the GPUs and
+   MIG devices of the monitor's; so a layout re-made with the same instance ids (new MIG
+   UUIDs only) and a GPU that NVML stops listing are seen too;
 7. on stop, the servers stop and their sockets are removed.
 
 With ``failOnInitError: false`` (NVIDIA's legacy mode, for a DaemonSet on every node), a
 node whose driver or GPUs cannot be read at start (no driver, NVML failing, a MIG layout
-the strategy refuses) logs the error once and serves nothing until SIGTERM, instead of
-exiting (and crash-looping).
+the strategy refuses) logs the error once and serves nothing, instead of exiting (and
+crash-looping): with ``--follow-gpus`` until the watcher sees the driver or the GPUs change
+(the driver loaded late, a GPU added, a re-layout), then it discovers again and serves what
+it finds (a discovery that still fails logs why and keeps waiting); without, until SIGTERM.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from nvhook.deviceplugin.allocate import IMEX_CHANNEL_DIR
 from nvhook.deviceplugin.errors import RegistrationError, StrategyError
@@ -166,6 +173,7 @@ class DevicePlugin:
         config_source: Callable[[], PluginConfig | None] | None = None,
         config_interval: float = 5.0,
         follow_interval: float | None = None,
+        follow_nvml_interval: float = 30.0,
     ) -> None:
         self.host = host
         self.config = config
@@ -190,6 +198,8 @@ class DevicePlugin:
         self._gpus: tuple[GpuInfo, ...] = ()
         self._state_warned = False
         self.follow_interval = follow_interval  # None: the GPUs are not followed
+        self.follow_nvml_interval = follow_nvml_interval  # the watcher's NVML checks
+        self._nvml_lock = threading.Lock()  # the monitor is not replaced during an NVML check
         self._follow_lock = threading.Lock()
         self._followed: list[Change] = []  # changes the watcher handed over, for the loop
         self._resources: tuple[Resource, ...] = ()  # the NVIDIA resources served
@@ -244,6 +254,12 @@ class DevicePlugin:
                 resources, gpus, topology = (), (), Topology(numa=())
             elif not isinstance(e, (DriverError, StrategyError)) or self.config.fail_on_init_error:
                 raise
+            elif watcher is not None:  # serve nothing until the driver or the GPUs change
+                self.log(
+                    f"error: {e.message}; failOnInitError is false: serving nothing on this "
+                    "node until its driver or GPUs change (followed) or SIGTERM"
+                )
+                resources, gpus, topology = (), (), Topology(numa=())
             else:
                 self.log(
                     f"error: {e.message}; failOnInitError is false: serving nothing on this "
@@ -278,13 +294,27 @@ class DevicePlugin:
         from nvhook.watch import Watcher
 
         try:
-            watcher = Watcher(self.host, interval=self.follow_interval, log=self.log)
+            watcher = Watcher(
+                self.host,
+                interval=self.follow_interval,
+                nvml_interval=self.follow_nvml_interval,
+                log=self.log,
+                nvml_gate=self._nvml_released,
+            )
         except NvhookError as e:
             self.log(f"warning: the node's GPUs are not followed (restart to see a change): {e}")
             return None
         watcher.subscribe(self._on_update)
         self.log(f"following the node's GPUs (every {self.follow_interval:g} s)")
         return watcher
+
+    @contextlib.contextmanager
+    def _nvml_released(self) -> Iterator[None]:
+        """On the watcher's thread, around its NVML check: the XID monitor's NVML closed."""
+        with self._nvml_lock:
+            monitor = self.monitor
+            with monitor.nvml_released() if monitor is not None else contextlib.nullcontext():
+                yield
 
     def _on_update(self, update: Update) -> None:
         """On the watcher's thread: hand the changes that matter to the loop."""
@@ -301,9 +331,7 @@ class DevicePlugin:
         # NVML's initialisation is reference counted in the process: while the XID monitor
         # holds it, a new nvmlInit reads no new GPU list (the mock's NVML loads its data at
         # the first init), so the monitor pauses while the GPUs are read again
-        if self.monitor is not None:
-            self.monitor.stop()
-            self.monitor = None
+        self._stop_monitor()
         try:
             resources, gpus, topology = self.discover()
         except (DriverError, StrategyError) as e:
@@ -355,7 +383,8 @@ class DevicePlugin:
             ResourceServer(r, self.config, t, self.state, self.directory) for r, t in self._others
         ]
         if not self.servers:
-            self.log("no GPU to advertise on this node; waiting for SIGTERM")
+            until = "a change of its GPUs" if self.follow_interval is not None else "SIGTERM"
+            self.log(f"no GPU to advertise on this node; waiting for {until}")
         for s in self.servers:
             s.start()
             register(self.kubelet_socket, s)
@@ -365,15 +394,23 @@ class DevicePlugin:
             )
 
     def _start_monitor(self) -> None:
-        self.monitor = HealthMonitor(
+        if not self._gpus_of:  # no NVIDIA GPU: no XID to watch (and NVML may be absent)
+            return
+        monitor = HealthMonitor(
             self.host, self._gpus_of, self.config.health, on_change=self._refresh, log=self.log
         )
-        self.monitor.start()
+        with self._nvml_lock:
+            self.monitor = monitor
+            monitor.start()
+
+    def _stop_monitor(self) -> None:
+        with self._nvml_lock:
+            if self.monitor is not None:
+                self.monitor.stop()
+                self.monitor = None
 
     def _teardown(self) -> None:
-        if self.monitor is not None:
-            self.monitor.stop()
-            self.monitor = None
+        self._stop_monitor()
         if self.mps is not None:
             self.mps.stop()
             self.mps = None

@@ -19,8 +19,10 @@ Why an environment entry: it is in the CDI schema since its first version, so th
 ``cdiVersion`` 0.5.0 (spec annotations need 0.6.0, which podman 4.3 refuses), every CDI
 implementation carries it into the container unchanged (where it says which layout the
 container's MIG devices come from), and the shim finds it in the edits it resolved without
-reading the spec again. An engine's own CDI does not check it: there, a stale spec is caught
-when the watcher (``nvhook watch``) rewrites it, within its poll interval.
+reading the spec again. An engine's own CDI does not run the shim, but it runs the spec's
+``createContainer`` hook, which checks the same records in the container's env
+(:func:`nvhook.hook.dispatch.check_records`; the native hook's ``records_hold``); the
+watcher (``nvhook watch``) rewrites a stale spec within its poll interval.
 
 What procfs shows is which instances exist, by id, not their profiles or UUIDs: a layout
 re-made with the same ids (the same profiles at the same placements, on an A100 whose ids
@@ -36,12 +38,22 @@ runc makes a spec's device node from its type and numbers, never from the host's
 GPU that fell off the bus would still be given to a container of a stale spec; the entry is
 checked (one ``stat``) before the layout (:func:`gone_gpus`).
 
-Stdlib only, no regular expressions: this is on the create path (rank 4).
+Stdlib only, no regular expressions: this is on the create path (rank 4). The records' checks
+(:func:`gone_gpus`, :func:`stale_layouts`, :func:`read_layout`) live in
+:mod:`nvhook.gpurecords` (rank 2, for the hook) and are re-exported here.
 """
 
 from __future__ import annotations
 
 import os
+
+from nvhook.gpurecords import (
+    GPU_ENV,
+    LAYOUT_ENV,
+    gone_gpus,
+    read_layout,
+    stale_layouts,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,9 +73,6 @@ __all__ = [
     "read_layout",
     "stale_layouts",
 ]
-
-LAYOUT_ENV = "NVHOOK_MIG_LAYOUT_"
-GPU_ENV = "NVHOOK_GPU_"
 
 
 def layout_of(migs: Iterable[Mig]) -> str:
@@ -106,61 +115,3 @@ def layout_edits(selected: Iterable[Selected], gpus: HostGpus, *, root: str) -> 
         if mig:
             env.append(layout_entry(root, g.minor, g.migs))
     return Edits(env=tuple(env))
-
-
-def gone_gpus(env: Iterable[str]) -> list[tuple[int, str, str]]:
-    """The recorded GPUs in ``env`` whose ``/proc`` entry is gone: (minor, UUID, entry)."""
-    out = []
-    seen: set[str] = set()
-    for entry in env:
-        if not entry.startswith(GPU_ENV) or entry in seen:
-            continue
-        seen.add(entry)
-        name, _, value = entry.partition("=")
-        uuid, at, where = value.partition("@")
-        minor = name[len(GPU_ENV) :]
-        if at and minor.isdigit() and not os.path.isdir(where):
-            out.append((int(minor), uuid, where))
-    return out
-
-
-def _numbered(names: list[str], prefix: str) -> list[int]:
-    n = len(prefix)
-    return sorted(int(x[n:]) for x in names if x.startswith(prefix) and x[n:].isdigit())
-
-
-def read_layout(directory: str) -> str | None:
-    """The layout under a GPU's ``capabilities/gpu<minor>/mig`` directory now; None when the
-    directory is not there (MIG mode off, the GPU gone, the driver unloaded)."""
-    try:
-        gis = _numbered(os.listdir(directory), "gi")
-    except OSError:
-        return None
-    pairs = []
-    for gi in gis:
-        try:
-            cis = _numbered(os.listdir(os.path.join(directory, f"gi{gi}")), "ci")
-        except OSError:  # destroyed between the two listings: not part of the layout
-            continue
-        pairs += [f"{gi}.{ci}" for ci in cis]
-    return ",".join(pairs)
-
-
-def stale_layouts(env: Iterable[str]) -> list[tuple[int, str, str | None]]:
-    """The recorded layouts in ``env`` that no longer hold: (GPU minor, recorded, now), now
-    None when the directory is gone. Entries that are not layout records are ignored."""
-    out = []
-    seen: set[str] = set()
-    for entry in env:
-        if not entry.startswith(LAYOUT_ENV) or entry in seen:
-            continue
-        seen.add(entry)
-        name, _, value = entry.partition("=")
-        layout, at, directory = value.partition("@")
-        minor = name[len(LAYOUT_ENV) :]
-        if not at or not minor.isdigit():
-            continue
-        now = read_layout(directory)
-        if now != layout:
-            out.append((int(minor), layout, now))
-    return out

@@ -7,7 +7,15 @@ hands every call it does not do itself to that launcher, docs/architecture.md D1
 Exit codes (:class:`oci.errors.ExitCode`): 0 done (or an optional step skipped,
 with the reason on stderr), 2 usage, 3 unreadable state or config.json, 11 the
 hook refused to act (a path escaping the rootfs, a conflicting link, a missing
-interface).
+interface, a GPU or MIG layout the container's CDI spec recorded that no longer holds).
+
+Before any step, ``create-container`` checks the records a generated CDI spec (or jit mode)
+puts in the container's env (:mod:`nvhook.gpurecords`: each GPU's ``/proc`` entry, each
+MIG-mode GPU's layout): :func:`check_records`. An engine that resolves CDI itself (podman,
+containerd, Docker) runs this hook but not ``nvhook-runtime``'s check, so this is where a
+start from a spec written before a MIG re-layout or a GPU loss is refused, with one line,
+instead of starting with the old names' nodes. Hook mode (``prestart``) does not check: its
+edits are made for the container at hand.
 """
 
 from __future__ import annotations
@@ -20,11 +28,11 @@ from oci.errors import Error, ExitCode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from oci.state import State
 
-__all__ = ["main", "read_state", "rootfs_of"]
+__all__ = ["check_records", "main", "read_state", "rootfs_of"]
 
 
 def read_state(data: bytes) -> State:
@@ -42,6 +50,27 @@ def rootfs_of(state: State) -> str:
     return require_rootfs(Bundle(state.bundle).load(), state.bundle)
 
 
+def check_records(env: Mapping[str, str]) -> None:
+    """Refuse (:class:`~nvhook.errors.HookError`, exit 11) when a GPU the container's env
+    records is gone from ``/proc`` or a recorded MIG layout no longer holds (the native hook
+    hands such a call over here)."""
+    from nvhook.gpurecords import gone_gpus, stale_layouts
+
+    entries = [f"{k}={v}" for k, v in env.items()]
+    retry = (
+        "its CDI spec was written before the change: run: nvhook cdi generate (nvhook watch "
+        "rewrites the spec within a second of the change), then retry"
+    )
+    for minor, uuid, where in gone_gpus(entries):
+        raise HookError(f"GPU {minor} ({uuid}) is gone: {where} does not exist; {retry}")
+    for minor, then, now in stale_layouts(entries):
+        state = "MIG mode is off or the GPU is gone" if now is None else f"now {now or 'none'}"
+        raise HookError(
+            f"GPU {minor}'s MIG layout changed (GPU.compute instances {then} then, {state}), "
+            f"so the container's MIG device names mean other instances; {retry}"
+        )
+
+
 def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
     state = read_state(stdin)
 
@@ -54,11 +83,14 @@ def _run(command: str, options: dict[str, list[str]], stdin: bytes) -> int:
         prestart(state, log=log)
     elif command != "netdev":
         env = None
-        if options.get("--cuda-compat"):
+        full = command == "create-container"
+        if options.get("--cuda-compat") or full:
             from nvhook.rootfs.spec import container_env
             from oci.bundle import Bundle
 
             env = container_env(Bundle(state.bundle).load())
+        if full and env:
+            check_records(env)
         from nvhook.hook.create_container import create_container
 
         create_container(rootfs_of(state), options, env=env, log=log)

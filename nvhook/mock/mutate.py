@@ -13,6 +13,10 @@ Three changes, each on a laid-out root (:func:`nvhook.mock.create`) while others
   GPU is gone (NVML's index does: it is the position among the GPUs present).
 - :func:`set_driver`: the driver replaced by another version (libraries, links, firmware,
   ``ld.so.cache``, ``/proc/driver/nvidia/version``, NVML's versions).
+- :func:`unload_driver` / :func:`load_driver`: the kernel module unloaded (``rmmod``: no
+  ``/proc/driver/nvidia``, no ``/dev/nvidia*`` node, no GPU, NVML fails with "Driver Not
+  Loaded"; the user space stays installed) and loaded again, with the GPUs as they were: a
+  node whose driver comes up after nvhook's daemons (a driver container starting late).
 
 Each change is laid out whole, from the changed profile, into a staging directory beside the
 root (same filesystem), and the difference is moved in by ``rename``: no file is ever seen
@@ -63,9 +67,11 @@ __all__ = [
     "add_gpu",
     "current_profile",
     "gpu_instance_id",
+    "load_driver",
     "relayout_mig",
     "remove_gpu",
     "set_driver",
+    "unload_driver",
 ]
 
 MUTATIONS_FILE = f"{DATA_DIR}/mutations.json"
@@ -170,6 +176,15 @@ def _apply(state: dict[str, Any]) -> Profile:
     prof = base._replace(gpus=tuple(gpus))
     if state["driver"] is not None:
         prof = prof._replace(driver=prof.driver._replace(**state["driver"]))
+    if state.get("unloaded"):  # what a driver that is not loaded cannot have goes with it
+        prof = prof._replace(
+            driver=prof.driver._replace(loaded=False),
+            gpus=(),
+            nvswitches=0,
+            imex_channels=0,
+            char_majors=(),
+            nvlink=None,
+        )
     return prof
 
 
@@ -235,6 +250,30 @@ def set_driver(root: Path | str, version: str, *, cuda: str | None = None) -> Mo
     return _commit(top, state)
 
 
+def unload_driver(root: Path | str) -> MockMachine:
+    """Unload the driver's kernel module (its GPUs, nodes and procfs go; its files stay)."""
+    top = Path(root).absolute()
+    state = _state(top)
+    if state.get("unloaded"):
+        raise MockError(f"the mock at {top} has its driver unloaded already")
+    if not _base(state).driver.loaded:
+        raise MockError(f"the mock at {top} has no loaded driver (its profile's driver.loaded)")
+    state["unloaded"] = True
+    return _commit(top, state)
+
+
+def load_driver(root: Path | str) -> MockMachine:
+    """Load the driver's kernel module again (the GPUs come back as they were)."""
+    top = Path(root).absolute()
+    state = _state(top)
+    if not state.get("unloaded"):
+        raise MockError(
+            f"the mock at {top} has its driver loaded: unload it first (nvhook mock unload-driver)"
+        )
+    state["unloaded"] = False
+    return _commit(top, state)
+
+
 def _commit(top: Path, state: dict[str, Any]) -> MockMachine:
     prof = _apply(state)
     nodes: Literal["char", "file"] = "char" if state["nodes"] == "char" else "file"
@@ -281,6 +320,10 @@ def _rank(rel: str) -> int:
     return 1
 
 
+def _depth(rel: str) -> int:
+    return rel.count("/")
+
+
 def _sync(new: Path, top: Path) -> None:
     """Make ``top`` what ``new`` is, by renames from ``new`` (see the module docstring)."""
     want, have = _entries(new), _entries(top)
@@ -300,6 +343,11 @@ def _sync(new: Path, top: Path) -> None:
         if rel in have and stat.S_ISDIR(have[rel].st_mode):
             raise MockError(f"{target} is a directory in the mock, a file in the change")
         os.rename(new / rel, target)
+    # directories with nothing moved into them (MIG mode on without instances: an empty mig/)
+    for rel in sorted((r for r, st in want.items() if stat.S_ISDIR(st.st_mode)), key=_depth):
+        if not (top / rel).is_dir():
+            os.mkdir(top / rel)
+            os.chmod(top / rel, stat.S_IMODE(want[rel].st_mode))
     gone = [
         rel
         for rel, st in have.items()
@@ -308,6 +356,6 @@ def _sync(new: Path, top: Path) -> None:
     for rel in sorted(gone, key=lambda r: (-_rank(r), r)):
         os.unlink(top / rel)
     empty = [rel for rel, st in have.items() if rel not in want and stat.S_ISDIR(st.st_mode)]
-    for rel in sorted(empty, key=lambda r: -r.count("/")):
+    for rel in sorted(empty, key=lambda r: -_depth(r)):
         with contextlib.suppress(OSError):  # something kept (nvidia-caps nodes): leave it
             os.rmdir(top / rel)

@@ -184,6 +184,7 @@ def _runc(h: _Header) -> None:
 def _hook(h: _Header) -> None:
     """The hook's command line, the ld cache step, the compat folder, ``--params``, the
     application profile."""
+    from nvhook import gpurecords
     from nvhook.constants import ENV_CUDA_COMPAT_DIR, ENV_DISABLE_CUDA_COMPAT
     from nvhook.hook import app_profile, cuda_compat, device_files
     from nvhook.hook import update_ldcache as ld
@@ -254,6 +255,10 @@ def _hook(h: _Header) -> None:
              "nvhook.constants.ENV_DISABLE_CUDA_COMPAT")  # fmt: skip
     h.define("NVHOOK_ENV_CUDA_COMPAT_DIR", ENV_CUDA_COMPAT_DIR,
              "nvhook.constants.ENV_CUDA_COMPAT_DIR")  # fmt: skip
+
+    h.section("the GPU and MIG layout records create-container checks (nvhook.gpurecords)")
+    h.define("NVHOOK_ENV_GPU_RECORD", gpurecords.GPU_ENV, "gpurecords.GPU_ENV")
+    h.define("NVHOOK_ENV_LAYOUT_RECORD", gpurecords.LAYOUT_ENV, "gpurecords.LAYOUT_ENV")
 
     h.section("--params (nvhook.hook.device_files)")
     h.define("NVHOOK_PARAMS_PATH", device_files.PARAMS_PATH, "device_files.PARAMS_PATH")

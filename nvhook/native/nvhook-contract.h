@@ -134,6 +134,10 @@
 #define NVHOOK_ENV_DISABLE_CUDA_COMPAT "NVIDIA_DISABLE_CUDA_COMPAT" /* nvhook.constants.ENV_DISABLE_CUDA_COMPAT */
 #define NVHOOK_ENV_CUDA_COMPAT_DIR "NVIDIA_CUDA_COMPAT_DIR" /* nvhook.constants.ENV_CUDA_COMPAT_DIR */
 
+/* --- the GPU and MIG layout records create-container checks (nvhook.gpurecords) */
+#define NVHOOK_ENV_GPU_RECORD "NVHOOK_GPU_" /* gpurecords.GPU_ENV */
+#define NVHOOK_ENV_LAYOUT_RECORD "NVHOOK_MIG_LAYOUT_" /* gpurecords.LAYOUT_ENV */
+
 /* --- --params (nvhook.hook.device_files) */
 #define NVHOOK_PARAMS_PATH "/proc/driver/nvidia/params" /* device_files.PARAMS_PATH */
 /* device_files.TMPFILE_DIRS */

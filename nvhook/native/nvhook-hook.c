@@ -1521,6 +1521,97 @@ static int parse_options(struct call *c) {
     return OK;
 }
 
+/* --- the GPU and MIG layout records (nvhook.hook.dispatch.check_records) ------- */
+
+#define MAX_INSTANCES 64 /* GPU or compute instances in one listing; more is Python's */
+
+static int by_number(const void *a, const void *b) {
+    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+    return (x > y) - (x < y);
+}
+
+/* The numbers N of the entries "<prefix>N" (ASCII digits) of directory, sorted: their count,
+ * -1 when it cannot be listed, -2 beyond MAX_INSTANCES (miglayout._numbered). */
+static int numbered(const char *directory, const char *prefix, unsigned *out) {
+    DIR *dir = opendir(directory);
+    if (!dir) return -1;
+    size_t n = strlen(prefix);
+    int count = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        const char *digits = e->d_name + n;
+        if (strncmp(e->d_name, prefix, n) || !*digits) continue;
+        size_t k = 0;
+        while (digits[k] >= '0' && digits[k] <= '9') k++;
+        if (digits[k]) continue; /* not "<prefix>N" */
+        if (k > 9 || count >= MAX_INSTANCES) { /* a number or a listing beyond ours: Python's */
+            count = -2;
+            break;
+        }
+        out[count++] = (unsigned)strtoul(digits, NULL, 10);
+    }
+    closedir(dir);
+    if (count > 0) qsort(out, (size_t)count, sizeof *out, by_number);
+    return count;
+}
+
+/* Whether the layout under directory now is layout (miglayout.read_layout; a directory that
+ * cannot be listed is no layout: it differs). */
+static int layout_holds(const char *directory, const char *layout, size_t len) {
+    unsigned gis[MAX_INSTANCES], cis[MAX_INSTANCES];
+    int ngi = numbered(directory, "gi", gis);
+    if (ngi < 0) return 0;
+    char now[MAX_INSTANCES * 24], sub[PATH_MAX];
+    size_t used = 0;
+    for (int g = 0; g < ngi; g++) {
+        if (snprintf(sub, sizeof sub, "%s/gi%u", directory, gis[g]) >= (int)sizeof sub) return 0;
+        int nci = numbered(sub, "ci", cis);
+        if (nci == -1) continue; /* destroyed between the two listings */
+        if (nci < 0) return 0;
+        for (int k = 0; k < nci; k++) {
+            int w = snprintf(now + used, sizeof now - used, "%s%u.%u", used ? "," : "", gis[g],
+                             cis[k]);
+            if (w < 0 || (size_t)w >= sizeof now - used) return 0;
+            used += (size_t)w;
+        }
+    }
+    return used == len && !memcmp(now, layout, len);
+}
+
+/* Whether every record of the container's env still holds: each GPU's /proc entry is a
+ * directory (miglayout.gone_gpus), each MIG layout is what it was (stale_layouts). One that
+ * does not, or cannot be told, is Python's: it prints the line and refuses. */
+static int records_hold(const struct doc *cd) {
+    static const char gpu[] = NVHOOK_ENV_GPU_RECORD, layout[] = NVHOOK_ENV_LAYOUT_RECORD;
+    int env = get(cd, get(cd, 0, "process"), "env");
+    if (env < 0) return 1;
+    for (unsigned k = (unsigned)env + 1; k < cd->t[env].end; k = cd->t[k].end) {
+        const char *entry = cd->t[k].s;
+        size_t skip;
+        int is_layout = 0;
+        if (!strncmp(entry, gpu, sizeof gpu - 1))
+            skip = sizeof gpu - 1;
+        else if (!strncmp(entry, layout, sizeof layout - 1))
+            skip = sizeof layout - 1, is_layout = 1;
+        else
+            continue;
+        const char *minor = entry + skip, *eq = strchr(minor, '=');
+        if (!eq) continue; /* not a NAME=VALUE entry: container_env has none such */
+        int digits = eq > minor;
+        for (const char *d = minor; d < eq; d++) digits = digits && *d >= '0' && *d <= '9';
+        const char *at = strchr(eq + 1, '@');
+        if (!digits || !at) continue; /* not a record (the Python check ignores it too) */
+        if (memchr(entry, '\0', cd->t[k].len)) return 0;
+        if (is_layout) {
+            if (!layout_holds(at + 1, eq + 1, (size_t)(at - eq - 1))) return 0;
+        } else {
+            struct stat st;
+            if (stat(at + 1, &st) || !S_ISDIR(st.st_mode)) return 0;
+        }
+    }
+    return 1;
+}
+
 /* The state, then config.json (nvhook.hook.dispatch.read_state, rootfs_of; nvhook.rootfs.spec.container_env). */
 static int read_inputs(struct call *c) {
     int more;
@@ -1555,6 +1646,7 @@ static int read_inputs(struct call *c) {
                 CHECK(strncmp(cd->t[k].s, disable, sizeof disable - 1) &&
                       strncmp(cd->t[k].s, dir, sizeof dir - 1));
     }
+    if (c->full) CHECK(records_hold(cd)); /* check_records: a stale one is refused by Python */
     return OK;
 }
 

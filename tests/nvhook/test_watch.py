@@ -145,6 +145,14 @@ def test_a_failing_subscriber_does_not_stop_the_others(tmp_path: Path) -> None:
     assert len(seen) == 1 and "RuntimeError('boom')" in lines[0]
 
 
+def test_refresher_writes_the_vendor_it_is_given(tmp_path: Path) -> None:
+    root = _machine(tmp_path)
+    spec = tmp_path / "example.com.json"
+    refresher = Refresher(Host(root=str(root)), output=str(spec), vendor="example.com")
+    assert refresher.refresh()
+    assert json.loads(spec.read_text())["kind"] == "example.com/gpu"
+
+
 def test_run_sees_a_change_from_its_thread(tmp_path: Path) -> None:
     root = _machine(tmp_path)
     watcher = Watcher(Host(root=str(root)), nvml=False, log=lambda line: None)

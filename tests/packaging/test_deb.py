@@ -235,6 +235,7 @@ def test_install_use_remove_purge(
             "/etc/systemd/system/multi-user.target.wants/nvhook-cdi-refresh.service"
         )
         assert os.path.lexists("/etc/systemd/system/paths.target.wants/nvhook-cdi-refresh.path")
+        assert os.path.lexists("/etc/systemd/system/multi-user.target.wants/nvhook-watch.service")
         assert Path("/usr/share/nvhook/kubernetes/runtimeclass.yaml").is_file()
 
         # a container gets GPU 0 of the mock machine

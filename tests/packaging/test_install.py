@@ -179,7 +179,7 @@ def test_driver_root_of_the_config_goes_into_the_units(tmp_path: Path, wheelhous
     units = Path(env["SYSTEMD_UNIT_DIR"])
     assert "/opt/driver/usr/bin/nvidia-smi" in _watched(units)
     assert "cdi generate --driver-root /opt/driver --output" in (units / UNITS[0]).read_text()
-    watch = (units / "nvhook-watch.service").read_text()  # installed, not enabled
+    watch = (units / "nvhook-watch.service").read_text()  # enabled where systemd runs
     start = f"ExecStart={env['PREFIX']}/bin/nvhook watch --driver-root /opt/driver --output "
     assert start in watch
     run("uninstall", env)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -42,8 +43,9 @@ def test_only_these_units() -> None:
 
 
 def test_watch_keeps_the_refresh_services_spec_current() -> None:
-    """`nvhook watch` on the spec the refresh service writes, restarted when it fails; shipped
-    but enabled by no installer (the operator's choice: docs/watch.md)."""
+    """`nvhook watch` on the spec the refresh service writes, restarted when it fails, with
+    no start condition (on a node without a driver it waits for one); enabled by every
+    installer (the unit's comment says why) and stopped by every remover."""
     unit = parse(WATCH)
     assert values(unit, "Service", "ExecStart") == [
         "/opt/nvhook/bin/nvhook watch --output /var/run/cdi/nvidia.json"
@@ -51,10 +53,59 @@ def test_watch_keeps_the_refresh_services_spec_current() -> None:
     assert values(unit, "Service", "Type") == ["simple"]
     assert values(unit, "Service", "Restart") == ["on-failure"]
     assert values(unit, "Install", "WantedBy") == ["multi-user.target"]
-    for script in ("deb/postinst", "rpm/post"):
-        assert WATCH not in (PACKAGING / script).read_text(), script
-    for script in ("deb/prerm", "deb/postrm", "rpm/preun", "install.sh"):
+    assert not [k for k, _ in unit["Unit"] if k.startswith("Condition")]
+    for script in ("deb/postinst", "rpm/post", "deb/prerm", "deb/postrm", "rpm/preun"):
         assert WATCH in (PACKAGING / script).read_text(), script
+    install = (PACKAGING / "install.sh").read_text()
+    assert f"systemctl enable {WATCH}\n" in install and f"systemctl restart {WATCH}\n" in install
+
+
+def _maintainer_script(tmp_path: Path, name: str, *args: str, was_enabled: bool) -> list[str]:
+    """Run packaging/NAME with ARGS as dpkg or rpm would, against stand-ins of
+    deb-systemd-helper, deb-systemd-invoke and systemctl that log their arguments; the
+    script's absolute paths (the venv's setup, the legacy hook's link) point into
+    ``tmp_path``. ``was_enabled``: what ``deb-systemd-helper was-enabled`` answers (true on a
+    first install, false after an admin's ``systemctl disable``)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    for tool in ("deb-systemd-helper", "deb-systemd-invoke", "systemctl"):
+        stub = bin_dir / tool
+        stub.write_text(
+            f'#!/bin/sh\necho "{tool} $*" >>{log}\n'
+            f'case "$*" in *was-enabled*) exit {0 if was_enabled else 1};; esac\nexit 0\n'
+        )
+        stub.chmod(0o755)
+    setup = tmp_path / "setup"
+    setup.write_text("#!/bin/sh\nexit 0\n")
+    setup.chmod(0o755)
+    text = (PACKAGING / name).read_text()
+    text = text.replace("/usr/lib/nvhook/setup", str(setup))
+    text = text.replace("/usr/bin/nvidia-container-runtime-hook", str(tmp_path / "legacy-hook"))
+    script = tmp_path / name.replace("/", "-")
+    script.write_text(text)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    subprocess.run(["sh", str(script), *args], env=env, check=True, capture_output=True)
+    return log.read_text().splitlines()
+
+
+def test_the_packages_enable_the_watcher_on_first_install(tmp_path: Path) -> None:
+    """The Debian postinst enables it as debhelper does (``was-enabled`` is true on a first
+    install), the rpm's %post on install (1) only; an admin's disable survives an upgrade."""
+    calls = _maintainer_script(tmp_path, "deb/postinst", "configure", was_enabled=True)
+    assert f"deb-systemd-helper enable {WATCH}" in calls, calls
+    calls = _maintainer_script(tmp_path, "deb/postinst", "configure", "1.0", was_enabled=False)
+    assert f"deb-systemd-helper update-state {WATCH}" in calls, calls
+    assert f"deb-systemd-helper enable {WATCH}" not in calls, calls
+    (enable,) = [
+        c
+        for c in _maintainer_script(tmp_path, "rpm/post", "1", was_enabled=True)
+        if " enable " in c
+    ]
+    assert enable.split()[-4:] == [PATH_UNIT, SERVICE, SERVER, WATCH], enable
+    upgrade = _maintainer_script(tmp_path, "rpm/post", "2", was_enabled=True)
+    assert not [c for c in upgrade if " enable " in c], upgrade
 
 
 def test_shim_server_runs_the_launcher_as_root_where_the_engines_run() -> None:

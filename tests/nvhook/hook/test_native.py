@@ -855,3 +855,49 @@ def test_no_ldconfig_on_the_host_is_pythons(pair: Pair, tmp_path: Path, test_lib
     proc = _run(hidden.native, argv, state_json(tmp_path / TREE / "bundle"))
     assert proc.returncode == ExitCode.HOOK and b"no ldconfig on the host" in proc.stderr
     assert not (tmp_path / TREE / "bundle/rootfs/etc/ld.so.conf.d").exists()
+
+
+def test_the_records_of_a_stale_spec_are_refused_as_python_does(
+    pair: Pair, tmp_path: Path, test_library: Path
+) -> None:
+    """A generated spec's records in the container's env (each GPU's /proc entry, each MIG
+    layout: nvhook.devices.miglayout): holding, the native hook does the call itself; one that
+    no longer holds (a GPU gone, a re-layout), it hands over and Python refuses with its line,
+    before any step touched the rootfs."""
+    caps = tmp_path / "caps"  # GPU 0's capabilities/gpu0/mig as the driver lists it
+    for gi, ci in ((2, 0), (3, 0), (4, 0), (10, 0)):
+        (caps / f"gi{gi}" / f"ci{ci}").mkdir(parents=True)
+    (caps / "gi10x").mkdir()  # not an instance's name
+    entry = tmp_path / "gpus" / "0000:07:00.0"
+    entry.mkdir(parents=True)
+    argv = [*CC, "--link", LINK, *FOLDER]
+    holding = [f"NVHOOK_GPU_0=GPU-a@{entry}", f"NVHOOK_MIG_LAYOUT_0=2.0,3.0,4.0,10.0@{caps}"]
+    not_records = ["NVHOOK_GPU_x=GPU-a@/gone", "NVHOOK_GPU_1=GPU-b", "NVHOOK_MIG_LAYOUT_=@/gone"]
+    assert not compare(pair, tmp_path, base, test_library, argv, holding + not_records)
+    assert (tmp_path / TREE / "bundle/rootfs/etc/ld.so.cache").is_file()
+    stale = {
+        "gone": (
+            [*holding, f"NVHOOK_GPU_5=GPU-c@{tmp_path}/gpus/0000:90:00.0"],
+            f"GPU 5 (GPU-c) is gone: {tmp_path}/gpus/0000:90:00.0 does not exist; its CDI spec",
+        ),
+        "re-laid": (
+            [f"NVHOOK_MIG_LAYOUT_0=2.0,3.0,4.0@{caps}"],
+            "GPU 0's MIG layout changed (GPU.compute instances 2.0,3.0,4.0 then, now "
+            "2.0,3.0,4.0,10.0), so the container's MIG device names mean other instances; its",
+        ),
+        "mig off": (
+            [f"NVHOOK_MIG_LAYOUT_0=2.0@{tmp_path}/no-mig"],
+            "(GPU.compute instances 2.0 then, MIG mode is off or the GPU is gone)",
+        ),
+    }
+    for env, line in stale.values():
+        assert compare(pair, tmp_path, base, test_library, argv, env)  # handed over
+        bundle = _lay_out(tmp_path / "python", base, test_library, env)
+        proc = _run(pair.python, argv, state_json(bundle))
+        assert proc.returncode == ExitCode.HOOK
+        (err,) = proc.stderr.decode().splitlines()
+        assert err.startswith("nvhook-hook create-container: ") and line in err, err
+        assert err.endswith("run: nvhook cdi generate (nvhook watch rewrites the spec within a "
+                            "second of the change), then retry")  # fmt: skip
+        assert not (bundle / "rootfs/etc/ld.so.cache").exists()
+        shutil.rmtree(tmp_path / "python")

@@ -22,9 +22,11 @@ from nvhook.mock.mutate import (
     MUTATIONS_FILE,
     add_gpu,
     current_profile,
+    load_driver,
     relayout_mig,
     remove_gpu,
     set_driver,
+    unload_driver,
 )
 from tests.support.basics import require
 
@@ -110,6 +112,33 @@ def test_remove_and_add_a_gpu(tmp_path: Path) -> None:
         relayout_mig(root, 3, [])
     add_gpu(root, 3)
     assert _tree(root) == before
+
+
+def test_driver_unloaded_and_loaded_again(tmp_path: Path) -> None:
+    from nvhook.devices.nvml import open_nvml
+    from nvhook.errors import DriverError
+    from nvhook.planner import nvml_library_dir
+
+    root = _dgx(tmp_path)
+    before = _tree(root)
+    unload_driver(root)
+    assert not (root / "proc/driver/nvidia").exists()
+    assert not list((root / "dev").glob("nvidia[0-9]*")) and not (root / "dev/nvidiactl").exists()
+    with pytest.raises(DriverError):
+        read_driver(root)
+    with (
+        pytest.raises(DriverError, match="Driver Not Loaded"),
+        open_nvml(nvml_library_dir(str(root))),
+    ):
+        pass
+    assert (root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").exists()  # user space stays
+    assert current_profile(root).gpus == ()
+    with pytest.raises(MockError, match="unloaded already"):
+        unload_driver(root)
+    load_driver(root)
+    assert _tree(root) == before
+    with pytest.raises(MockError, match="has its driver loaded: unload it first"):
+        load_driver(root)
 
 
 def test_driver_upgrade_replaces_libraries_links_and_cache(tmp_path: Path) -> None:
@@ -205,6 +234,10 @@ def test_cli_changes_a_live_mock(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["mock", "remove-gpu", str(root), "--gpu", "7"]) == 0
     assert "now 7 GPU(s)" in capsys.readouterr().out
     assert main(["mock", "add-gpu", str(root), "--gpu", "7"]) == 0
+    assert main(["mock", "unload-driver", str(root)]) == 0
+    assert "driver unloaded; now 0 GPU(s)" in capsys.readouterr().out
+    assert main(["mock", "load-driver", str(root)]) == 0
+    assert "driver loaded; now 8 GPU(s)" in capsys.readouterr().out
     assert main(["mock", "mig", str(root), "--gpu", "2", "--layout", "9g.1tb"]) == 6
     err = capsys.readouterr().err
     assert err.startswith("nvhook: GPU GPU-") and "has no MIG profile '9g.1tb'" in err
