@@ -259,6 +259,8 @@ def _hook(h: _Header) -> None:
     h.section("the GPU and MIG layout records create-container checks (nvhook.gpurecords)")
     h.define("NVHOOK_ENV_GPU_RECORD", gpurecords.GPU_ENV, "gpurecords.GPU_ENV")
     h.define("NVHOOK_ENV_LAYOUT_RECORD", gpurecords.LAYOUT_ENV, "gpurecords.LAYOUT_ENV")
+    h.define("NVHOOK_RECORD_GPUS_DIR", gpurecords.GPUS_DIR, "gpurecords.GPUS_DIR")
+    h.define("NVHOOK_RECORD_CAPS_DIR", gpurecords.CAPS_DIR, "gpurecords.CAPS_DIR")
 
     h.section("--params (nvhook.hook.device_files)")
     h.define("NVHOOK_PARAMS_PATH", device_files.PARAMS_PATH, "device_files.PARAMS_PATH")

@@ -137,6 +137,8 @@
 /* --- the GPU and MIG layout records create-container checks (nvhook.gpurecords) */
 #define NVHOOK_ENV_GPU_RECORD "NVHOOK_GPU_" /* gpurecords.GPU_ENV */
 #define NVHOOK_ENV_LAYOUT_RECORD "NVHOOK_MIG_LAYOUT_" /* gpurecords.LAYOUT_ENV */
+#define NVHOOK_RECORD_GPUS_DIR "/proc/driver/nvidia/gpus/" /* gpurecords.GPUS_DIR */
+#define NVHOOK_RECORD_CAPS_DIR "/proc/driver/nvidia/capabilities/gpu" /* gpurecords.CAPS_DIR */
 
 /* --- --params (nvhook.hook.device_files) */
 #define NVHOOK_PARAMS_PATH "/proc/driver/nvidia/params" /* device_files.PARAMS_PATH */

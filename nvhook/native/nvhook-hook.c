@@ -1578,6 +1578,44 @@ static int layout_holds(const char *directory, const char *layout, size_t len) {
     return used == len && !memcmp(now, layout, len);
 }
 
+static int lower_hex(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+
+/* "0000:07:00.0": a domain of 4-8 lower-case hex digits, bus and device of 2, a function 0-7
+ * (gpurecords._bus_id). */
+static int bus_id_ok(const char *s, size_t len) {
+    const char *colon = memchr(s, ':', len);
+    if (!colon) return 0;
+    size_t domain = (size_t)(colon - s);
+    return domain >= 4 && domain <= 8 && len == domain + 8 && lower_hex(s, domain) &&
+           lower_hex(colon + 1, 2) && colon[3] == ':' && lower_hex(colon + 4, 2) &&
+           colon[6] == '.' && colon[7] >= '0' && colon[7] <= '7';
+}
+
+/* Whether where has a GPU record's shape: clean, ending in NVHOOK_RECORD_GPUS_DIR and a bus id
+ * (gpurecords.gpu_entry_path): an image's own env cannot point the hook elsewhere. */
+static int gpu_record_path(const char *where) {
+    static const char dir[] = NVHOOK_RECORD_GPUS_DIR;
+    size_t len = strlen(where), n = sizeof dir - 1;
+    const char *last = NULL;
+    for (const char *p = where; (p = strstr(p, dir)); p++) last = p;
+    return last && clean_path(where) && bus_id_ok(last + n, len - (size_t)(last - where) - n);
+}
+
+/* Whether directory has the shape of GPU minor's layout record: clean, ending in
+ * NVHOOK_RECORD_CAPS_DIR "<minor>/mig" (gpurecords.layout_entry_path). */
+static int layout_record_path(const char *minor, size_t minor_len, const char *directory) {
+    static const char dir[] = NVHOOK_RECORD_CAPS_DIR, mig[] = "/mig";
+    size_t len = strlen(directory), tail = sizeof dir - 1 + minor_len + sizeof mig - 1;
+    if (len < tail || !clean_path(directory)) return 0;
+    const char *end = directory + len - tail;
+    return !memcmp(end, dir, sizeof dir - 1) && !memcmp(end + sizeof dir - 1, minor, minor_len) &&
+           !strcmp(end + sizeof dir - 1 + minor_len, mig);
+}
+
 /* Whether every record of the container's env still holds: each GPU's /proc entry is a
  * directory (miglayout.gone_gpus), each MIG layout is what it was (stale_layouts). One that
  * does not, or cannot be told, is Python's: it prints the line and refuses. */
@@ -1602,6 +1640,9 @@ static int records_hold(const struct doc *cd) {
         const char *at = strchr(eq + 1, '@');
         if (!digits || !at) continue; /* not a record (the Python check ignores it too) */
         if (memchr(entry, '\0', cd->t[k].len)) return 0;
+        if (is_layout ? !layout_record_path(minor, (size_t)(eq - minor), at + 1)
+                      : !gpu_record_path(at + 1))
+            continue; /* not of a record's shape: not looked at (gpurecords docstring) */
         if (is_layout) {
             if (!layout_holds(at + 1, eq + 1, (size_t)(at - eq - 1))) return 0;
         } else {

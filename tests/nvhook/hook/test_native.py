@@ -864,11 +864,12 @@ def test_the_records_of_a_stale_spec_are_refused_as_python_does(
     layout: nvhook.devices.miglayout): holding, the native hook does the call itself; one that
     no longer holds (a GPU gone, a re-layout), it hands over and Python refuses with its line,
     before any step touched the rootfs."""
-    caps = tmp_path / "caps"  # GPU 0's capabilities/gpu0/mig as the driver lists it
+    proc_nvidia = tmp_path / "proc/driver/nvidia"  # a mock root's: records name paths there
+    caps = proc_nvidia / "capabilities/gpu0/mig"  # GPU 0's MIG layout as the driver lists it
     for gi, ci in ((2, 0), (3, 0), (4, 0), (10, 0)):
         (caps / f"gi{gi}" / f"ci{ci}").mkdir(parents=True)
     (caps / "gi10x").mkdir()  # not an instance's name
-    entry = tmp_path / "gpus" / "0000:07:00.0"
+    entry = proc_nvidia / "gpus/0000:07:00.0"
     entry.mkdir(parents=True)
     argv = [*CC, "--link", LINK, *FOLDER]
     holding = [f"NVHOOK_GPU_0=GPU-a@{entry}", f"NVHOOK_MIG_LAYOUT_0=2.0,3.0,4.0,10.0@{caps}"]
@@ -877,8 +878,8 @@ def test_the_records_of_a_stale_spec_are_refused_as_python_does(
     assert (tmp_path / TREE / "bundle/rootfs/etc/ld.so.cache").is_file()
     stale = {
         "gone": (
-            [*holding, f"NVHOOK_GPU_5=GPU-c@{tmp_path}/gpus/0000:90:00.0"],
-            f"GPU 5 (GPU-c) is gone: {tmp_path}/gpus/0000:90:00.0 does not exist; its CDI spec",
+            [*holding, f"NVHOOK_GPU_5=GPU-c@{proc_nvidia}/gpus/0000:90:00.0"],
+            f"GPU 5 (GPU-c) is gone: {proc_nvidia}/gpus/0000:90:00.0 does not exist; its CDI spec",
         ),
         "re-laid": (
             [f"NVHOOK_MIG_LAYOUT_0=2.0,3.0,4.0@{caps}"],
@@ -886,7 +887,7 @@ def test_the_records_of_a_stale_spec_are_refused_as_python_does(
             "2.0,3.0,4.0,10.0), so the container's MIG device names mean other instances; its",
         ),
         "mig off": (
-            [f"NVHOOK_MIG_LAYOUT_0=2.0@{tmp_path}/no-mig"],
+            [f"NVHOOK_MIG_LAYOUT_1=2.0@{proc_nvidia}/capabilities/gpu1/mig"],
             "(GPU.compute instances 2.0 then, MIG mode is off or the GPU is gone)",
         ),
     }
@@ -901,3 +902,39 @@ def test_the_records_of_a_stale_spec_are_refused_as_python_does(
                             "second of the change), then retry")  # fmt: skip
         assert not (bundle / "rootfs/etc/ld.so.cache").exists()
         shutil.rmtree(tmp_path / "python")
+
+
+
+def test_an_images_own_records_cannot_point_the_hook_at_host_paths(
+    pair: Pair, tmp_path: Path, test_library: Path
+) -> None:
+    """The records come from the container's env, which the image's own Env is part of, and
+    the hook runs as root on the host: an entry that names a path of another shape (not a
+    GPU's /proc entry, not the mig directory of the entry's own GPU minor, or not a clean
+    absolute path) is no record, so neither hook looks there nor refuses the call (a refusal
+    would tell the image that the host path does not exist)."""
+    proc_nvidia = tmp_path / "proc/driver/nvidia"
+    (proc_nvidia / "capabilities/gpu0/mig/gi1/ci0").mkdir(parents=True)
+    argv = [*CC, "--link", LINK, *FOLDER]
+    hostile = [
+        "NVHOOK_GPU_0=GPU-a@/etc/nvhook-no-such-file",
+        "NVHOOK_GPU_1=GPU-b@/root/../proc/driver/nvidia/gpus/0000:90:00.0",
+        "NVHOOK_GPU_2=GPU-c@relative/proc/driver/nvidia/gpus/0000:90:00.0",
+        "NVHOOK_GPU_3=GPU-d@/proc/driver/nvidia/gpus/0000:90:00.0/..",
+        "NVHOOK_GPU_4=GPU-e@/proc/driver/nvidia/gpus/0000:90:00.0x",
+        "NVHOOK_GPU_5=GPU-f@/proc/driver/nvidia/gpus/0000:90:00.8",
+        "NVHOOK_GPU_6=GPU-g@//proc/driver/nvidia/gpus/0000:90:00.0",
+        "NVHOOK_MIG_LAYOUT_0=9.9@/root",
+        f"NVHOOK_MIG_LAYOUT_0=9.9@{proc_nvidia}/capabilities/gpu1/mig",  # another GPU's
+        f"NVHOOK_MIG_LAYOUT_0=9.9@{proc_nvidia}/capabilities/gpu0/mig/.",
+        f"NVHOOK_MIG_LAYOUT_0=9.9@{proc_nvidia}/capabilities/./gpu0/mig",
+    ]
+    for entry in hostile:
+        assert not compare(pair, tmp_path, base, test_library, argv, [entry]), entry
+        assert (tmp_path / TREE / "bundle/rootfs/etc/ld.so.cache").is_file(), entry
+    # the same records of a record's shape are looked at, and refused
+    for entry in (
+        f"NVHOOK_GPU_0=GPU-a@{proc_nvidia}/gpus/0000:90:00.0",
+        f"NVHOOK_MIG_LAYOUT_0=9.9@{proc_nvidia}/capabilities/gpu0/mig",
+    ):
+        assert compare(pair, tmp_path, base, test_library, argv, [entry]), entry
