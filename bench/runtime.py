@@ -763,8 +763,9 @@ SPANS = (
     ("call_handled", "reply_sent", "child: streams flushed, reply sent"),
     ("reply_sent", "runtime", "front-end: reply read, runtime exec'd"),
     ("spawned", "runtime", "total: spawn of the front-end to the runtime's start"),
-    ("forked", "code_unchanged", "(server, beside the child: its code still on disk)"),
 )
+#: The parent's check that its code is the code on disk runs after the call (nvhook.server
+#: CHECK_AFTER_S), no longer beside the child: it has no row.
 
 
 def trace_parts(setup: Setup, runs: int) -> None:

@@ -698,6 +698,9 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
         traced = node.call(node.client, args, {**node.env(config),
                            "NVHOOK_CACHE_DIR": str(directory)}, b)  # fmt: skip
         after = time.monotonic_ns()
+        deadline = time.monotonic() + 10  # the parent's code check, once the call is served
+        while b" code_unchanged " not in trace.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         stop(server)
     stopped = time.monotonic_ns()
@@ -705,8 +708,8 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     assert _observed(node, b, traced, config) == expected
     lines = [line.split() for line in trace.read_text().splitlines()]
     assert all(len(fields) == 4 for fields in lines)
-    # the steps start once the call is made; the parent's code check runs after the fork,
-    # beside the child, and the child logs its reply after sending it: the server's exit
+    # the steps start once the call is made; the parent's code check runs once the call is
+    # served, and the child logs its reply after sending it: the server's exit
     # bounds them all, and the call's first steps (up to the call handled) end before the
     # caller has its answer
     for pid, name, start, end in lines:
@@ -715,6 +718,9 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     assert handled and max(handled) <= after
     parent = [name for pid, name, start, end in lines if pid == str(server.pid) and start == end]
     assert parent == ["accepted", "forked", "code_unchanged"]
+    # the code check waits for the child's reply: beside the child it took a core from it
+    marks = {name: int(start) for pid, name, start, end in lines if start == end}
+    assert marks["code_unchanged"] > marks["reply_sent"]
     child = [name for pid, name, start, end in lines if pid != str(server.pid) and start == end]
     assert child == ["child", "peer_checked", "request_received", "request_parsed", "ack_sent",
                      "caller's_cwd,_streams,_env_taken_on", "call_handled",
