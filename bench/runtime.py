@@ -379,14 +379,21 @@ def nvidia_spec(ctk: str, machine: Path, out: Path) -> None:
 
 
 def private_proc_driver(machine: Path) -> None:
-    """Bind the mock's ``proc/driver`` over ``/proc/driver`` in this process's mount
-    namespace (:func:`main` re-executes the bench in a private one with ``--anchor``):
-    NVIDIA's toolkit reads MIG minors from the host's procfs only, nvhook from the mock's
-    root, which this does not change."""
-    if not (machine / "proc/driver/nvidia-caps").is_dir():
+    """Show the mock's ``proc/driver/nvidia-caps`` at ``/proc/driver/nvidia-caps`` in this
+    process's mount namespace (:func:`main` re-executes the bench in a private one with
+    ``--anchor``): NVIDIA's toolkit reads the MIG minors from the host's procfs only
+    (``internal/nvcaps``), nvhook from the mock's root, which this does not change. Only
+    that directory, on a tmpfs over ``/proc/driver``: with the mock's ``nvidia/params`` there
+    too, NVIDIA's ``disable-device-node-modification`` hook would mount a copy over the
+    container's, which a container's procfs on this kernel does not have."""
+    caps = machine / "proc/driver/nvidia-caps"
+    if not caps.is_dir():
         return
-    subprocess.run(["mount", "--bind", str(machine / "proc/driver"), "/proc/driver"],
-                   check=True)  # fmt: skip
+    for argv in (["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "nvhook-bench",
+                  "/proc/driver"],
+                 ["mkdir", "/proc/driver/nvidia-caps"],
+                 ["mount", "--bind", str(caps), "/proc/driver/nvidia-caps"]):  # fmt: skip
+        subprocess.run(argv, check=True)
 
 
 #: Set in the environment of the bench re-executed in a private mount namespace (``--anchor``).
