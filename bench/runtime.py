@@ -1,6 +1,7 @@
 """What nvhook-runtime adds to each runtime call: time over the runtime it execs, and peak RSS.
 
     .venv/bin/python bench/runtime.py [--runs N] [--profile] [--parts] [--anchor PATH]
+                                      [--machine NAME]
 
 The low-level runtime behind the shim is a no-op stand-in (a static C program that exits
 0; ``/bin/true`` without a C compiler), so no container starts and each row isolates the
@@ -43,8 +44,14 @@ The settings cache is warmed first, and ``oci``/``nvhook`` are byte-compiled wit
 ``compileall`` (this environment sets ``PYTHONDONTWRITEBYTECODE=1``, which would otherwise
 leave new modules uncompiled and charge their compilation to every run).
 
-``--anchor PATH`` runs NVIDIA's ``nvidia-container-runtime`` beside nvhook's rows in the same
-loop (:func:`anchor_cases`) and prints each row's overhead as a multiple of the anchor's;
+``--anchor PATH`` runs NVIDIA's ``nvidia-container-runtime`` beside each of the Python shim's
+rows in the same loop (:func:`anchor_cases`: cdi over the same spec directory, jit as its
+``jit-cdi`` on the fake NVML), adds a cdi row of each on NVIDIA's own spec of the mock
+(``nvidia-ctk cdi generate``, from beside PATH), and prints each row's overhead as a
+multiple of the anchor's; it re-executes the bench in a private mount namespace that shows
+the mock's MIG minors at ``/proc/driver/nvidia-caps`` (:func:`private_proc_driver`).
+``--machine NAME`` lays out another mock (default ``dgx-a100``; the 1-GPU rows use GPU 0
+on a one-GPU machine). With the server, every GPU create has a ``front-end + server:`` row;
 ``--parts`` breaks a create through the front-end and the server into its steps
 (:func:`trace_parts`, ``nvhook-shim-server --trace``).
 

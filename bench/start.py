@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/start.py [--runs N] [--cases LIST] [--no-parts]
                                     [--runtime PATH] [--spec-dir DIR] [--keep] [--server]
+                                    [--anchor PATH]
 
 A busybox container (``true``) is created and started exactly as containerd 1.6 calls a
 runtime (cwd = bundle, ``--root R --log B/log.json --log-format json create --bundle B
@@ -36,7 +37,16 @@ there, and the cdi cases name their devices ``nvidia.com/gpu=0`` and ``=all``; j
 need nvhook's mock and run only without ``--runtime``. ``--server`` starts
 ``nvhook-shim-server`` for the run (the native front-end then hands the GPU creates to it
 instead of starting Python; docs/architecture.md D12). Needs root, runc, overlayfs and
-``/usr/bin/busybox`` (busybox-static).
+``/usr/bin/busybox`` (busybox-static); with ``--server``, each case also runs the same
+front-end with a cache directory of its own, where no server listens (it starts Python, as
+on a node without the server), in the same loop.
+
+``--anchor PATH`` adds NVIDIA's ``nvidia-container-runtime`` to each case in the same loop
+(bench/README.md, "The anchor"): cdi cases on nvhook's spec and on NVIDIA's own
+(``nvidia-ctk cdi generate`` of the mock, its hooks run by the ``nvidia-cdi-hook`` beside
+PATH), jit cases in its ``jit-cdi`` mode (its hooks run by ``nvidia-ctk``); it re-executes
+the bench in a private mount namespace, where the ``dgx-a100`` mock's MIG minors are shown
+at ``/proc/driver/nvidia-caps`` (NVIDIA's toolkit reads them there only).
 """
 
 from __future__ import annotations
