@@ -58,6 +58,7 @@ shim does (by file identity), so a changed file counts from the next call.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -540,6 +541,7 @@ def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
         _say("the code changed on disk while starting: exiting to be started again")
         return STALE_EXIT
     remember_self()  # the server's side of every peer check, read once
+    warm()
     listener, identity = _listen(path)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
@@ -619,6 +621,74 @@ def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
             pass
         listener.close()
     return code
+
+
+#: How many times :func:`warm` runs a create: CPython specializes a function's bytecode
+#: after a few calls (PEP 659), so that a child finds it specialized.
+WARM_ROUNDS = 20
+#: The CDI kind of :func:`warm`'s own spec (``.invalid``: RFC 2606, no vendor's).
+WARM_KIND = "warm.nvhook.invalid/gpu"
+
+
+def warm(rounds: int = WARM_ROUNDS) -> None:
+    """Run a cdi create of a container of its own ``rounds`` times, in a temporary
+    directory that is removed (settings file, spec, bundle, cache: nothing of the node's
+    is read or written, and the log is the caller's business, not this), before listening.
+
+    Each child runs the code of the parent: code the parent never ran (CPython 3.11+
+    specializes bytecode as it runs, PEP 659) is specialized again in every child, in pages
+    it shares copy-on-write with the parent. ``bench/instructions.py``: a server child's
+    1-GPU create, 13.31 M -> 12.33 M instructions (cdi, -7.3%), 12.66 M -> 12.30 M (jit,
+    whose plan this does not run: -2.9%); ~60 ms more at the server's start. A failure is
+    said and ignored: the calls are served as without it."""
+    import tempfile
+
+    from nvhook.create import prepare
+    from nvhook.settings import CACHE_ENV, load_settings
+    from oci.argv import RuntimeArgs
+
+    saved = os.environ.get(CACHE_ENV)
+    try:
+        with tempfile.TemporaryDirectory(prefix="nvhook-shim-server-warm-") as top:
+            specs, bundle, cache = (os.path.join(top, n) for n in ("cdi", "bundle", "cache"))
+            for directory in (specs, bundle, cache):
+                os.mkdir(directory, 0o700)
+            lib = os.path.join(top, "libwarm.so.1")
+            with open(lib, "w"):
+                pass
+            node = {"path": "/dev/nvhook-warm0", "hostPath": "/dev/null", "type": "c",
+                    "major": 1, "minor": 3}  # fmt: skip
+            mount = {"hostPath": lib, "containerPath": "/usr/lib/libwarm.so.1",
+                     "options": ["ro", "nosuid", "nodev", "rbind", "rprivate"]}  # fmt: skip
+            hook = {"hookName": "createContainer", "path": "/bin/true", "args": ["true"]}
+            spec = {"cdiVersion": "0.5.0", "kind": WARM_KIND,
+                    "devices": [{"name": str(i), "containerEdits": {"env": [f"WARM={i}"],
+                                 "deviceNodes": [node]}} for i in range(4)],
+                    "containerEdits": {"env": ["WARM=1"], "mounts": [mount] * 2,
+                                       "hooks": [hook]}}  # fmt: skip
+            with open(os.path.join(specs, "warm.json"), "w") as f:
+                json.dump(spec, f)
+            config = os.path.join(top, "config.toml")
+            with open(config, "w") as f:
+                f.write(f'[runtime]\nmode = "cdi"\n[cdi]\nspec_dirs = [{json.dumps(specs)}]\n')
+            container = {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
+                         "process": {"args": ["true"], "cwd": "/", "env": ["PATH=/bin"]},
+                         "annotations": {"cdi.k8s.io/warm": f"{WARM_KIND}=1"},
+                         "mounts": [], "linux": {}}  # fmt: skip
+            argv = ["--root", os.path.join(top, "state"), "create", "--bundle", bundle, "warm"]
+            os.environ[CACHE_ENV] = cache
+            for _ in range(rounds):
+                with open(os.path.join(bundle, "config.json"), "w") as f:
+                    json.dump(container, f)
+                settings = load_settings(config, cache_dir=cache)
+                prepare(RuntimeArgs.parse(argv, cwd=top), settings)
+    except Exception as e:  # a bug here: the calls are served unwarmed
+        _say(f"warm-up failed ({type(e).__name__}: {e}); serving unwarmed")
+    finally:
+        if saved is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = saved
 
 
 def _reap(children: set[int]) -> None:

@@ -796,3 +796,50 @@ def test_peer_problem_compares_the_peer_with_the_server(monkeypatch: pytest.Monk
         monkeypatch.setattr(nvhook.peer, "_label", lambda pid: labels.get(pid, b"runtime_t"))
         pid, problem = peer_problem(a)
         assert pid == os.getpid() and problem is not None and "security label" in problem
+
+
+WARMED = r"""
+import dis, json, os, sys, tempfile
+import nvhook.server as server
+import oci.cdi.index
+
+def specialized(func):
+    return sum(a.opname != b.opname for a, b in zip(dis.get_instructions(func, adaptive=True),
+                                                    dis.get_instructions(func)))
+
+class Listening(Exception):
+    pass
+
+def listen(path):
+    raise Listening
+
+server._listen = listen
+server._say = lambda message: print("said:", message)
+before = specialized(oci.cdi.index.resolve)
+temps = set(os.listdir(tempfile.gettempdir()))
+env = dict(os.environ)
+try:
+    server.serve(sys.argv[1])
+except Listening:
+    pass
+left = {n for n in set(os.listdir(tempfile.gettempdir())) - temps if "warm" in n}
+print(json.dumps([before, specialized(oci.cdi.index.resolve), sorted(left),
+                  env == dict(os.environ)]))
+"""
+
+
+def test_the_server_runs_a_cdi_create_of_its_own_before_listening(tmp_path: Path) -> None:
+    """So that a child finds the start path's bytecode specialized (bench/instructions.py:
+    the server child's cdi create -7%): a create in a temporary directory it removes, the
+    environment as it was, no failure said."""
+    require_root()
+    proc = subprocess.run([sys.executable, "-c", WARMED, str(tmp_path / "shim.sock")],
+                          capture_output=True, text=True, cwd=REPO, timeout=120,
+                          env={**os.environ, "NVHOOK_CACHE_DIR": str(tmp_path / "c")},
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "said:" not in proc.stdout
+    before, after, left, same_env = json.loads(proc.stdout.splitlines()[-1])
+    assert before == 0 and after > 50
+    assert (left, same_env) == ([], True)
+    assert not (tmp_path / "c").exists()  # the node's cache directory untouched
