@@ -644,6 +644,7 @@ def warm(rounds: int = WARM_ROUNDS) -> None:
     import tempfile
 
     from nvhook.create import prepare
+    from nvhook.devices.miglayout import GPU_ENV
     from nvhook.settings import CACHE_ENV, load_settings
     from oci.argv import RuntimeArgs
 
@@ -662,7 +663,8 @@ def warm(rounds: int = WARM_ROUNDS) -> None:
                      "options": ["ro", "nosuid", "nodev", "rbind", "rprivate"]}  # fmt: skip
             hook = {"hookName": "createContainer", "path": "/bin/true", "args": ["true"]}
             spec = {"cdiVersion": "0.5.0", "kind": WARM_KIND,
-                    "devices": [{"name": str(i), "containerEdits": {"env": [f"WARM={i}"],
+                    "devices": [{"name": str(i), "containerEdits": {  # a generated spec's env
+                                 "env": [f"{GPU_ENV}{i}=GPU-warm-{i}@{top}"],
                                  "deviceNodes": [node]}} for i in range(4)],
                     "containerEdits": {"env": ["WARM=1"], "mounts": [mount] * 2,
                                        "hooks": [hook]}}  # fmt: skip
