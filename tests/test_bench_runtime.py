@@ -5,11 +5,17 @@ cdi rows read (shaped like ``nvhook cdi generate``'s)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 from bench.runtime import CDI_YAML, Case, Setup, anchor_cases, cdi_spec
 from nvhook.mock import create
+from tests.support.basics import require_root
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_anchor_rows_read_their_own_config_over_the_same_spec_directory(tmp_path: Path) -> None:
@@ -74,3 +80,26 @@ def test_the_bench_spec_keeps_only_each_devices_own_edits_in_the_device(tmp_path
     assert sorted(gpu) == ["deviceNodes", "env"]
     assert [n["path"] for n in gpu["deviceNodes"]] == ["/dev/nvidia2"]
     assert len(json.dumps(spec)) < 80_000
+
+
+def test_nvidia_tools_see_the_mocks_mig_minors_and_no_driver_params(tmp_path: Path) -> None:
+    """``--anchor``: in the bench's private mount namespace ``/proc/driver/nvidia-caps`` is the
+    mock's (NVIDIA's toolkit reads the MIG minors there only), and ``/proc/driver/nvidia`` is
+    not there (its params would make NVIDIA's disable-device-node-modification hook mount a
+    copy over a file the container's procfs lacks); the host's ``/proc`` is left as it was."""
+    require_root()
+    create("dgx-a100", tmp_path / "machine", nodes="file")
+    code = (
+        "import os, sys; from pathlib import Path; from bench.runtime import private_proc_driver;"
+        "private_proc_driver(Path(sys.argv[1]));"
+        "print(open('/proc/driver/nvidia-caps/mig-minors').read() =="
+        " open(sys.argv[1] + '/proc/driver/nvidia-caps/mig-minors').read(),"
+        " os.path.exists('/proc/driver/nvidia'))"
+    )
+    before = sorted(os.listdir("/proc/driver"))
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable,
+                           "-c", code, str(tmp_path / "machine")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
+    assert sorted(os.listdir("/proc/driver")) == before
