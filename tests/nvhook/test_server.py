@@ -693,6 +693,9 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     trace = tmp_path / "trace"
     server = start_server(directory / "shim.sock", more=("--trace", str(trace)))
     try:
+        deadline = time.monotonic() + 30  # the spare child, warmed, waits for the call
+        while b" spare_ready " not in trace.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         node.reset(b)
         before = time.monotonic_ns()
         traced = node.call(node.client, args, {**node.env(config),
@@ -708,6 +711,15 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     assert _observed(node, b, traced, config) == expected
     lines = [line.split() for line in trace.read_text().splitlines()]
     assert all(len(fields) == 4 for fields in lines)
+    spares = {pid for pid, name, _, _ in lines if name == "spare_ready"}
+    assert (
+        spares
+    )  # the call went to one; the next, forked once it was served, exits with the server
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in spares) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in spares)
+    lines = [fields for fields in lines if fields[1] != "spare_ready"]  # before the call
     # the steps start once the call is made; the parent's code check runs once the call is
     # served, and the child logs its reply after sending it: the server's exit
     # bounds them all, and the call's first steps (up to the call handled) end before the
@@ -717,7 +729,7 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     handled = [int(end) for pid, name, _, end in lines if name == "call_handled"]
     assert handled and max(handled) <= after
     parent = [name for pid, name, start, end in lines if pid == str(server.pid) and start == end]
-    assert parent == ["accepted", "forked", "code_unchanged"]
+    assert parent == ["accepted", "handed_to_the_spare", "code_unchanged"]
     # the code check waits for the child's reply: beside the child it took a core from it
     marks = {name: int(start) for pid, name, start, end in lines if start == end}
     assert marks["code_unchanged"] > marks["reply_sent"]
