@@ -783,7 +783,10 @@ def _fork_spare(listener: socket.socket, trace: _Trace | None, children: set[int
             theirs.sendall(b"r")
             if trace is not None:
                 trace.mark("spare ready")
-            _, fds, _, _ = socket.recv_fds(theirs, 1, 1)
+            try:
+                _, fds, _, _ = socket.recv_fds(theirs, 1, 1)
+            except OSError:  # ECONNRESET: the parent closed it with "ready" unread
+                fds = []
             theirs.close()
             if len(fds) != 1:
                 os._exit(0)  # the parent is stopping

@@ -855,3 +855,28 @@ def test_the_server_runs_a_cdi_create_of_its_own_before_listening(tmp_path: Path
     assert before == 0 and after > 50
     assert (left, same_env) == ([], True)
     assert not (tmp_path / "c").exists()  # the node's cache directory untouched
+
+
+def test_a_spare_waiting_when_the_server_stops_exits_without_a_word(tmp_path: Path) -> None:
+    """The spare child said it was ready and waits: the server's SIGTERM closes its end (its
+    "ready" byte unread: the spare reads ECONNRESET) and the spare exits, no traceback."""
+    require_root()
+    directory = tmp_path / "sock"
+    directory.mkdir(mode=0o700)
+    trace = tmp_path / "trace"
+    with open(tmp_path / "stderr", "w+b") as log:
+        server = start_server(directory / "shim.sock", log=log, more=("--trace", str(trace)))
+        try:
+            deadline = time.monotonic() + 30
+            while b" spare_ready " not in trace.read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            assert stop(server) == 0
+        spare = next(line.split()[0] for line in trace.read_text().splitlines()
+                     if line.split()[1] == "spare_ready")  # fmt: skip
+        while Path(f"/proc/{spare}").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not Path(f"/proc/{spare}").exists()
+        log.seek(0)
+        said = log.read().decode()
+    assert "Traceback" not in said and "Error" not in said, said
