@@ -131,7 +131,7 @@ IDLE_CHECK_S = 1.0
 CHECK_AFTER_S = 0.02
 #: How long after the last call the server waits before that: the runtime it named starts
 #: the container then (runc create: ~40-80 ms here), which the check would slow.
-QUIET_S = 0.1
+QUIET_S = 0.05
 #: The exit status of a server whose code changed on disk (EX_TEMPFAIL: restart me).
 STALE_EXIT = 75
 #: The modules a create imports (jit and cdi, errors included), imported before forking:
