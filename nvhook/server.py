@@ -53,10 +53,11 @@ call's path, and right after it, beside the child, it took a core the child want
 (bench/runtime.py ``--parts`` on 2 loaded cores: the fork until the child runs, 2.0-3.2 ms
 then, 0.7-0.9 ms after).
 
-Spare child: the next call's child is forked ahead, once the calls in hand are served, and
-runs a create of its own before it waits (:class:`_Spare`): a child forked at the call paid
-a copy-on-write fault for each page the call writes (~650-700 of them, ~2 ms of a 1-GPU
-create). A call that finds no spare ready is forked for as before.
+Spare child: the next call's child is forked ahead, once the calls in hand are served and
+:data:`QUIET_S` has passed, and runs a create of its own at ``SCHED_IDLE`` before it waits
+(:class:`_Spare`): a child forked at the call paid a copy-on-write fault for each page the
+call writes (~650-700 of them, ~2 ms of a 1-GPU create). A call that finds no spare ready
+is forked for as before.
 
 Settings, the CDI index and specs are the shim's business: each child loads them as the
 shim does (by file identity), so a changed file counts from the next call.
@@ -736,8 +737,9 @@ class _Spare:
     that had done this (jit: 4.82 ms, 704 -> 3.79 ms, 202). It tells the parent it is ready
     with one byte, then waits for the connection, passed with ``SCM_RIGHTS``; EOF (the
     parent stopping) makes it exit. One at a time: a call finding none ready is forked for
-    as before, and the next spare is forked only once the calls in hand are served, off
-    their cores."""
+    as before, and the next spare is forked only once the calls in hand are served and
+    :data:`QUIET_S` has passed; it warms up at ``SCHED_IDLE`` (only on idle CPU: the
+    containers of the calls start meanwhile) and serves at ``SCHED_OTHER``."""
 
     def __init__(self, pid: int, control: socket.socket) -> None:
         self.pid = pid
