@@ -1,6 +1,7 @@
 """What nvhook-runtime adds to each runtime call: time over the runtime it execs, and peak RSS.
 
     .venv/bin/python bench/runtime.py [--runs N] [--profile] [--parts] [--anchor PATH]
+                                      [--machine NAME]
 
 The low-level runtime behind the shim is a no-op stand-in (a static C program that exits
 0; ``/bin/true`` without a C compiler), so no container starts and each row isolates the
@@ -43,8 +44,14 @@ The settings cache is warmed first, and ``oci``/``nvhook`` are byte-compiled wit
 ``compileall`` (this environment sets ``PYTHONDONTWRITEBYTECODE=1``, which would otherwise
 leave new modules uncompiled and charge their compilation to every run).
 
-``--anchor PATH`` runs NVIDIA's ``nvidia-container-runtime`` beside nvhook's rows in the same
-loop (:func:`anchor_cases`) and prints each row's overhead as a multiple of the anchor's;
+``--anchor PATH`` runs NVIDIA's ``nvidia-container-runtime`` beside each of the Python shim's
+rows in the same loop (:func:`anchor_cases`: cdi over the same spec directory, jit as its
+``jit-cdi`` on the fake NVML), adds a cdi row of each on NVIDIA's own spec of the mock
+(``nvidia-ctk cdi generate``, from beside PATH), and prints each row's overhead as a
+multiple of the anchor's; it re-executes the bench in a private mount namespace that shows
+the mock's MIG minors at ``/proc/driver/nvidia-caps`` (:func:`private_proc_driver`).
+``--machine NAME`` lays out another mock (default ``dgx-a100``; the 1-GPU rows use GPU 0
+on a one-GPU machine). With the server, every GPU create has a ``front-end + server:`` row;
 ``--parts`` breaks a create through the front-end and the server into its steps
 (:func:`trace_parts`, ``nvhook-shim-server --trace``).
 
@@ -107,6 +114,9 @@ CDI_CROWDED = "cdi-crowded"
 OTHER_SPECS = 1000
 #: A config of its own: mode cdi over a directory holding the same spec as YAML.
 CDI_YAML = "cdi-yaml"
+#: A config of its own (``--anchor``): mode cdi over NVIDIA's own spec of the mock
+#: (``nvidia-ctk cdi generate``, from beside the anchor).
+CDI_NVIDIA = "cdi-nvidia"
 
 
 @dataclass
@@ -117,7 +127,7 @@ class Case:
     mode: str
     bundle: Path | None = None
     visible: str | None = None  # NVIDIA_VISIBLE_DEVICES in config.json; None: no request
-    expect_gpus: int | None = None  # /dev/nvidiaN nodes the shim must add (None: not a create)
+    expect_gpus: int | None = None  # /dev/nvidiaN nodes the shim must add (None: some)
     program: str | None = None  # reference rows, front-end rows: what runs instead of the shim
     env_extra: dict[str, str] = field(default_factory=dict)  # server rows: their cache dir
     anchor: bool = False  # NVIDIA's nvidia-container-runtime (--anchor): overhead, no budget
@@ -138,9 +148,22 @@ class Setup:
     machine: Path
     configs: dict[str, Path]
     env_base: dict[str, str]
+    profile: str = PROFILE  # the mock machine (--machine)
 
     def env(self, mode: str) -> dict[str, str]:
         return {**self.env_base, "NVHOOK_CONFIG": str(self.configs[mode])}
+
+    @property
+    def gpus(self) -> int:
+        from nvhook.mock import load_profile
+
+        return len(load_profile(self.profile).gpus)
+
+    @property
+    def one(self) -> str:
+        """The GPU of the 1-GPU rows: ``1`` (``dgx-a100``'s MIG-enabled GPU without
+        instances, as before), ``0`` on a one-GPU machine."""
+        return "1" if self.gpus > 1 else "0"
 
 
 # --------------------------------------------------------------------------- set-up
@@ -220,7 +243,7 @@ def pristine_spec() -> dict[str, Any]:
     }
 
 
-def cdi_spec(machine: Path) -> dict[str, Any]:
+def cdi_spec(machine: Path, profile_name: str = PROFILE) -> dict[str, Any]:
     """A spec shaped like ``nvhook cdi generate``'s, made from the jit edits of each device."""
     from nvhook.mock import load_profile
     from nvhook.planner import Host, plan
@@ -235,18 +258,21 @@ def cdi_spec(machine: Path) -> dict[str, Any]:
         return result
 
     common = edits("none")
-    shared = [json.dumps(n, sort_keys=True) for n in common.get("deviceNodes", [])]
+    shared = {k: {json.dumps(x, sort_keys=True) for x in v} for k, v in common.items()}
 
     def own(visible: str) -> dict[str, Any]:
-        full = edits(visible)
-        rest = {k: v for k, v in full.items() if k != "deviceNodes"}
-        if rest != {k: v for k, v in common.items() if k != "deviceNodes"}:
-            return full  # not only device nodes differ: keep everything
-        nodes = [n for n in full["deviceNodes"] if json.dumps(n, sort_keys=True) not in shared]
-        return {"deviceNodes": nodes}
+        """The device's edits less the spec's: what ``nvhook cdi generate`` puts in a device
+        (its nodes and its ``NVHOOK_GPU_*`` env entry). Before, any difference besides the
+        nodes kept the whole set in every device: a 280 KB spec, 7x what generate writes."""
+        out: dict[str, Any] = {}
+        for key, items in edits(visible).items():
+            mine = [x for x in items if json.dumps(x, sort_keys=True) not in shared.get(key, ())]
+            if mine:
+                out[key] = mine
+        return out
 
     devices = []
-    profile = load_profile(PROFILE)
+    profile = load_profile(profile_name)
     for gpu in profile.gpus:
         gpu_edits = own(str(gpu.minor))
         devices += [
@@ -286,7 +312,8 @@ def other_spec(i: int) -> dict[str, Any]:
     }
 
 
-def prepare(work: Path, shim: str, frontend: str | None) -> Setup:
+def prepare(work: Path, shim: str, frontend: str | None, profile: str = PROFILE,
+            anchor_ctk: str | None = None) -> Setup:  # fmt: skip
     server = Path(shim).with_name("nvhook-shim-server")
     from nvhook.mock import create
     from oci.cdi.index import RACY_NS
@@ -298,11 +325,13 @@ def prepare(work: Path, shim: str, frontend: str | None) -> Setup:
         (crowded_dir / name).write_text(json.dumps(other_spec(i), indent=2))
     settled_at = time.monotonic() + RACY_NS / 1e9
     machine = work / "machine"
-    create(PROFILE, machine, nodes="auto")
+    create(profile, machine, nodes="auto")
+    if anchor_ctk is not None:
+        private_proc_driver(machine)
     noop, noop_kind = build_noop(work)
     cdi_dir = work / "cdi"
     cdi_dir.mkdir()
-    gpu_spec = json.dumps(cdi_spec(machine), indent=2)
+    gpu_spec = json.dumps(cdi_spec(machine, profile), indent=2)
     (cdi_dir / "nvidia.json").write_text(gpu_spec)
     (crowded_dir / "nvidia.json").write_text(gpu_spec)
     import yaml
@@ -310,10 +339,15 @@ def prepare(work: Path, shim: str, frontend: str | None) -> Setup:
     yaml_dir = work / "cdi-yaml"
     yaml_dir.mkdir()
     (yaml_dir / "nvidia.yaml").write_text(yaml.safe_dump(json.loads(gpu_spec), sort_keys=False))
+    dirs = [*((m, m, cdi_dir) for m in MODES), (CDI_CROWDED, "cdi", crowded_dir),
+            (CDI_YAML, "cdi", yaml_dir)]  # fmt: skip
+    if anchor_ctk is not None:
+        nvidia_dir = work / SPEC_DIRS[CDI_NVIDIA]
+        nvidia_dir.mkdir()
+        nvidia_spec(anchor_ctk, machine, nvidia_dir / "nvidia.yaml")
+        dirs.append((CDI_NVIDIA, "cdi", nvidia_dir))
     configs = {}
-    for name, mode, spec_dir in [*((m, m, cdi_dir) for m in MODES),
-                                 (CDI_CROWDED, "cdi", crowded_dir),
-                                 (CDI_YAML, "cdi", yaml_dir)]:  # fmt: skip
+    for name, mode, spec_dir in dirs:
         path = work / f"config-{name}.toml"
         path.write_text(
             "[runtime]\n"
@@ -334,9 +368,43 @@ def prepare(work: Path, shim: str, frontend: str | None) -> Setup:
     time.sleep(max(0.0, settled_at - time.monotonic()))  # the crowded and YAML specs settle
     server_path = str(server) if frontend and server.is_file() else None
     return Setup(work, shim, frontend, server_path, noop, noop_kind, measure, machine, configs,
-                 env_base)  # fmt: skip
+                 env_base, profile)  # fmt: skip
 
 
+def nvidia_spec(ctk: str, machine: Path, out: Path) -> None:
+    """NVIDIA's own spec of the mock: ``nvidia-ctk cdi generate`` with the mock as its driver
+    and device root (it finds the fake ``libnvidia-ml.so.1`` there). It reads the MIG minors
+    from the host's ``/proc/driver/nvidia-caps`` (NVIDIA's ``internal/nvcaps``), which
+    :func:`private_proc_driver` binds from the mock first."""
+    proc = subprocess.run(
+        [ctk, "cdi", "generate", "--driver-root", str(machine), "--dev-root", str(machine),
+         "--output", str(out)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0 or not out.is_file():
+        raise SystemExit(f"{ctk} cdi generate failed:\n{proc.stderr[-2000:]}")
+
+
+def private_proc_driver(machine: Path) -> None:
+    """Show the mock's ``proc/driver/nvidia-caps`` at ``/proc/driver/nvidia-caps`` in this
+    process's mount namespace (:func:`main` re-executes the bench in a private one with
+    ``--anchor``): NVIDIA's toolkit reads the MIG minors from the host's procfs only
+    (``internal/nvcaps``), nvhook from the mock's root, which this does not change. Only
+    that directory, on a tmpfs over ``/proc/driver``: with the mock's ``nvidia/params`` there
+    too, NVIDIA's ``disable-device-node-modification`` hook would mount a copy over the
+    container's, which a container's procfs on this kernel does not have."""
+    caps = machine / "proc/driver/nvidia-caps"
+    if not caps.is_dir():
+        return
+    for argv in (["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "nvhook-bench",
+                  "/proc/driver"],
+                 ["mkdir", "/proc/driver/nvidia-caps"],
+                 ["mount", "--bind", str(caps), "/proc/driver/nvidia-caps"]):  # fmt: skip
+        subprocess.run(argv, check=True)
+
+
+#: Set in the environment of the bench re-executed in a private mount namespace (``--anchor``).
+PRIVATE_NS = "NVHOOK_BENCH_PRIVATE_NS"
 #: The cache directory of the server rows (the server's socket is in it).
 SERVER_CACHE = "server-cache"
 
@@ -388,15 +456,29 @@ def make_cases(setup: Setup, *, server: bool = False) -> list[Case]:
         Case("python -I -S -c pass", ["-I", "-S", "-c", "pass"], None, "auto", program=python),
         Case("pass-through state", ["--root", state_root, "state", "bench"], 15, "auto"),
     ]
+    one, every, n = setup.one, "all", setup.gpus
     creates = [
         ("create, no request", None, 20, "auto", None),
-        ("create 1 GPU, jit", "1", 30, "jit", 1),
-        ("create 1 GPU, cdi", "1", 30, "cdi", 1),
-        ("create 1 GPU, cdi, YAML spec", "1", 30, CDI_YAML, 1),
-        ("create all (8), jit", "all", 30, "jit", 8),
-        ("create all (8), cdi", "all", 30, "cdi", 8),
-        (f"create 1 GPU, cdi, {OTHER_SPECS} other specs", "1", 30, CDI_CROWDED, 1),
+        ("create 1 GPU, jit", one, 30, "jit", 1),
+        ("create 1 GPU, cdi", one, 30, "cdi", 1),
+        ("create 1 GPU, cdi, YAML spec", one, 30, CDI_YAML, 1),
+        (f"create all ({n}), jit", every, 30, "jit", n),
+        (f"create all ({n}), cdi", every, 30, "cdi", n),
+        (f"create all ({n}), cdi, YAML spec", every, 30, CDI_YAML, n),
+        (f"create 1 GPU, cdi, {OTHER_SPECS} other specs", one, 30, CDI_CROWDED, 1),
     ]
+    if CDI_NVIDIA in setup.configs:
+        import yaml
+
+        spec_file = setup.work / SPEC_DIRS[CDI_NVIDIA] / "nvidia.yaml"
+        names = [d["name"] for d in yaml.safe_load(spec_file.read_text())["devices"]]
+        # NVIDIA's spec names no MIG-enabled GPU by its index (dgx-a100's GPU 1): the first
+        # GPU it does name, then
+        theirs = one if one in names else min((x for x in names if x.isdigit()), key=int)
+        creates += [
+            ("create 1 GPU, cdi, NVIDIA's spec", theirs, 30, CDI_NVIDIA, 1),
+            (f"create all ({n}), cdi, NVIDIA's spec", every, 30, CDI_NVIDIA, None),
+        ]
     spec = pristine_spec()
     for n, (name, visible, budget, mode, gpus) in enumerate(creates):
         bundle = setup.work / f"bundle{n}"
@@ -408,7 +490,7 @@ def make_cases(setup: Setup, *, server: bool = False) -> list[Case]:
         argv = ["--root", state_root, "--log", str(bundle / "log.json"), "--log-format", "json",
                 "create", "--bundle", str(bundle), "--pid-file", str(bundle / "init.pid"),
                 "bench"]  # fmt: skip
-        cases.append(Case(name, argv, budget, mode, bundle, visible, gpus if visible else 0))
+        cases.append(Case(name, argv, budget, mode, bundle, visible, gpus))
     if setup.frontend is None:
         return cases
     fronted = {  # issue 16's budgets
@@ -435,7 +517,7 @@ def make_cases(setup: Setup, *, server: bool = False) -> list[Case]:
     if not server:
         return cases
     for case in list(cases):
-        if case.name in ("create 1 GPU, jit", "create 1 GPU, cdi"):
+        if case.visible is not None and case.program is None:  # every GPU create
             assert case.bundle is not None
             bundle = setup.work / f"server-{case.bundle.name}"
             shutil.copytree(case.bundle, bundle)
@@ -448,42 +530,51 @@ def make_cases(setup: Setup, *, server: bool = False) -> list[Case]:
     return cases
 
 
-#: The rows NVIDIA's runtime runs beside nvhook's (``--anchor``): its cdi mode reads the same
-#: spec directory and turns ``NVIDIA_VISIBLE_DEVICES=1`` into ``nvidia.com/gpu=1``. Its jit
-#: counterpart (``jit-cdi``) asks NVML, which the mock machine's paths do not give it.
-ANCHORED = (
-    "pass-through state",
-    "create, no request",
-    "create 1 GPU, cdi",
-    "create 1 GPU, cdi, YAML spec",
-    "create all (8), cdi",
-    f"create 1 GPU, cdi, {OTHER_SPECS} other specs",
-)
-SPEC_DIRS = {"cdi": "cdi", CDI_YAML: "cdi-yaml", CDI_CROWDED: "cdi-crowded", "auto": "cdi"}
+#: NVIDIA's runtime runs beside each of nvhook's own rows (``--anchor``), in the mode that does
+#: the same: cdi over the same spec directory (``NVIDIA_VISIBLE_DEVICES=1`` becomes
+#: ``nvidia.com/gpu=1`` there as here), ``jit-cdi`` for jit (it asks the fake NVML of the mock,
+#: its driver root, and generates the device's spec in the call, as NVIDIA's auto mode does),
+#: ``cdi`` for the pass-through and the create without a request (``auto`` here).
+ANCHOR_MODES = {"auto": "cdi", "jit": "jit-cdi", "cdi": "cdi", CDI_YAML: "cdi",
+                CDI_CROWDED: "cdi", CDI_NVIDIA: "cdi"}  # fmt: skip
+SPEC_DIRS = {"cdi": "cdi", CDI_YAML: "cdi-yaml", CDI_CROWDED: "cdi-crowded", "auto": "cdi",
+             "jit": "cdi", CDI_NVIDIA: "cdi-nvidia"}  # fmt: skip
+
+
+def anchor_config(setup: Setup, mode: str, ctk: str) -> str:
+    """NVIDIA's config.toml for ``mode`` (its ``nvidia-ctk config default``, with the runtime
+    behind it, the mode, the spec directory, the mock as driver root and ``ctk`` as the hooks'
+    program; no ``debug`` log file, as by default)."""
+    return (
+        "[nvidia-container-cli]\n"
+        f"root = {json.dumps(str(setup.machine))}\n"
+        "[nvidia-container-runtime]\n"
+        f"runtimes = [{json.dumps(setup.noop)}]\n"
+        f"mode = {json.dumps(ANCHOR_MODES[mode])}\n"
+        'log-level = "info"\n'
+        "[nvidia-container-runtime.modes.cdi]\n"
+        f"spec-dirs = [{json.dumps(str(setup.work / SPEC_DIRS[mode]))}]\n"
+        'default-kind = "nvidia.com/gpu"\n'
+        'annotation-prefixes = ["cdi.k8s.io/"]\n'
+        "[nvidia-ctk]\n"
+        f"path = {json.dumps(ctk)}\n"
+    )
 
 
 def anchor_cases(setup: Setup, cases: list[Case], anchor: str) -> list[Case]:
-    """``anchor: ROW`` for each of :data:`ANCHORED`: NVIDIA's runtime with the same argv, a
-    bundle of its own, and a config of its own in ``$XDG_CONFIG_HOME/nvidia-container-runtime/
-    config.toml`` (its README: the runtime behind it, ``mode = "cdi"``, the spec directory)."""
+    """``anchor: ROW`` for each of nvhook's own rows (the shim's, not the front-end's):
+    NVIDIA's runtime with the same argv, a bundle of its own, and a config of its own in
+    ``$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml`` (:func:`anchor_config`)."""
     out = []
+    ctk = str(Path(anchor).with_name("nvidia-ctk"))
     for case in cases:
-        if case.name not in ANCHORED:
+        if case.program is not None or case.mode not in ANCHOR_MODES:
             continue
         home = setup.work / f"anchor-{case.mode}"
         config = home / "nvidia-container-runtime" / "config.toml"
         if not config.exists():
             config.parent.mkdir(parents=True)
-            config.write_text(
-                "[nvidia-container-runtime]\n"
-                f"runtimes = [{json.dumps(setup.noop)}]\n"
-                'mode = "cdi"\n'
-                f"debug = {json.dumps(str(setup.work / 'anchor.log'))}\n"
-                "[nvidia-container-runtime.modes.cdi]\n"
-                f"spec-dirs = [{json.dumps(str(setup.work / SPEC_DIRS[case.mode]))}]\n"
-                'default-kind = "nvidia.com/gpu"\n'
-                'annotation-prefixes = ["cdi.k8s.io/"]\n'
-            )
+            config.write_text(anchor_config(setup, case.mode, ctk))
         bundle = argv = None
         if case.bundle is not None:
             bundle = setup.work / f"anchor-{case.bundle.name}"
@@ -491,8 +582,11 @@ def anchor_cases(setup: Setup, cases: list[Case], anchor: str) -> list[Case]:
         argv = (
             [a.replace(str(case.bundle), str(bundle)) for a in case.argv] if bundle else case.argv
         )
+        # NVIDIA's "all" leaves out a MIG-enabled GPU without instances (dgx-a100's GPU 1):
+        # its own count, checked to be one at least.
+        gpus = case.expect_gpus if case.visible != "all" else None
         out.append(Case(f"anchor: {case.name}", argv, None, case.mode, bundle, case.visible,
-                        case.expect_gpus, program=anchor, anchor=True,
+                        gpus, program=anchor, anchor=True,
                         env_extra={"XDG_CONFIG_HOME": str(home)}))  # fmt: skip
     return out
 
@@ -567,7 +661,9 @@ def check(setup: Setup, case: Case) -> None:
         return
     devices = json.loads(written)["linux"].get("devices", [])
     gpus = [d for d in devices if d["path"].removeprefix("/dev/nvidia").isdigit()]
-    if len(gpus) != case.expect_gpus:
+    if (case.expect_gpus is None and not gpus) or (
+        case.expect_gpus is not None and len(gpus) != case.expect_gpus
+    ):
         raise SystemExit(f"{case.name}: expected {case.expect_gpus} GPUs, got {gpus}")
 
 
@@ -589,7 +685,7 @@ def measure(setup: Setup, cases: list[Case], runs: int) -> None:
 
 def report(setup: Setup, cases: list[Case], runs: int, server: str) -> None:
     load = os.getloadavg()
-    print(f"nvhook-runtime overhead, {runs} runs per row, medians; machine {PROFILE} (mock)")
+    print(f"nvhook-runtime overhead, {runs} runs per row, medians; machine {setup.profile} (mock)")
     print(f"  shim: {setup.shim}")
     print(f"  native front-end: {setup.frontend or 'not installed (no front-end rows)'}")
     print(f"  nvhook-shim-server: {server}")
@@ -681,8 +777,9 @@ SPANS = (
     ("call_handled", "reply_sent", "child: streams flushed, reply sent"),
     ("reply_sent", "runtime", "front-end: reply read, runtime exec'd"),
     ("spawned", "runtime", "total: spawn of the front-end to the runtime's start"),
-    ("forked", "code_unchanged", "(server, beside the child: its code still on disk)"),
 )
+#: The parent's check that its code is the code on disk runs after the call (nvhook.server
+#: CHECK_AFTER_S), no longer beside the child: it has no row.
 
 
 def trace_parts(setup: Setup, runs: int) -> None:
@@ -845,15 +942,24 @@ def main() -> None:
         "--parts", action="store_true", help="then time a create's parts through the server"
     )
     parser.add_argument("--anchor", help="NVIDIA's nvidia-container-runtime, run beside")
+    parser.add_argument("--machine", default=PROFILE, help=f"the mock (default {PROFILE})")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
-    if args.anchor and not os.access(args.anchor, os.X_OK):
-        raise SystemExit(f"--anchor {args.anchor}: not an executable file")
+    ctk = None
+    if args.anchor:
+        if not os.access(args.anchor, os.X_OK):
+            raise SystemExit(f"--anchor {args.anchor}: not an executable file")
+        ctk = str(Path(args.anchor).with_name("nvidia-ctk"))
+        if not os.access(ctk, os.X_OK):
+            raise SystemExit(f"--anchor: no {ctk} beside it (its spec, its jit-cdi hooks)")
+        if os.environ.get(PRIVATE_NS) != "1":  # the mock's /proc/driver for NVIDIA's toolkit
+            argv = ["unshare", "--mount", "--propagation", "private", sys.executable, *sys.argv]
+            os.execvpe("unshare", argv, {**os.environ, PRIVATE_NS: "1"})
     compile_bytecode()
     work = Path(tempfile.mkdtemp(prefix="nvhook-bench-runtime-"))
     server = None
     try:
-        setup = prepare(work, *shim_launcher(args.shim))
+        setup = prepare(work, *shim_launcher(args.shim), args.machine, ctk)
         server = start_server(setup)
         cases = make_cases(setup, server=server is not None)
         if args.anchor:

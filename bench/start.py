@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/start.py [--runs N] [--cases LIST] [--no-parts]
                                     [--runtime PATH] [--spec-dir DIR] [--keep] [--server]
+                                    [--anchor PATH]
 
 A busybox container (``true``) is created and started exactly as containerd 1.6 calls a
 runtime (cwd = bundle, ``--root R --log B/log.json --log-format json create --bundle B
@@ -36,7 +37,16 @@ there, and the cdi cases name their devices ``nvidia.com/gpu=0`` and ``=all``; j
 need nvhook's mock and run only without ``--runtime``. ``--server`` starts
 ``nvhook-shim-server`` for the run (the native front-end then hands the GPU creates to it
 instead of starting Python; docs/architecture.md D12). Needs root, runc, overlayfs and
-``/usr/bin/busybox`` (busybox-static).
+``/usr/bin/busybox`` (busybox-static); with ``--server``, each case also runs the same
+front-end with a cache directory of its own, where no server listens (it starts Python, as
+on a node without the server), in the same loop.
+
+``--anchor PATH`` adds NVIDIA's ``nvidia-container-runtime`` to each case in the same loop
+(bench/README.md, "The anchor"): cdi cases on nvhook's spec and on NVIDIA's own
+(``nvidia-ctk cdi generate`` of the mock, its hooks run by the ``nvidia-cdi-hook`` beside
+PATH), jit cases in its ``jit-cdi`` mode (its hooks run by ``nvidia-ctk``); it re-executes
+the bench in a private mount namespace, where the ``dgx-a100`` mock's MIG minors are shown
+at ``/proc/driver/nvidia-caps`` (NVIDIA's toolkit reads them there only).
 """
 
 from __future__ import annotations
@@ -96,11 +106,13 @@ class Case:
     runc_edited: Variant | None = None
     runc_no_hooks: Variant | None = None
     per_hook: list[tuple[str, Variant]] = field(default_factory=list)
-    anchor: Variant | None = None  # NVIDIA's runtime on the same spec (--anchor)
+    anchor: Variant | None = None  # NVIDIA's runtime on the same spec, or jit-cdi (--anchor)
+    anchor_own: Variant | None = None  # NVIDIA's runtime on NVIDIA's spec (--anchor, cdi)
+    no_server: Variant | None = None  # with --server: nvhook's front-end without it
 
     def variants(self) -> list[Variant]:
         out = [self.shim, *(v for _, v in self.per_hook)]
-        out += [self.anchor] if self.anchor is not None else []
+        out += [v for v in (self.anchor, self.anchor_own, self.no_server) if v is not None]
         return out + [v for v in (self.runc_edited, self.runc_no_hooks) if v is not None]
 
 
@@ -261,16 +273,23 @@ def hook_name(hook: dict[str, Any]) -> str:
     return " ".join([os.path.basename(args[0]), *words])
 
 
-def anchor_config(work: Path, profile: str, specs: Path, runc: str) -> Path:
-    """``$XDG_CONFIG_HOME`` for NVIDIA's runtime in cdi mode over ``specs`` (its
+def anchor_config(
+    work: Path, profile: str, specs: Path, runc: str, mode: str = "cdi", tag: str = ""
+) -> Path:
+    """``$XDG_CONFIG_HOME`` for NVIDIA's runtime in ``mode`` (cdi over ``specs``, or jit-cdi:
+    the spec made in the call from the fake NVML of the mock, its driver root) (its
     ``cmd/nvidia-container-runtime/README.md`` and ``internal/config/runtime.go``)."""
-    home = work / f"anchor-{profile}"
+    home = work / f"anchor-{profile}-{mode}{tag}"
     config = home / "nvidia-container-runtime" / "config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
+    hooks = NVIDIA_TOOLS.get("nvidia-ctk")
     config.write_text(
-        "[nvidia-container-runtime]\n"
+        "[nvidia-container-cli]\n"
+        f"root = {json.dumps(str(work / profile))}\n"
+        + (f"[nvidia-ctk]\npath = {json.dumps(hooks)}\n" if hooks else "")
+        + "[nvidia-container-runtime]\n"
         f"runtimes = [{json.dumps(runc)}]\n"
-        'mode = "cdi"\n'
+        f"mode = {json.dumps(mode)}\n"
         "[nvidia-container-runtime.modes.cdi]\n"
         f"spec-dirs = [{json.dumps(str(specs))}]\n"
         'default-kind = "nvidia.com/gpu"\n'
@@ -279,9 +298,28 @@ def anchor_config(work: Path, profile: str, specs: Path, runc: str) -> Path:
     return home
 
 
+#: NVIDIA's other programs, from beside ``--anchor`` (:func:`main`): ``nvidia-ctk`` (its
+#: spec of the mock; the hooks of jit-cdi) and ``nvidia-cdi-hook`` (the hooks of its spec).
+NVIDIA_TOOLS: dict[str, str] = {}
+
+
+def nvidia_spec_dir(work: Path, profile: str) -> Path:
+    """NVIDIA's own spec of the mock, its hooks running the ``nvidia-cdi-hook`` given."""
+    specs = work / f"cdi-nvidia-{profile}"
+    if not specs.is_dir():
+        specs.mkdir()
+        subprocess.run(
+            [NVIDIA_TOOLS["nvidia-ctk"], "cdi", "generate", "--driver-root", str(work / profile),
+             "--dev-root", str(work / profile), "--nvidia-cdi-hook-path",
+             NVIDIA_TOOLS["nvidia-cdi-hook"], "--output", str(specs / "nvidia.yaml")],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    return specs
+
+
 def make_cases(
     bench: Bench, names: list[str], runtime: str, env_base: dict[str, str], parts: bool,
-    anchor: str | None = None, spec_dir: Path | None = None,
+    anchor: str | None = None, spec_dir: Path | None = None, server: bool = False,
 ) -> list[Case]:  # fmt: skip
     base = runc_spec(bench.runc)
     cases = []
@@ -303,12 +341,24 @@ def make_cases(
                 if d.get("path", "").removeprefix("/dev/nvidia").isdigit()]  # fmt: skip
         if not gpus:
             raise SystemExit(f"{name}: the runtime gave the container no /dev/nvidiaN")
-        if anchor is not None and mode == "cdi":
+        if server:  # the same front-end without it: another cache directory, no socket
+            fallback = {**env, "NVHOOK_CACHE_DIR": str(bench.work / "cache-no-server")}
+            case.no_server = Variant(f"{name}: runtime, no server",
+                                     bench.bundle(f"{slug}-no-server", spec), runtime,
+                                     fallback)  # fmt: skip
+        if anchor is not None:
             specs = spec_dir or bench.work / f"cdi-{profile}"
-            home = anchor_config(bench.work, profile, specs, bench.runc)
+            theirs = "cdi" if mode == "cdi" else "jit-cdi"
+            home = anchor_config(bench.work, profile, specs, bench.runc, theirs)
             anchor_env = {"PATH": PATH_ENV, "XDG_CONFIG_HOME": str(home)}
             case.anchor = Variant(f"{name}: anchor", bench.bundle(f"{slug}-anchor", spec),
                                   anchor, anchor_env)  # fmt: skip
+            if mode == "cdi" and spec_dir is None and "nvidia-cdi-hook" in NVIDIA_TOOLS:
+                own = nvidia_spec_dir(bench.work, profile)
+                home = anchor_config(bench.work, profile, own, bench.runc, "cdi", "-own")
+                case.anchor_own = Variant(
+                    f"{name}: anchor, its spec", bench.bundle(f"{slug}-anchor-own", spec),
+                    anchor, {"PATH": PATH_ENV, "XDG_CONFIG_HOME": str(home)})  # fmt: skip
         if parts:
             runc_env = {"PATH": PATH_ENV}
             case.runc_edited = Variant(f"{name}: runc, edited",
@@ -369,14 +419,23 @@ def report(plain: Variant, cases: list[Case], runs: int, runtime: str, load: lis
     anchored = [c for c in cases if c.anchor is not None]
     if anchored:
         print()
-        print("against NVIDIA's runtime on the same spec, same run (overhead over plain runc):")
+        print("against NVIDIA's runtime, same run (overhead over plain runc; cdi: on nvhook's")
+        print("spec, and on its own spec from nvidia-ctk cdi generate; jit: its jit-cdi mode):")
         for case in anchored:
             assert case.anchor is not None
-            ours = med(case.shim.total_ms) - base
-            theirs = med(case.anchor.total_ms) - base
-            ratio = f"{ours / theirs:.2f}x" if theirs > 0.5 else "-"
-            print(f"  {case.name:<24} nvhook {ours:>6.1f} ms, {case.anchor.program} "
-                  f"{theirs:>6.1f} ms: {ratio}")  # fmt: skip
+            theirs = {"nvhook's spec" if case.name.endswith("cdi") else "jit-cdi":
+                      med(case.anchor.total_ms) - base}  # fmt: skip
+            if case.anchor_own is not None:
+                theirs["its spec"] = med(case.anchor_own.total_ms) - base
+            ours = {"": med(case.shim.total_ms) - base}
+            if case.no_server is not None:
+                ours = {" (server)": ours[""],
+                        " (no server)": med(case.no_server.total_ms) - base}  # fmt: skip
+            for label, mine in ours.items():
+                for what, other in theirs.items():
+                    ratio = f"{mine / other:.2f}x" if other > 0.5 else "-"
+                    print(f"  {case.name:<24} nvhook{label} {mine:>6.1f} ms / anchor ({what}) "
+                          f"{other:>6.1f} ms = {ratio}")  # fmt: skip
     if not any(c.runc_edited for c in cases):
         return
     print()
@@ -442,8 +501,18 @@ def main() -> None:
     runtime = args.runtime or str(Path(sys.executable).parent / "nvhook-runtime")
     if not os.access(runtime, os.X_OK):
         raise SystemExit(f"{runtime} is not executable (nvhook install-entrypoints?)")
-    if args.anchor and not os.access(args.anchor, os.X_OK):
-        raise SystemExit(f"--anchor {args.anchor}: not an executable file")
+    if args.anchor:
+        if not os.access(args.anchor, os.X_OK):
+            raise SystemExit(f"--anchor {args.anchor}: not an executable file")
+        for tool in ("nvidia-ctk", "nvidia-cdi-hook"):
+            path = Path(args.anchor).with_name(tool)
+            if os.access(path, os.X_OK):
+                NVIDIA_TOOLS[tool] = str(path)
+        from runtime import PRIVATE_NS  # bench/runtime.py, beside this script
+
+        if os.environ.get(PRIVATE_NS) != "1":  # the mock's /proc/driver for NVIDIA's toolkit
+            argv = ["unshare", "--mount", "--propagation", "private", sys.executable, *sys.argv]
+            os.execvpe("unshare", argv, {**os.environ, PRIVATE_NS: "1"})
     names = [n.strip() for n in args.cases.split(",")] if args.cases else list(CASES)
     if args.runtime and not args.cases:
         names = [n for n in names if CASES[n][2] == "cdi"]
@@ -460,12 +529,16 @@ def main() -> None:
         bench = Bench(work, runc)
         bench.build_rootfs()
         for profile in sorted({CASES[n][0] for n in names}):
-            prepare_machine(work, profile, args.spec_dir, runc)
+            machine = prepare_machine(work, profile, args.spec_dir, runc)
+            if args.anchor:
+                from runtime import private_proc_driver
+
+                private_proc_driver(machine)  # one MIG mock at most (dgx-a100)
         env_base = {"PATH": PATH_ENV, "NVHOOK_CACHE_DIR": str(work / "cache")}
         if args.server:
             server = start_server(runtime, work / "cache", env_base)
         cases = make_cases(bench, names, runtime, env_base, not args.no_parts, args.anchor,
-                           args.spec_dir)  # fmt: skip
+                           args.spec_dir, server is not None)  # fmt: skip
         plain = Variant("plain runc", bench.bundle("plain", runc_spec(runc)), runc,
                         {"PATH": PATH_ENV})  # fmt: skip
         variants = [plain, *(v for c in cases for v in c.variants())]

@@ -693,11 +693,17 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     trace = tmp_path / "trace"
     server = start_server(directory / "shim.sock", more=("--trace", str(trace)))
     try:
+        deadline = time.monotonic() + 30  # the spare child, warmed, waits for the call
+        while b" spare_ready " not in trace.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         node.reset(b)
         before = time.monotonic_ns()
         traced = node.call(node.client, args, {**node.env(config),
                            "NVHOOK_CACHE_DIR": str(directory)}, b)  # fmt: skip
         after = time.monotonic_ns()
+        deadline = time.monotonic() + 10  # the parent's code check, once the call is served
+        while b" code_unchanged " not in trace.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         stop(server)
     stopped = time.monotonic_ns()
@@ -705,8 +711,17 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     assert _observed(node, b, traced, config) == expected
     lines = [line.split() for line in trace.read_text().splitlines()]
     assert all(len(fields) == 4 for fields in lines)
-    # the steps start once the call is made; the parent's code check runs after the fork,
-    # beside the child, and the child logs its reply after sending it: the server's exit
+    spares = {pid for pid, name, _, _ in lines if name == "spare_ready"}
+    assert (
+        spares
+    )  # the call went to one; the next, forked once it was served, exits with the server
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in spares) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in spares)
+    lines = [fields for fields in lines if fields[1] != "spare_ready"]  # before the call
+    # the steps start once the call is made; the parent's code check runs once the call is
+    # served, and the child logs its reply after sending it: the server's exit
     # bounds them all, and the call's first steps (up to the call handled) end before the
     # caller has its answer
     for pid, name, start, end in lines:
@@ -714,7 +729,10 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     handled = [int(end) for pid, name, _, end in lines if name == "call_handled"]
     assert handled and max(handled) <= after
     parent = [name for pid, name, start, end in lines if pid == str(server.pid) and start == end]
-    assert parent == ["accepted", "forked", "code_unchanged"]
+    assert parent == ["accepted", "handed_to_the_spare", "code_unchanged"]
+    # the code check waits for the child's reply: beside the child it took a core from it
+    marks = {name: int(start) for pid, name, start, end in lines if start == end}
+    assert marks["code_unchanged"] > marks["reply_sent"]
     child = [name for pid, name, start, end in lines if pid != str(server.pid) and start == end]
     assert child == ["child", "peer_checked", "request_received", "request_parsed", "ack_sent",
                      "caller's_cwd,_streams,_env_taken_on", "call_handled",
@@ -790,3 +808,75 @@ def test_peer_problem_compares_the_peer_with_the_server(monkeypatch: pytest.Monk
         monkeypatch.setattr(nvhook.peer, "_label", lambda pid: labels.get(pid, b"runtime_t"))
         pid, problem = peer_problem(a)
         assert pid == os.getpid() and problem is not None and "security label" in problem
+
+
+WARMED = r"""
+import dis, json, os, sys, tempfile
+import nvhook.server as server
+import oci.cdi.index
+
+def specialized(func):
+    return sum(a.opname != b.opname for a, b in zip(dis.get_instructions(func, adaptive=True),
+                                                    dis.get_instructions(func)))
+
+class Listening(Exception):
+    pass
+
+def listen(path):
+    raise Listening
+
+server._listen = listen
+server._say = lambda message: print("said:", message)
+before = specialized(oci.cdi.index.resolve)
+temps = set(os.listdir(tempfile.gettempdir()))
+env = dict(os.environ)
+try:
+    server.serve(sys.argv[1])
+except Listening:
+    pass
+left = {n for n in set(os.listdir(tempfile.gettempdir())) - temps if "warm" in n}
+print(json.dumps([before, specialized(oci.cdi.index.resolve), sorted(left),
+                  env == dict(os.environ)]))
+"""
+
+
+def test_the_server_runs_a_cdi_create_of_its_own_before_listening(tmp_path: Path) -> None:
+    """So that a child finds the start path's bytecode specialized (bench/instructions.py:
+    the server child's cdi create -7%): a create in a temporary directory it removes, the
+    environment as it was, no failure said."""
+    require_root()
+    proc = subprocess.run([sys.executable, "-c", WARMED, str(tmp_path / "shim.sock")],
+                          capture_output=True, text=True, cwd=REPO, timeout=120,
+                          env={**os.environ, "NVHOOK_CACHE_DIR": str(tmp_path / "c")},
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "said:" not in proc.stdout
+    before, after, left, same_env = json.loads(proc.stdout.splitlines()[-1])
+    assert before == 0 and after > 50
+    assert (left, same_env) == ([], True)
+    assert not (tmp_path / "c").exists()  # the node's cache directory untouched
+
+
+def test_a_spare_waiting_when_the_server_stops_exits_without_a_word(tmp_path: Path) -> None:
+    """The spare child said it was ready and waits: the server's SIGTERM closes its end (its
+    "ready" byte unread: the spare reads ECONNRESET) and the spare exits, no traceback."""
+    require_root()
+    directory = tmp_path / "sock"
+    directory.mkdir(mode=0o700)
+    trace = tmp_path / "trace"
+    with open(tmp_path / "stderr", "w+b") as log:
+        server = start_server(directory / "shim.sock", log=log, more=("--trace", str(trace)))
+        try:
+            deadline = time.monotonic() + 30
+            while b" spare_ready " not in trace.read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            assert stop(server) == 0
+        spare = next(line.split()[0] for line in trace.read_text().splitlines()
+                     if line.split()[1] == "spare_ready")  # fmt: skip
+        while Path(f"/proc/{spare}").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not Path(f"/proc/{spare}").exists()
+        log.seek(0)
+        said = log.read().decode()
+    assert "Traceback" not in said and "Error" not in said, said
