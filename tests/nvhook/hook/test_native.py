@@ -904,7 +904,6 @@ def test_the_records_of_a_stale_spec_are_refused_as_python_does(
         shutil.rmtree(tmp_path / "python")
 
 
-
 def test_an_images_own_records_cannot_point_the_hook_at_host_paths(
     pair: Pair, tmp_path: Path, test_library: Path
 ) -> None:
