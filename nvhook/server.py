@@ -688,6 +688,9 @@ def warm(rounds: int = WARM_ROUNDS) -> None:
             specs, bundle, cache = (os.path.join(top, n) for n in ("cdi", "bundle", "cache"))
             for directory in (specs, bundle, cache):
                 os.mkdir(directory, 0o700)
+            gpus = os.path.join(top, "proc/driver/nvidia/gpus")  # the records' shape
+            for i in range(4):
+                os.makedirs(os.path.join(gpus, f"0000:00:00.{i}"))
             lib = os.path.join(top, "libwarm.so.1")
             with open(lib, "w"):
                 pass
@@ -698,7 +701,7 @@ def warm(rounds: int = WARM_ROUNDS) -> None:
             hook = {"hookName": "createContainer", "path": "/bin/true", "args": ["true"]}
             spec = {"cdiVersion": "0.5.0", "kind": WARM_KIND,
                     "devices": [{"name": str(i), "containerEdits": {  # a generated spec's env
-                                 "env": [f"{GPU_ENV}{i}=GPU-warm-{i}@{top}"],
+                                 "env": [f"{GPU_ENV}{i}=GPU-warm-{i}@{gpus}/0000:00:00.{i}"],
                                  "deviceNodes": [node]}} for i in range(4)],
                     "containerEdits": {"env": ["WARM=1"], "mounts": [mount] * 2,
                                        "hooks": [hook]}}  # fmt: skip
