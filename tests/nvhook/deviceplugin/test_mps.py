@@ -20,7 +20,7 @@ import grpc
 import pytest
 
 from nvhook.deviceplugin.model import PluginConfig, TimeSlicedResource
-from nvhook.deviceplugin.mps import limits
+from nvhook.deviceplugin.mps import MpsDaemons, limits
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.selector import ConfigSelector
 from nvhook.deviceplugin.server import Kubelet, create_container_config
@@ -249,3 +249,32 @@ def test_a_rediscovery_leaves_the_shared_gpus_daemons_alone(mps_root: Path, tmp_
     assert not thread.is_alive()
     for pipe in pipes:
         assert _control(root, pipe, "get_server_list").returncode == 1  # stopped with the plugin
+
+
+def test_a_kept_daemon_that_died_gets_its_new_replicas_started_again(
+    dgx: Path,  # noqa: F811
+    mps_root: Path,
+) -> None:
+    """A daemon kept across a replicas change that is not answering any more (it died between
+    two health checks) is started again with its new defaults, instead of failing the change."""
+    host = Host(root=str(dgx))
+
+    def daemons(replicas: int) -> MpsDaemons:
+        shared = TimeSlicedResource("nvidia.com/gpu", replicas, SHARED, devices=("2",))
+        config = PluginConfig(
+            sharing_strategy="mps", mps_root=str(mps_root), time_slicing=(shared,)
+        )
+        resources, _, _ = DevicePlugin(host, config, str(mps_root)).discover()
+        return MpsDaemons(host, str(mps_root), resources)
+
+    pipe = mps_root / SHARED / "gpu2" / "pipe"
+    old = daemons(4)
+    old.start()
+    try:
+        assert _control(dgx, pipe, "quit").returncode == 0  # died
+        new = daemons(2)
+        new.start(old)
+        assert _control(dgx, pipe, "get_default_active_thread_percentage").stdout == "50.0\n"
+    finally:
+        old.stop()
+    assert _control(dgx, pipe, "get_server_list").returncode == 1
