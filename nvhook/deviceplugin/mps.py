@@ -17,8 +17,12 @@ daemon that dies takes only its GPU's replicas with it, and each daemon sees onl
 :class:`MpsDaemons` starts them, :meth:`~MpsDaemons.check` asks each one
 ``get_default_active_thread_percentage`` (NVIDIA's ``AssertHealthy``): a daemon that does
 not answer makes its GPU unhealthy, with the reason, and is started again, so its replicas
-are healthy once more on the next check that it answers. :func:`container_share` is what a
-container allocated replicas of one GPU gets (:mod:`nvhook.deviceplugin.allocate`).
+are healthy once more on the next check that it answers. Across a configuration change or a
+re-discovery of the GPUs, :meth:`~MpsDaemons.start` takes the running daemons over: one whose
+identity is unchanged (binary, resource, GPU, pipe directory) keeps running, not restarted,
+so the containers using it keep their MPS server; only the daemons no longer wanted stop.
+:func:`container_share` is what a container allocated replicas of one GPU gets
+(:mod:`nvhook.deviceplugin.allocate`).
 """
 
 from __future__ import annotations
@@ -143,6 +147,17 @@ class MpsDaemon:
             raise DriverError(f"MPS control daemon in {self.pipe_dir}: {command}: {why}")
         return proc.stdout
 
+    @property
+    def identity(self) -> tuple[str, str, str, str]:
+        """What a running daemon is (its binary, resource, GPU, pipe directory): one of the
+        same identity is the same daemon to the containers using it."""
+        return (self.binary, self.resource, self.device.gpu_uuid, self.pipe_dir)
+
+    @property
+    def defaults(self) -> tuple[int, str, int]:
+        """Its replicas and their limits: the defaults it is given."""
+        return (self.replicas, *limits(self.device.memory_bytes, self.replicas))
+
     def start(self) -> None:
         """Start the daemon and give it its defaults."""
         for d in (self.pipe_dir, self.log_dir, self.shm_dir):
@@ -152,6 +167,11 @@ class MpsDaemon:
         if proc.returncode != 0 and "already running" not in proc.stderr:
             why = proc.stderr.strip() or f"exit status {proc.returncode}"
             raise DriverError(f"{self.binary} -d for GPU {self.device.gpu_index}: {why}")
+        self.give_defaults()
+
+    def give_defaults(self) -> None:
+        """Send the daemon its per-replica defaults (for the MPS servers it starts from now
+        on: a server already running keeps its own, nvidia-cuda-mps-control(1))."""
         memory, threads = limits(self.device.memory_bytes, self.replicas)
         if self.device.memory_bytes:
             self.control(f"set_default_device_pinned_mem_limit 0 {memory}")
@@ -238,9 +258,34 @@ class MpsDaemons:
             for d in seen.values():
                 self.daemons.append(MpsDaemon(binary, root, r.name, d, r.replicas, log))
 
-    def start(self) -> None:
+    def start(self, running: MpsDaemons | None = None) -> None:
+        """Start the daemons, taking over those of ``running`` (the ones served until a
+        configuration change or a re-discovery): a running daemon of the same
+        :attr:`~MpsDaemon.identity` is kept as it runs, never restarted (the containers
+        using it keep their MPS server), and given its new defaults only where its replicas
+        changed; the others of ``running`` stop first (their GPU back in compute mode
+        ``DEFAULT``), then the new ones start."""
+        before = {d.identity: d for d in running.daemons} if running is not None else {}
+        wanted = {d.identity for d in self.daemons}
+        for identity, gone in before.items():
+            if identity not in wanted:
+                gone.stop()
         for daemon in self.daemons:
-            daemon.start()
+            old = before.get(daemon.identity)
+            where = f"MPS control daemon for GPU {daemon.device.gpu_index} ({daemon.resource})"
+            if old is None:
+                daemon.start()
+            elif old.defaults == daemon.defaults:
+                self.log(f"{where} kept running as it is in {daemon.pipe_dir}")
+            else:  # see the README's MPS section: a restart would cut its clients off
+                self.log(
+                    f"{where} kept running, {old.replicas} -> {daemon.replicas} replicas: its "
+                    "new defaults apply to the MPS servers it starts from now on"
+                )
+                try:
+                    daemon.give_defaults()
+                except DriverError:  # it died meanwhile: started again, as check() would
+                    daemon.start()
 
     def check(self) -> dict[str, str]:
         """GPU UUID → why, for each GPU whose daemon does not answer; those are started

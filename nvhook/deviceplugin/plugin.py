@@ -23,7 +23,9 @@ SIGINT):
 5. under ``sharing.mps``, one MPS control daemon per shared GPU
    (:class:`~nvhook.deviceplugin.mps.MpsDaemons`), started before the servers, checked on
    every health tick (one that does not answer makes its GPU's replicas unhealthy and is
-   started again), stopped with the plugin;
+   started again), stopped with the plugin; a configuration change or a re-discovery keeps
+   each daemon whose identity is unchanged running (its containers keep their MPS server)
+   and stops only those no longer wanted (:meth:`MpsDaemons.start`);
 6. with ``follow_interval`` (``--follow-gpus``, the default), the node's GPUs followed by
    the one :class:`~nvhook.watch.Watcher` (on its own thread): an update whose changes are
    of a :data:`FOLLOWED` kind (a MIG re-layout, MIG mode, a GPU lost or added) is handed to
@@ -352,7 +354,7 @@ class DevicePlugin:
             if n in old and (old[n] != new[n] or _ids(self._resources, n) != _ids(resources, n))
         ]
         self.log("resources changed: " + "; ".join(steps))
-        self._teardown()
+        self._teardown(mps=False)  # the MPS daemons still wanted run on
         self._serve(resources, gpus, topology)
 
     def _serve(
@@ -362,9 +364,13 @@ class DevicePlugin:
         self._resources = resources
         self._gpus_of = [(g.uuid, g.bus_id) for g in gpus]
         self._gpus = gpus
-        if self.config.sharing_strategy == "mps":
-            self.mps = MpsDaemons(self.host, self.config.mps_root, resources, log=self.log)
-            self.mps.start()
+        if self.config.sharing_strategy == "mps":  # the running daemons are taken over
+            daemons = MpsDaemons(self.host, self.config.mps_root, resources, log=self.log)
+            running, self.mps = self.mps, daemons
+            daemons.start(running)
+        elif self.mps is not None:  # MPS sharing no longer configured
+            self.mps.stop()
+            self.mps = None
         self._start_monitor()
         self._check_health(self._gpus_of)
         self.servers = [
@@ -409,9 +415,11 @@ class DevicePlugin:
                 self.monitor.stop()
                 self.monitor = None
 
-    def _teardown(self) -> None:
+    def _teardown(self, mps: bool = True) -> None:
+        """Stop the XID monitor, the servers and (``mps``) the MPS daemons; without ``mps``
+        (a configuration change, a re-discovery) the daemons run on for :meth:`_serve`."""
         self._stop_monitor()
-        if self.mps is not None:
+        if mps and self.mps is not None:
             self.mps.stop()
             self.mps = None
         for s in self.servers:
@@ -421,7 +429,8 @@ class DevicePlugin:
     def _reconfigure(self, config: PluginConfig) -> None:
         """Serve ``config`` instead, without a restart: its resources are discovered first
         (a failure keeps the old ones serving), then the old servers stop and the new ones
-        register; allocations already made are the containers' and stay as they are."""
+        register; allocations already made are the containers' and stay as they are (the
+        MPS daemons they use too, where the new configuration still wants them)."""
         before = self.config
         self.config = config
         try:
@@ -433,7 +442,7 @@ class DevicePlugin:
         for note in config.notes:
             self.log(f"warning: {note}")
         self.log("configuration changed: registering its resources again")
-        self._teardown()
+        self._teardown(mps=False)  # the MPS daemons still wanted run on
         self._serve(resources, gpus, topology)
 
     def _check_health(self, gpus: list[tuple[str, str]]) -> None:

@@ -1,7 +1,9 @@
 """MPS sharing against the kubelet stand-in on a dgx-a100 mock, with the mock's
 nvidia-cuda-mps-control: one control daemon per shared GPU with its limits, the Allocate
 response (pipe directory, /dev/shm, limits) as NVIDIA's plugin gives it, a daemon that dies
-makes its GPU's replicas Unhealthy and is started again, and the daemons stop with the plugin."""
+makes its GPU's replicas Unhealthy and is started again, the daemons stop with the plugin, and
+a configuration change or a re-discovery of the GPUs keeps the daemons still wanted running
+(not restarted: a marker default set on one survives) and stops only the others."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,8 +20,13 @@ import grpc
 import pytest
 
 from nvhook.deviceplugin.model import PluginConfig, TimeSlicedResource
-from nvhook.deviceplugin.mps import limits
-from nvhook.deviceplugin.server import create_container_config
+from nvhook.deviceplugin.mps import MpsDaemons, limits
+from nvhook.deviceplugin.plugin import DevicePlugin
+from nvhook.deviceplugin.selector import ConfigSelector
+from nvhook.deviceplugin.server import Kubelet, create_container_config
+from nvhook.mock import create
+from nvhook.mock.mutate import remove_gpu
+from nvhook.planner import Host
 from tests.nvhook.deviceplugin.test_server import (  # noqa: F401 (fixtures)
     DGX,
     UUIDS,
@@ -98,3 +107,174 @@ def test_a_daemon_per_shared_gpu_allocate_and_health(
     running.stop()
     for pipe in pipes.values():  # stopped with the plugin
         assert _control(dgx, pipe, "get_default_active_thread_percentage").returncode == 1
+
+
+MPS_CONFIG = """version: v1
+flags: {{mpsRoot: {root}}}
+sharing:
+  mps:
+    resources:
+    - {{name: nvidia.com/gpu, rename: nvidia.com/gpu.mps, replicas: {replicas}, devices: {devices}}}
+"""
+
+
+def _pid(pipe: Path) -> str:
+    """The mock daemon's pid file: the same pid, the same daemon (not restarted)."""
+    return (pipe / "nvidia-cuda-mps-control.pid").read_text()
+
+
+def _until(predicate: Callable[[], bool], what: object, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _serve(plugin: DevicePlugin) -> tuple[threading.Event, threading.Thread]:
+    stop = threading.Event()
+    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
+    thread.start()
+    assert plugin.ready.wait(20)
+    return stop, thread
+
+
+def test_a_config_change_keeps_the_daemons_still_wanted(
+    dgx: Path,  # noqa: F811
+    mps_root: Path,
+    tmp_path: Path,
+) -> None:
+    """A mounted config directory's file changes twice: GPU 3 is no longer shared (its daemon
+    stops), GPU 2's share is kept (its daemon is not restarted: the marker survives, the pid
+    is the same); then GPU 2's replicas change: still not restarted, its new defaults sent."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    write = (configs / "mps").write_text
+    write(MPS_CONFIG.format(root=mps_root, replicas=4, devices='["2", "3"]'))
+    lines: list[str] = []
+    selector = ConfigSelector(str(configs), default="mps", log=lines.append)
+    initial = selector()
+    assert initial is not None and initial.sharing_strategy == "mps"
+    directory = Path(tempfile.mkdtemp(prefix="nvh-mk-", dir="/tmp"))  # short: sockets
+    kubelet = Kubelet(directory)
+    kubelet.start()
+    plugin = DevicePlugin(
+        Host(root=str(dgx)),
+        initial,
+        str(directory),
+        health_interval=0.2,
+        log=lines.append,
+        config_source=selector,
+        config_interval=0.1,
+    )
+    stop, thread = _serve(plugin)
+    pipes = {i: mps_root / SHARED / f"gpu{i}" / "pipe" for i in (2, 3)}
+    try:
+        assert len(kubelet.wait_registered(2)) == 2
+        pid = _pid(pipes[2])
+        for pipe in pipes.values():  # a marker: the daemon's defaults are never re-sent
+            assert _control(dgx, pipe, "set_default_active_thread_percentage 7").returncode == 0
+        client = kubelet.client(kubelet.requests[-1])
+        assert client.allocate([f"{UUIDS[2]}::0"]).container_responses  # a running allocation
+
+        write(MPS_CONFIG.format(root=mps_root, replicas=4, devices='["2"]'))  # GPU 3 unshared
+        _until(lambda: len(kubelet.requests) >= 4, lines)
+        _until(lambda: _control(dgx, pipes[3], "get_server_list").returncode == 1, lines)
+        kept = _control(dgx, pipes[2], "get_default_active_thread_percentage")
+        assert (kept.returncode, kept.stdout) == (0, "7.0\n")  # not restarted, not re-sent
+        assert _pid(pipes[2]) == pid and (pipes[2].parent / ".started").exists()
+        assert not (pipes[3].parent / ".started").exists()
+        mode = "cannot set compute mode DEFAULT"  # the mock's nvidia-smi has no -c: warned
+        assert [x for x in lines if mode in x and "GPU 3:" in x], lines
+        assert not [x for x in lines if mode in x and "GPU 2:" in x], lines
+        assert any("GPU 2 (nvidia.com/gpu.mps) kept running as it is" in x for x in lines)
+        shared = kubelet.client(next(r for r in kubelet.requests[2:] if r.resource_name == SHARED))
+        shared.watch()
+        assert len(shared.wait_for(lambda d: len(d) == 4)) == 4
+
+        since = len(kubelet.requests)
+        write(MPS_CONFIG.format(root=mps_root, replicas=2, devices='["2"]'))  # GPU 2: 2 replicas
+        _until(lambda: any("4 -> 2 replicas" in x for x in lines), lines)
+        _until(lambda: len(kubelet.requests) >= since + 2, lines)
+        again = _control(dgx, pipes[2], "get_default_active_thread_percentage")
+        assert (again.stdout, _pid(pipes[2])) == ("50.0\n", pid)  # new defaults, same daemon
+        assert thread.is_alive()
+    finally:
+        stop.set()
+        thread.join(10)
+        kubelet.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not thread.is_alive()
+    assert _control(dgx, pipes[2], "get_server_list").returncode == 1  # stopped with the plugin
+
+
+def test_a_rediscovery_leaves_the_shared_gpus_daemons_alone(mps_root: Path, tmp_path: Path) -> None:
+    """GPU 7 (not shared) falls off a live mock: the plugin re-registers its resources and
+    the daemons of the shared GPUs 2 and 3 run on as they were."""
+    root = tmp_path / "root"
+    create("dgx-a100", root, nodes="file")
+    directory = Path(tempfile.mkdtemp(prefix="nvh-mf-", dir="/tmp"))
+    kubelet = Kubelet(directory)
+    kubelet.start()
+    lines: list[str] = []
+    shared = TimeSlicedResource("nvidia.com/gpu", 4, SHARED, devices=("2", "3"))
+    config = PluginConfig(sharing_strategy="mps", mps_root=str(mps_root), time_slicing=(shared,))
+    plugin = DevicePlugin(
+        Host(root=str(root)),
+        config,
+        str(directory),
+        health_interval=0.2,
+        log=lines.append,
+        follow_interval=0.1,
+    )
+    stop, thread = _serve(plugin)
+    pipes = [mps_root / SHARED / f"gpu{i}" / "pipe" for i in (2, 3)]
+    try:
+        assert len(kubelet.wait_registered(2)) == 2
+        pids = [_pid(p) for p in pipes]
+        for pipe in pipes:
+            assert _control(root, pipe, "set_default_active_thread_percentage 7").returncode == 0
+        remove_gpu(root, 7)
+        _until(lambda: any("nvidia.com/gpu: 6 -> 5 devices" in x for x in lines), lines)
+        _until(lambda: len(kubelet.requests) >= 4 and all(s.serving for s in plugin.servers), lines)
+        for pipe, pid in zip(pipes, pids, strict=True):
+            kept = _control(root, pipe, "get_default_active_thread_percentage")
+            assert (kept.returncode, kept.stdout, _pid(pipe)) == (0, "7.0\n", pid), lines
+        assert not any("compute mode DEFAULT" in x for x in lines), lines
+        assert thread.is_alive()
+    finally:
+        stop.set()
+        thread.join(10)
+        kubelet.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not thread.is_alive()
+    for pipe in pipes:
+        assert _control(root, pipe, "get_server_list").returncode == 1  # stopped with the plugin
+
+
+def test_a_kept_daemon_that_died_gets_its_new_replicas_started_again(
+    dgx: Path,  # noqa: F811
+    mps_root: Path,
+) -> None:
+    """A daemon kept across a replicas change that is not answering any more (it died between
+    two health checks) is started again with its new defaults, instead of failing the change."""
+    host = Host(root=str(dgx))
+
+    def daemons(replicas: int) -> MpsDaemons:
+        shared = TimeSlicedResource("nvidia.com/gpu", replicas, SHARED, devices=("2",))
+        config = PluginConfig(
+            sharing_strategy="mps", mps_root=str(mps_root), time_slicing=(shared,)
+        )
+        resources, _, _ = DevicePlugin(host, config, str(mps_root)).discover()
+        return MpsDaemons(host, str(mps_root), resources)
+
+    pipe = mps_root / SHARED / "gpu2" / "pipe"
+    old = daemons(4)
+    old.start()
+    try:
+        assert _control(dgx, pipe, "quit").returncode == 0  # died
+        new = daemons(2)
+        new.start(old)
+        assert _control(dgx, pipe, "get_default_active_thread_percentage").stdout == "50.0\n"
+    finally:
+        old.stop()
+    assert _control(dgx, pipe, "get_server_list").returncode == 1
