@@ -5,8 +5,6 @@ stand-in (:class:`nvhook.deviceplugin.server.Kubelet`; kubelet itself does not r
 from __future__ import annotations
 
 import os
-import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from click.testing import CliRunner
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet
-from nvhook.mock import create, load_profile
+from nvhook.mock import create
 from nvhook.mock.mutate import (
     current_profile,
     load_driver,
@@ -25,10 +23,7 @@ from nvhook.mock.mutate import (
     remove_gpu,
     unload_driver,
 )
-from nvhook.planner import Host
-
-DGX = load_profile("dgx-a100")
-UUIDS = [g.uuid for g in DGX.gpus]
+from tests.nvhook.deviceplugin.test_server import UUIDS, serving
 
 
 def _settled(
@@ -62,23 +57,17 @@ def _settled(
 def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) -> None:
     root = tmp_path / "root"
     create("dgx-a100", root, nodes="file")
-    directory = Path("/tmp") / f"nvh-fl-{os.getpid()}-{tmp_path.name[-12:]}"  # short: sockets
-    directory.mkdir()
-    kubelet = Kubelet(directory)
-    kubelet.start()
     lines: list[str] = []
-    plugin = DevicePlugin(
-        Host(root=str(root)),
+    with serving(
+        root,
         PluginConfig(mig_strategy="mixed"),
-        str(directory),
+        prefix="nvh-fl-",
         health_interval=0.2,
         log=lines.append,
         follow_interval=0.1,
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    ) as served:
+        kubelet, plugin, thread = served.kubelet, served.plugin, served.thread
+        directory = served.directory
         first = kubelet.wait_registered(3)
         assert {r.resource_name for r in first} == {
             "nvidia.com/gpu",
@@ -117,12 +106,6 @@ def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) ->
         assert [d.ID for d in client.wait_for(lambda d: len(d) == 5)] == UUIDS[2:7]
         assert any("nvidia.com/gpu: 6 -> 5 devices" in line for line in lines), lines
         assert thread.is_alive()  # the same plugin all along
-    finally:
-        stop.set()
-        thread.join(10)
-        kubelet.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-    assert not thread.is_alive()
 
 
 def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -> None:
@@ -131,24 +114,17 @@ def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -
     still see the new UUIDs, and the plugin advertise them."""
     root = tmp_path / "root"
     create("dgx-a100", root, nodes="file")
-    directory = Path("/tmp") / f"nvh-fu-{os.getpid()}-{tmp_path.name[-12:]}"
-    directory.mkdir()
-    kubelet = Kubelet(directory)
-    kubelet.start()
     lines: list[str] = []
-    plugin = DevicePlugin(
-        Host(root=str(root)),
+    with serving(
+        root,
         PluginConfig(mig_strategy="mixed"),
-        str(directory),
+        prefix="nvh-fu-",
         health_interval=0.2,
         log=lines.append,
         follow_interval=0.1,
         follow_nvml_interval=0.3,
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    ) as served:
+        kubelet, plugin = served.kubelet, served.plugin
         first = kubelet.wait_registered(3)
         assert plugin.monitor is not None and plugin.monitor.nvml_open.wait(5)  # NVML held
         mig = kubelet.client(next(r for r in first if r.resource_name.endswith("2g.20gb")))
@@ -184,12 +160,6 @@ def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -
         whole = kubelet.client(gpu)
         whole.watch()
         assert [d.ID for d in whole.wait_for(lambda d: len(d) == 5)] == UUIDS[2:4] + UUIDS[5:]
-    finally:
-        stop.set()
-        thread.join(10)
-        kubelet.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-    assert not thread.is_alive()
 
 
 def test_fail_on_init_error_false_starts_serving_when_the_driver_comes(tmp_path: Path) -> None:
@@ -199,23 +169,17 @@ def test_fail_on_init_error_false_starts_serving_when_the_driver_comes(tmp_path:
     root = tmp_path / "root"
     create("dgx-a100", root, nodes="file")
     unload_driver(root)
-    directory = Path("/tmp") / f"nvh-fd-{os.getpid()}-{tmp_path.name[-12:]}"
-    directory.mkdir()
-    kubelet = Kubelet(directory)
-    kubelet.start()
     lines: list[str] = []
-    plugin = DevicePlugin(
-        Host(root=str(root)),
+    with serving(
+        root,
         PluginConfig(fail_on_init_error=False),
-        str(directory),
+        prefix="nvh-fd-",
         health_interval=0.2,
         log=lines.append,
         follow_interval=0.1,
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    ) as served:
+        kubelet, plugin, thread = served.kubelet, served.plugin, served.thread
+        directory = served.directory
         assert plugin.ready.wait(10)
         time.sleep(0.4)  # a few polls with nothing there
         assert kubelet.requests == [] and plugin.servers == [] and plugin.monitor is None
@@ -235,12 +199,6 @@ def test_fail_on_init_error_false_starts_serving_when_the_driver_comes(tmp_path:
         assert any("the node's GPUs changed: GPU 0000:07:00.0" in line for line in lines), lines
         assert any("registering nvidia.com/gpu (8 devices)" in line for line in lines), lines
         assert thread.is_alive()
-    finally:
-        stop.set()
-        thread.join(10)
-        kubelet.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-    assert not thread.is_alive()
 
 
 def test_follow_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -10,10 +10,12 @@ import hashlib
 import os
 import shutil
 import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -103,6 +105,39 @@ def run_plugin(dgx: Path, tmp_path: Path) -> Iterator[Callable[..., Running]]:
             r.stop()
             r.kubelet.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+class Served:
+    """What :func:`serving` started: the plugin, its thread, the kubelet stand-in it registers
+    with and the directory of their sockets."""
+
+    def __init__(
+        self, plugin: DevicePlugin, kubelet: Kubelet, directory: Path, thread: threading.Thread
+    ) -> None:
+        self.plugin, self.kubelet, self.directory, self.thread = plugin, kubelet, directory, thread
+
+
+@contextlib.contextmanager
+def serving(root: Path, config: PluginConfig, *, prefix: str, **options: Any) -> Iterator[Served]:
+    """``DevicePlugin(Host(root), config, directory, **options)`` run on a thread against a
+    started kubelet stand-in, ``directory`` a new one under /tmp named from ``prefix`` (unix
+    sockets: short paths). On leaving: the plugin stopped and joined, the stand-in stopped, the
+    directory removed; after a body that passed, the thread is checked gone."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    kubelet = Kubelet(directory)
+    kubelet.start()
+    plugin = DevicePlugin(Host(root=str(root)), config, str(directory), **options)
+    stop = threading.Event()
+    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield Served(plugin, kubelet, directory, thread)
+    finally:
+        stop.set()
+        thread.join(10)
+        kubelet.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not thread.is_alive()
 
 
 def test_registers_one_server_per_resource_and_lists_devices(
