@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
@@ -23,7 +22,7 @@ from nvhook.mock.mutate import (
     remove_gpu,
     unload_driver,
 )
-from tests.nvhook.deviceplugin.test_server import UUIDS, serving
+from tests.nvhook.deviceplugin.test_server import UUIDS, seen_by_plugin, serving
 
 
 def _settled(
@@ -202,14 +201,6 @@ def test_fail_on_init_error_false_starts_serving_when_the_driver_comes(tmp_path:
 
 
 def test_follow_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from nvhook.cli.deviceplugin import device_plugin
-
-    seen: list[float | None] = []
-    monkeypatch.setattr(DevicePlugin, "run", lambda self, stop: seen.append(self.follow_interval))
-    (tmp_path / "config.toml").write_text("")  # every default
-    monkeypatch.setenv("NVHOOK_CONFIG", str(tmp_path / "config.toml"))
-    runner = CliRunner()
-    for args in ([], ["--follow-interval", "2"], ["--no-follow-gpus"]):
-        result = runner.invoke(device_plugin, ["--device-plugin-path", str(tmp_path), *args])
-        assert result.exit_code == 0, result.output
+    runs = [[], ["--follow-interval", "2"], ["--no-follow-gpus"]]
+    seen = seen_by_plugin(monkeypatch, tmp_path, lambda plugin: plugin.follow_interval, runs)
     assert seen == [0.5, 2.0, None]

@@ -409,3 +409,26 @@ def test_fail_on_init_error_false_serves_nothing_and_stays_up(tmp_path: Path) ->
     assert "failOnInitError is false: serving nothing" in lines[0]
     with pytest.raises(DriverError, match="Driver Not Loaded"):
         DevicePlugin(Host(root=str(root)), PluginConfig(), str(tmp_path)).run(threading.Event())
+
+
+def seen_by_plugin(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    what: Callable[[DevicePlugin], object],
+    runs: list[list[str]],
+) -> list[object]:
+    """``what(plugin)`` of the plugin each ``nvhook device-plugin [run]`` made (its run
+    replaced: nothing served), on a config file of every default."""
+    from click.testing import CliRunner
+
+    from nvhook.cli.deviceplugin import device_plugin
+
+    seen: list[object] = []
+    monkeypatch.setattr(DevicePlugin, "run", lambda self, stop: seen.append(what(self)))
+    (tmp_path / "config.toml").write_text("")  # every default
+    monkeypatch.setenv("NVHOOK_CONFIG", str(tmp_path / "config.toml"))
+    runner = CliRunner()
+    for args in runs:
+        result = runner.invoke(device_plugin, ["--device-plugin-path", str(tmp_path), *args])
+        assert result.exit_code == 0, result.output
+    return seen
