@@ -4,6 +4,7 @@ stand-in (:class:`nvhook.deviceplugin.server.Kubelet`; kubelet itself does not r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -22,7 +23,35 @@ from nvhook.mock.mutate import (
     remove_gpu,
     unload_driver,
 )
-from tests.nvhook.deviceplugin.test_server import UUIDS, seen_by_plugin, serving
+from tests.nvhook.deviceplugin.test_server import (
+    UUIDS,
+    Served,
+    seen_by_plugin,
+    serving,
+)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A dgx-a100 mock of the test's own, to change in place."""
+    path = tmp_path / "root"
+    create("dgx-a100", path, nodes="file")
+    return path
+
+
+def _following(
+    root: Path, config: PluginConfig, lines: list[str], **options: Any
+) -> contextlib.AbstractContextManager[Served]:
+    """The plugin on ``root`` following its GPUs (every 0.1 s), logging to ``lines``."""
+    return serving(
+        root,
+        config,
+        prefix="nvh-fl-",
+        health_interval=0.2,
+        log=lines.append,
+        follow_interval=0.1,
+        **options,
+    )
 
 
 def _settled(
@@ -53,18 +82,9 @@ def _settled(
     raise AssertionError(f"not settled on {sorted(names)} after {logged!r}: {lines}")
 
 
-def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) -> None:
-    root = tmp_path / "root"
-    create("dgx-a100", root, nodes="file")
+def test_mig_relayout_and_gpu_loss_reregister_without_restart(root: Path) -> None:
     lines: list[str] = []
-    with serving(
-        root,
-        PluginConfig(mig_strategy="mixed"),
-        prefix="nvh-fl-",
-        health_interval=0.2,
-        log=lines.append,
-        follow_interval=0.1,
-    ) as served:
+    with _following(root, PluginConfig(mig_strategy="mixed"), lines) as served:
         kubelet, plugin, thread = served.kubelet, served.plugin, served.thread
         directory = served.directory
         first = kubelet.wait_registered(3)
@@ -107,21 +127,13 @@ def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) ->
         assert thread.is_alive()  # the same plugin all along
 
 
-def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -> None:
+def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(root: Path) -> None:
     """A layout re-made with the same instance ids: procfs is the same, only NVML's UUIDs
     tell. The XID monitor holds NVML open (its event reader); the watcher's NVML check must
     still see the new UUIDs, and the plugin advertise them."""
-    root = tmp_path / "root"
-    create("dgx-a100", root, nodes="file")
     lines: list[str] = []
-    with serving(
-        root,
-        PluginConfig(mig_strategy="mixed"),
-        prefix="nvh-fu-",
-        health_interval=0.2,
-        log=lines.append,
-        follow_interval=0.1,
-        follow_nvml_interval=0.3,
+    with _following(
+        root, PluginConfig(mig_strategy="mixed"), lines, follow_nvml_interval=0.3
     ) as served:
         kubelet, plugin = served.kubelet, served.plugin
         first = kubelet.wait_registered(3)
@@ -161,22 +173,13 @@ def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -
         assert [d.ID for d in whole.wait_for(lambda d: len(d) == 5)] == UUIDS[2:4] + UUIDS[5:]
 
 
-def test_fail_on_init_error_false_starts_serving_when_the_driver_comes(tmp_path: Path) -> None:
+def test_fail_on_init_error_false_starts_serving_when_the_driver_comes(root: Path) -> None:
     """``failOnInitError: false`` on a node whose driver is not loaded yet (a driver container
     starting after the plugin): nothing served, then the driver loads and the same plugin
     registers its resources, no restart."""
-    root = tmp_path / "root"
-    create("dgx-a100", root, nodes="file")
     unload_driver(root)
     lines: list[str] = []
-    with serving(
-        root,
-        PluginConfig(fail_on_init_error=False),
-        prefix="nvh-fd-",
-        health_interval=0.2,
-        log=lines.append,
-        follow_interval=0.1,
-    ) as served:
+    with _following(root, PluginConfig(fail_on_init_error=False), lines) as served:
         kubelet, plugin, thread = served.kubelet, served.plugin, served.thread
         directory = served.directory
         assert plugin.ready.wait(10)
