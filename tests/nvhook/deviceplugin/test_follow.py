@@ -82,6 +82,14 @@ def _settled(
     raise AssertionError(f"not settled on {sorted(names)} after {logged!r}: {lines}")
 
 
+def _listed(kubelet: Kubelet, requests: list[Any], resource: str, count: int) -> list[str]:
+    """The device IDs of the resource of ``requests`` whose name ends with ``resource``, as its
+    ListAndWatch lists them once it lists ``count``."""
+    client = kubelet.client(next(r for r in requests if r.resource_name.endswith(resource)))
+    client.watch()
+    return [d.ID for d in client.wait_for(lambda d: len(d) == count)]
+
+
 def test_mig_relayout_and_gpu_loss_reregister_without_restart(root: Path) -> None:
     lines: list[str] = []
     with _following(root, PluginConfig(mig_strategy="mixed"), lines) as served:
@@ -105,9 +113,7 @@ def test_mig_relayout_and_gpu_loss_reregister_without_restart(root: Path) -> Non
         assert vanished.stream_ended()  # withdrawn: its server stopped, its socket removed
         for profile in ("2g.20gb", "3g.40gb"):
             assert not (directory / f"nvhook-nvidia.com_mig-{profile}.sock").exists()
-        mig = kubelet.client(next(r for r in again if r.resource_name.endswith("1g.10gb")))
-        mig.watch()
-        assert len(mig.wait_for(lambda d: len(d) == 7)) == 7
+        assert len(_listed(kubelet, again, "1g.10gb", 7)) == 7
         # each step is logged (the steps of intermediate layouts too, where a poll saw one)
         assert any("registering nvidia.com/mig-1g.10gb (" in line for line in lines), lines
         assert any("withdrawing nvidia.com/mig-3g.40gb" in line for line in lines), lines
@@ -115,14 +121,8 @@ def test_mig_relayout_and_gpu_loss_reregister_without_restart(root: Path) -> Non
         since = len(kubelet.requests)
         remove_gpu(root, 7)
         gone = f"{UUIDS[7]}, minor 7): gone"
-        gpu = next(
-            r
-            for r in _settled(kubelet, plugin, lines, gone, names, since)
-            if r.resource_name == "nvidia.com/gpu"
-        )
-        client = kubelet.client(gpu)
-        client.watch()
-        assert [d.ID for d in client.wait_for(lambda d: len(d) == 5)] == UUIDS[2:7]
+        settled = _settled(kubelet, plugin, lines, gone, names, since)
+        assert _listed(kubelet, settled, "nvidia.com/gpu", 5) == UUIDS[2:7]
         assert any("nvidia.com/gpu: 6 -> 5 devices" in line for line in lines), lines
         assert thread.is_alive()  # the same plugin all along
 
@@ -138,17 +138,13 @@ def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(root: Path) -> No
         kubelet, plugin = served.kubelet, served.plugin
         first = kubelet.wait_registered(3)
         assert plugin.monitor is not None and plugin.monitor.nvml_open.wait(5)  # NVML held
-        mig = kubelet.client(next(r for r in first if r.resource_name.endswith("2g.20gb")))
-        mig.watch()
-        before = sorted(d.ID for d in mig.wait_for(lambda d: len(d) == 2))
+        before = sorted(_listed(kubelet, first, "2g.20gb", 2))
         since = len(kubelet.requests)
         relayout_mig(root, 0, ["2g.20gb", "2g.20gb", "3g.40gb"])  # the same gi ids, new UUIDs
         assert [i.id for i in current_profile(root).gpus[0].gpu_instances] == [3, 4, 2]
         names = {"nvidia.com/gpu", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"}
         again = _settled(kubelet, plugin, lines, "MIG devices re-created (new UUIDs)", names, since)
-        fresh = kubelet.client(next(r for r in again if r.resource_name.endswith("2g.20gb")))
-        fresh.watch()
-        after = sorted(d.ID for d in fresh.wait_for(lambda d: len(d) == 2))
+        after = sorted(_listed(kubelet, again, "2g.20gb", 2))
         assert not set(after) & set(before), (before, after)
         now = current_profile(root).gpus[0].mig_devices
         assert after == sorted(d.uuid for d in now if d.profile.name == "2g.20gb")
@@ -163,14 +159,8 @@ def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(root: Path) -> No
         since = len(kubelet.requests)
         os.rename(root / "nvml.tmp", data)
         lost = f"NVML: no longer lists {UUIDS[4]}"
-        gpu = next(
-            r
-            for r in _settled(kubelet, plugin, lines, lost, names, since)
-            if r.resource_name == "nvidia.com/gpu"
-        )
-        whole = kubelet.client(gpu)
-        whole.watch()
-        assert [d.ID for d in whole.wait_for(lambda d: len(d) == 5)] == UUIDS[2:4] + UUIDS[5:]
+        settled = _settled(kubelet, plugin, lines, lost, names, since)
+        assert _listed(kubelet, settled, "nvidia.com/gpu", 5) == UUIDS[2:4] + UUIDS[5:]
 
 
 def test_fail_on_init_error_false_starts_serving_when_the_driver_comes(root: Path) -> None:
