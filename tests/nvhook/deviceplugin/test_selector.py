@@ -211,6 +211,28 @@ def test_a_refused_watch_falls_back_to_polling(
         running.close()
 
 
+def test_the_node_watch_may_log_before_the_selector_is_built(
+    api: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch's thread logs as soon as it runs (a refused watch: "polling instead"), which
+    can be before the selector's constructor returns; a watch that logs on start shows it."""
+    from nvhook.kubeapi import ObjectWatch
+
+    start = ObjectWatch.start
+
+    def start_and_log(self: ObjectWatch) -> ObjectWatch:
+        self.log("warning: logged at once")
+        return start(self)
+
+    monkeypatch.setattr(ObjectWatch, "start", start_and_log)
+    (tmp_path / "plain").write_text("version: v1\n")
+    lines: list[str] = []
+    selector = ConfigSelector(str(tmp_path), default="plain", node="gpu-1",
+                              credentials=Client(api.url), log=lines.append)  # fmt: skip
+    selector.close()
+    assert lines[0] == "warning: logged at once"
+
+
 def test_configs_from_a_config_map_through_the_api(
     dgx: Path,  # noqa: F811
     api: KubeApiServer,
