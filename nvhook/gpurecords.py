@@ -27,7 +27,7 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
 __all__ = [
     "CAPS_DIR",
@@ -87,18 +87,24 @@ def layout_entry_path(minor: str, directory: str) -> bool:
     return _clean(directory) and directory.endswith(f"{CAPS_DIR}{minor}/mig")
 
 
+def _records(env: Iterable[str], prefix: str) -> Iterator[tuple[str, str, str, str]]:
+    """Each distinct entry of ``env`` named ``prefix``…, split: (the name after ``prefix``,
+    the value before its first ``@``, ``"@"`` or ``""`` where it has none, what follows)."""
+    seen: set[str] = set()
+    for entry in env:
+        if not entry.startswith(prefix) or entry in seen:
+            continue
+        seen.add(entry)
+        name, _, value = entry.partition("=")
+        recorded, at, path = value.partition("@")
+        yield name[len(prefix) :], recorded, at, path
+
+
 def gone_gpus(env: Iterable[str]) -> list[tuple[int, str, str]]:
     """The recorded GPUs in ``env`` whose ``/proc`` entry is gone: (minor, UUID, entry).
     Entries that are not GPU records (of another shape: module docstring) are ignored."""
     out = []
-    seen: set[str] = set()
-    for entry in env:
-        if not entry.startswith(GPU_ENV) or entry in seen:
-            continue
-        seen.add(entry)
-        name, _, value = entry.partition("=")
-        uuid, at, where = value.partition("@")
-        minor = name[len(GPU_ENV) :]
+    for minor, uuid, at, where in _records(env, GPU_ENV):
         if at and minor.isdigit() and gpu_entry_path(where) and not os.path.isdir(where):
             out.append((int(minor), uuid, where))
     return out
@@ -131,14 +137,7 @@ def stale_layouts(env: Iterable[str]) -> list[tuple[int, str, str | None]]:
     None when the directory is gone. Entries that are not layout records (of another shape:
     module docstring) are ignored."""
     out = []
-    seen: set[str] = set()
-    for entry in env:
-        if not entry.startswith(LAYOUT_ENV) or entry in seen:
-            continue
-        seen.add(entry)
-        name, _, value = entry.partition("=")
-        layout, at, directory = value.partition("@")
-        minor = name[len(LAYOUT_ENV) :]
+    for minor, layout, at, directory in _records(env, LAYOUT_ENV):
         if not at or not minor.isdigit() or not layout_entry_path(minor, directory):
             continue
         now = read_layout(directory)

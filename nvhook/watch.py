@@ -55,12 +55,14 @@ __all__ = [
     "DEFAULT_INTERVAL",
     "DEFAULT_NVML_INTERVAL",
     "Change",
+    "Followed",
     "GpuFacts",
     "Refresher",
     "Snapshot",
     "Update",
     "Watcher",
     "diff",
+    "follow",
     "names_text",
     "snapshot",
     "spec_paths",
@@ -358,6 +360,52 @@ class Watcher:
                 self.poll()
             except NvhookError as e:  # a torn view that did not settle: look again next time
                 self.log(f"cannot read the node's GPU facts: {e}")
+
+
+class Followed:
+    r"""A daemon's inbox of the changes of ``kinds`` a watcher handed over: subscribed, it is
+    called on the watcher's thread; the daemon's loop :meth:`take`\ s them on its own."""
+
+    def __init__(self, kinds: frozenset[str]) -> None:
+        self.kinds = kinds
+        self._lock = threading.Lock()
+        self._changes: list[Change] = []
+
+    def __call__(self, update: Update) -> None:
+        changes = [c for c in update.changes if c.kind in self.kinds]
+        if changes:
+            with self._lock:
+                self._changes.extend(changes)
+
+    def take(self) -> list[Change]:
+        """The changes handed over since the last take, oldest first."""
+        with self._lock:
+            changes, self._changes = self._changes, []
+        return changes
+
+
+def follow(
+    host: Host,
+    interval: float,
+    subscriber: Subscriber,
+    log: Callable[[str], None],
+    *,
+    nvml_interval: float = DEFAULT_NVML_INTERVAL,
+    nvml_gate: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+) -> Watcher | None:
+    """A daemon's watcher of the node's GPUs (``--follow-gpus``), ``subscriber`` subscribed,
+    not yet running; None, with the warning logged, where it cannot start (the daemon runs on
+    without following)."""
+    try:
+        watcher = Watcher(
+            host, interval=interval, nvml_interval=nvml_interval, log=log, nvml_gate=nvml_gate
+        )
+    except NvhookError as e:
+        log(f"warning: the node's GPUs are not followed (restart to see a change): {e}")
+        return None
+    watcher.subscribe(subscriber)
+    log(f"following the node's GPUs (every {interval:g} s)")
+    return watcher
 
 
 class Refresher:

@@ -1,18 +1,17 @@
 """What the Kubernetes daemons' commands share (``nvhook device-plugin``, ``dra-plugin``,
-``labels``): their API, health and follow options, and the stop on SIGTERM. A module of its
-own, not :mod:`nvhook.cli.options`, as it imports :mod:`nvhook.kubeapi` (``ssl``,
-``http.client``), which the other commands never need."""
+``labels``): their API, health and follow options (their stop on SIGTERM, which ``nvhook
+watch`` shares too, is :func:`nvhook.cli.options.stop_on_signals`). A module of its own, not
+:mod:`nvhook.cli.options`, as it imports :mod:`nvhook.kubeapi` (``ssl``, ``http.client``),
+which the other commands never need."""
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Callable
-from types import FrameType
 from typing import Any, TypeVar
 
 import click
 
+from nvhook.cli.options import poll_interval_option
 from nvhook.kubeapi import SERVICE_ACCOUNT
 
 __all__ = [
@@ -23,7 +22,6 @@ __all__ = [
     "health_interval_option",
     "health_state_option",
     "service_account_option",
-    "stop_on_signals",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,12 +80,9 @@ def follow_options(what: str) -> Callable[[F], F]:
     ``follow_interval``; :func:`followed_interval` makes them the daemon's one argument."""
 
     def decorate(f: F) -> F:
-        f = click.option(
+        f = poll_interval_option(
             "--follow-interval",
-            default=0.5,
-            show_default=True,
-            type=click.FloatRange(min=0.05, max=60),
-            help="With --follow-gpus: seconds between looks at /proc (procfs cannot be "
+            "With --follow-gpus: seconds between looks at /proc (procfs cannot be "
             "watched with inotify).",
         )(f)
         return click.option(
@@ -104,16 +99,3 @@ def follow_options(what: str) -> Callable[[F], F]:
 def followed_interval(follow_gpus: bool, interval: float) -> float | None:
     """The daemons' ``follow_interval`` argument: None when the GPUs are not followed."""
     return interval if follow_gpus else None
-
-
-def stop_on_signals(then: Callable[[], None] = lambda: None) -> threading.Event:
-    """An event set (and ``then`` called) on SIGTERM or SIGINT: a daemon's clean stop."""
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-        then()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return stop

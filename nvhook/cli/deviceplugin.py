@@ -22,8 +22,8 @@ from nvhook.cli.daemon import (
     health_interval_option,
     health_state_option,
     service_account_option,
-    stop_on_signals,
 )
+from nvhook.cli.options import stop_on_signals
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from nvhook.cli.daemon import (
     followed_interval,
     health_interval_option,
     service_account_option,
-    stop_on_signals,
 )
+from nvhook.cli.options import stop_on_signals
 
 __all__ = ["dra_plugin"]
 

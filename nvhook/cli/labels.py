@@ -11,8 +11,8 @@ from nvhook.cli.daemon import (
     api_server_option,
     health_state_option,
     service_account_option,
-    stop_on_signals,
 )
+from nvhook.cli.options import stop_on_signals
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

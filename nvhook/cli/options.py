@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -11,7 +14,13 @@ import click
 if TYPE_CHECKING:
     from nvhook.settings import Settings
 
-__all__ = ["config_option", "host_options", "load_config"]
+__all__ = [
+    "config_option",
+    "host_options",
+    "load_config",
+    "poll_interval_option",
+    "stop_on_signals",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -60,3 +69,28 @@ def host_options(func: F) -> F:
     ):
         func = option(func)
     return func
+
+
+def poll_interval_option(name: str, help: str) -> Callable[[F], F]:
+    """``name``: seconds between the GPU watcher's looks at /proc (:class:`nvhook.watch.Watcher`;
+    its default, :data:`nvhook.watch.DEFAULT_INTERVAL`, and the one bound)."""
+    return click.option(
+        name,
+        default=0.5,
+        show_default=True,
+        type=click.FloatRange(min=0.05, max=60),
+        help=help,
+    )
+
+
+def stop_on_signals(then: Callable[[], None] = lambda: None) -> threading.Event:
+    """An event set (and ``then`` called) on SIGTERM or SIGINT: a daemon's clean stop."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        then()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop

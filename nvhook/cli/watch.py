@@ -3,13 +3,9 @@ for a node where neither the device plugin nor the DRA driver runs (:mod:`nvhook
 
 from __future__ import annotations
 
-import signal
-import threading
-from types import FrameType
-
 import click
 
-from nvhook.cli.options import host_options
+from nvhook.cli.options import host_options, poll_interval_option, stop_on_signals
 from nvhook.constants import CDI_OUTPUT
 
 __all__ = ["watch"]
@@ -25,12 +21,9 @@ __all__ = ["watch"]
     type=click.Path(dir_okay=False),
     help="The generated CDI spec to keep current (replaced by rename on each change).",
 )
-@click.option(
+@poll_interval_option(
     "--interval",
-    default=0.5,
-    show_default=True,
-    type=click.FloatRange(min=0.05, max=60),
-    help="Seconds between looks at /proc and /dev (procfs cannot be watched with inotify).",
+    "Seconds between looks at /proc and /dev (procfs cannot be watched with inotify).",
 )
 @click.option(
     "--nvml-interval",
@@ -78,13 +71,7 @@ def watch(
     if once:
         refresher.refresh()
         return
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     watcher = Watcher(host, interval=interval, nvml_interval=nvml_interval, nvml=not no_nvml)
     refresher.watcher = watcher
     refresher.refresh()

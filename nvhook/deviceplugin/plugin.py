@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from nvhook.devices.nvml import GpuInfo
     from nvhook.planner import Host
     from nvhook.vendors.model import Accelerator
-    from nvhook.watch import Change, Update, Watcher
+    from nvhook.watch import Change, Watcher
 
 __all__ = [
     "DEFAULT_DIRECTORY",
@@ -202,8 +202,9 @@ class DevicePlugin:
         self.follow_interval = follow_interval  # None: the GPUs are not followed
         self.follow_nvml_interval = follow_nvml_interval  # the watcher's NVML checks
         self._nvml_lock = threading.Lock()  # the monitor is not replaced during an NVML check
-        self._follow_lock = threading.Lock()
-        self._followed: list[Change] = []  # changes the watcher handed over, for the loop
+        from nvhook.watch import Followed
+
+        self._followed = Followed(FOLLOWED)  # changes the watcher handed over, for the loop
         self._resources: tuple[Resource, ...] = ()  # the NVIDIA resources served
 
     def discover(self) -> tuple[tuple[Resource, ...], tuple[GpuInfo, ...], Topology]:
@@ -290,25 +291,19 @@ class DevicePlugin:
             self.log("stopped; sockets removed")
 
     def _watcher(self) -> Watcher | None:
-        """The node's GPU watcher, subscribed (:meth:`_on_update`), not yet running."""
+        """The node's GPU watcher, :data:`FOLLOWED` changes kept for the loop, not yet running."""
         if self.follow_interval is None:
             return None
-        from nvhook.watch import Watcher
+        from nvhook.watch import follow
 
-        try:
-            watcher = Watcher(
-                self.host,
-                interval=self.follow_interval,
-                nvml_interval=self.follow_nvml_interval,
-                log=self.log,
-                nvml_gate=self._nvml_released,
-            )
-        except NvhookError as e:
-            self.log(f"warning: the node's GPUs are not followed (restart to see a change): {e}")
-            return None
-        watcher.subscribe(self._on_update)
-        self.log(f"following the node's GPUs (every {self.follow_interval:g} s)")
-        return watcher
+        return follow(
+            self.host,
+            self.follow_interval,
+            self._followed,
+            self.log,
+            nvml_interval=self.follow_nvml_interval,
+            nvml_gate=self._nvml_released,
+        )
 
     @contextlib.contextmanager
     def _nvml_released(self) -> Iterator[None]:
@@ -317,13 +312,6 @@ class DevicePlugin:
             monitor = self.monitor
             with monitor.nvml_released() if monitor is not None else contextlib.nullcontext():
                 yield
-
-    def _on_update(self, update: Update) -> None:
-        """On the watcher's thread: hand the changes that matter to the loop."""
-        changes = [c for c in update.changes if c.kind in FOLLOWED]
-        if changes:
-            with self._follow_lock:
-                self._followed.extend(changes)
 
     def _rediscover(self, changes: Sequence[Change]) -> None:
         """The node's GPUs changed: discover the resources again and, where they differ,
@@ -496,8 +484,7 @@ class DevicePlugin:
         next_config = time.monotonic() + self.config_interval
         pending = False  # a re-registration still to do
         while not stop.wait(min(_TICK, self.health_interval)):
-            with self._follow_lock:
-                followed, self._followed = self._followed, []
+            followed = self._followed.take()
             if followed:
                 try:
                     self._rediscover(followed)

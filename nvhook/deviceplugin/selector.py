@@ -142,15 +142,15 @@ class ConfigSelector:
         self.config_map = config_map
         self.poll_interval = poll_interval
         self._polled: tuple[float, str] | None = None  # (when, the label's value)
+        self._key: tuple[object, ...] | None = None
+        self._config: PluginConfig | None = None
+        self._said: set[str] = set()  # before the watch: its thread may log at once
         self.node_watch: ObjectWatch | None = None
         if watch and node and credentials is not None:
             self.node_watch = ObjectWatch(
                 credentials, "/api/v1/nodes", node, log=lambda line: self._once(line)
             ).start()
             self.node_watch.synced.wait(credentials.timeout)  # the first answer, or poll
-        self._key: tuple[object, ...] | None = None
-        self._config: PluginConfig | None = None
-        self._said: set[str] = set()
 
     def _once(self, message: str) -> None:
         if message not in self._said:

@@ -65,7 +65,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvhook.dra.kubeapi import Api
     from nvhook.planner import Host
-    from nvhook.watch import Change, Snapshot, Update, Watcher
+    from nvhook.watch import Snapshot, Watcher
 
 __all__ = [
     "DEFAULT_CDI_ROOT",
@@ -301,8 +301,9 @@ class DraPlugin:
         self._gone: set[str] = set()
         self.follow_interval = follow_interval
         self.watcher: Watcher | None = None
-        self._follow_lock = threading.Lock()
-        self._followed: list[Change] = []  # changes the watcher handed over, for the loop
+        from nvhook.watch import Followed
+
+        self._followed = Followed(FOLLOWED)  # changes the watcher handed over, for the loop
 
     def run(self, stop: threading.Event) -> None:
         if self.device_plugin_dir:
@@ -360,7 +361,7 @@ class DraPlugin:
             self.log("stopped; sockets removed")
 
     def _watcher(self) -> Watcher | None:
-        """The node's GPU watcher, subscribed (:meth:`_on_update`), not yet running."""
+        """The node's GPU watcher, :data:`FOLLOWED` changes kept for the loop, not yet running."""
         if self.follow_interval is None:
             return None
         if self.vendor != "nvidia":  # the watcher reads NVIDIA's facts: /proc, NVML
@@ -369,23 +370,9 @@ class DraPlugin:
                 "(the GPU watcher follows NVIDIA's)"
             )
             return None
-        from nvhook.watch import Watcher
+        from nvhook.watch import follow
 
-        try:
-            watcher = Watcher(self.host, interval=self.follow_interval, log=self.log)
-        except NvhookError as e:
-            self.log(f"warning: the node's GPUs are not followed (restart to see a change): {e}")
-            return None
-        watcher.subscribe(self._on_update)
-        self.log(f"following the node's GPUs (every {self.follow_interval:g} s)")
-        return watcher
-
-    def _on_update(self, update: Update) -> None:
-        """On the watcher's thread: hand the changes that matter to the loop."""
-        changes = [c for c in update.changes if c.kind in FOLLOWED]
-        if changes:
-            with self._follow_lock:
-                self._followed.extend(changes)
+        return follow(self.host, self.follow_interval, self._followed, self.log)
 
     def _rediscover(self, inventory: Inventory, final: bool) -> Inventory | None:
         """The inventory read again: the new one when it changed; None when it is unchanged
@@ -496,8 +483,7 @@ class DraPlugin:
                 registration.stop()
                 registration.start()
             now = time.monotonic()
-            with self._follow_lock:
-                followed, self._followed = self._followed, []
+            followed = self._followed.take()
             if followed:
                 self.log(f"the node's GPUs changed: {'; '.join(map(str, followed))}")
                 settle = now + _SETTLE

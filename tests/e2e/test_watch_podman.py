@@ -27,7 +27,6 @@ podman's line.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -40,9 +39,8 @@ from nvhook.planner import Host
 from nvhook.tools.cdicheck import check_specs
 from nvhook.tools.generate import generate_spec
 from nvhook.watch import Refresher, Watcher
-from oci.cdi.parse import parse_spec
 from oci.cdi.write import dump_spec
-from tests.e2e.test_watch_runc import ORIGINAL, SEVEN, Timeline
+from tests.e2e.test_watch_runc import ORIGINAL, SEVEN, SpecReader, Timeline, running
 from tests.support.cdi import cdi_spec
 from tests.support.containers import Podman, require_root, unique_id
 
@@ -92,17 +90,8 @@ def test_podman_starts_while_the_node_changes(tmp_path: Path, podman: Podman) ->
         assert not refresher.refresh()  # the same bytes; the watcher now follows its files
         watcher.subscribe(refresher)
         stop = threading.Event()
-        reads: list[str] = []
-        bad_reads: list[str] = []
-
-        def reader() -> None:
-            while not stop.is_set():
-                try:
-                    parse_spec(json.loads(spec_file.read_bytes()), source=str(spec_file))
-                    reads.append("ok")
-                except Exception as e:  # absent, torn or invalid: all are failures here
-                    bad_reads.append(repr(e))
-                time.sleep(0.001)
+        reader = SpecReader(spec_file, stop, pause=0.001)
+        reads, bad_reads = reader.reads, reader.bad_reads
 
         results: list[tuple[float, float, str, int, str, str]] = []
 
@@ -116,14 +105,7 @@ def test_podman_starts_while_the_node_changes(tmp_path: Path, podman: Podman) ->
                 i += 1
 
         timeline = Timeline({"mig01": _mig01(root), "gpu5": True})
-        threads = [
-            threading.Thread(target=watcher.run, args=(stop,)),
-            threading.Thread(target=reader),
-            threading.Thread(target=starter),
-        ]
-        for t in threads:
-            t.start()
-        try:
+        with running(stop, [lambda: watcher.run(stop), reader, starter], join=120):
             time.sleep(1.5)
             timeline.change(lambda: relayout_mig(root, 0, SEVEN), mig01="")
             timeline.events[-1][2]["mig01"] = _mig01(root)
@@ -135,10 +117,6 @@ def test_podman_starts_while_the_node_changes(tmp_path: Path, podman: Podman) ->
             timeline.change(lambda: relayout_mig(root, 0, ORIGINAL), mig01="")
             timeline.events[-1][2]["mig01"] = _mig01(root)
             time.sleep(2.5)
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(120)
         # what protects podman: each change's spec rewritten within the bound, by rename
         rewrites = [t for t, line in log if " rewritten (" in line]
         lags = []

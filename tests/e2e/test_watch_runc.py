@@ -21,10 +21,11 @@ fails with the layout line, and starts once the spec is rewritten.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,43 @@ class Timeline:
             if state[key] == value and start <= t1 and until >= t0:
                 return True
         return False
+
+
+class SpecReader:
+    """Opens and parses ``spec_file`` over and over until ``stop`` is set, ``pause`` seconds
+    between reads (0: none): a read that found it absent, torn or invalid is a bad read."""
+
+    def __init__(self, spec_file: Path, stop: threading.Event, pause: float = 0.0) -> None:
+        self.spec_file, self.stop, self.pause = spec_file, stop, pause
+        self.reads: list[str] = []
+        self.bad_reads: list[str] = []
+
+    def __call__(self) -> None:
+        while not self.stop.is_set():
+            try:
+                parse_spec(json.loads(self.spec_file.read_bytes()), source=str(self.spec_file))
+                self.reads.append("ok")
+            except Exception as e:  # absent, torn or invalid: all are failures here
+                self.bad_reads.append(repr(e))
+            if self.pause:
+                time.sleep(self.pause)
+
+
+@contextlib.contextmanager
+def running(
+    stop: threading.Event, loops: list[Callable[[], object]], join: float
+) -> Iterator[None]:
+    """``loops`` on threads of their own while the body runs; then ``stop`` set and each
+    thread given ``join`` seconds to end."""
+    threads = [threading.Thread(target=loop) for loop in loops]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(join)
 
 
 def _raced_the_upgrade(t0: float, t1: float, err: str, timeline: Timeline) -> bool:
@@ -154,16 +192,8 @@ def test_starts_while_the_node_changes(
     watcher.subscribe(refresher)
     gpu5 = current_profile(root).gpus[5].uuid
     stop = threading.Event()
-    reads: list[str] = []
-    bad_reads: list[str] = []
-
-    def reader() -> None:
-        while not stop.is_set():
-            try:
-                parse_spec(json.loads(spec_file.read_bytes()), source=str(spec_file))
-                reads.append("ok")
-            except Exception as e:  # absent, torn or invalid: all are failures here
-                bad_reads.append(repr(e))
+    reader = SpecReader(spec_file, stop)
+    reads, bad_reads = reader.reads, reader.bad_reads
 
     results: list[tuple[float, float, str, int, str, str]] = []
     runc = shim.runc_for(tmp_path / "state")
@@ -181,29 +211,20 @@ def test_starts_while_the_node_changes(
             i += 1
 
     timeline = Timeline({"layout": "original", "gpu5": True, "driver": "550.54.15"})
-    threads = [
-        threading.Thread(target=watcher.run, args=(stop,)),
-        threading.Thread(target=reader),
-        threading.Thread(target=starter),
-    ]
-    for t in threads:
-        t.start()
     try:
-        time.sleep(2)
-        timeline.change(lambda: relayout_mig(root, 0, SEVEN), layout="seven")
-        time.sleep(3)
-        timeline.change(lambda: remove_gpu(root, 5), gpu5=False)
-        time.sleep(3)
-        timeline.change(lambda: add_gpu(root, 5), gpu5=True)
-        time.sleep(3)
-        timeline.change(lambda: relayout_mig(root, 0, ORIGINAL), layout="original")
-        time.sleep(3)
-        timeline.change(lambda: set_driver(root, "550.90.07"), driver="550.90.07")
-        time.sleep(4)
+        with running(stop, [lambda: watcher.run(stop), reader, starter], join=180):
+            time.sleep(2)
+            timeline.change(lambda: relayout_mig(root, 0, SEVEN), layout="seven")
+            time.sleep(3)
+            timeline.change(lambda: remove_gpu(root, 5), gpu5=False)
+            time.sleep(3)
+            timeline.change(lambda: add_gpu(root, 5), gpu5=True)
+            time.sleep(3)
+            timeline.change(lambda: relayout_mig(root, 0, ORIGINAL), layout="original")
+            time.sleep(3)
+            timeline.change(lambda: set_driver(root, "550.90.07"), driver="550.90.07")
+            time.sleep(4)
     finally:
-        stop.set()
-        for t in threads:
-            t.join(180)
         runc.cleanup()
 
     assert bad_reads == [] and len(reads) > 1000, (bad_reads[:3], len(reads))

@@ -291,6 +291,18 @@ def _field(obj: Any, dotted: str) -> Any:
     return obj
 
 
+def _send_json(handler: BaseHTTPRequestHandler, status: int, answer: Any) -> None:
+    """One JSON answer, and the connection closed after it (one request per connection, as
+    nvhook's client)."""
+    data = json.dumps(answer).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+    handler.close_connection = True
+
+
 class KubeApiServer:
     """The stand-in (module docstring); a context manager that serves on 127.0.0.1."""
 
@@ -338,13 +350,7 @@ class KubeApiServer:
                     authorization=self.headers.get("Authorization"),
                     content_type=self.headers.get("Content-Type"),
                 )
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                self.close_connection = True  # one request per connection, as nvhook's client
+                _send_json(self, status, answer)
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
@@ -429,13 +435,7 @@ class KubeApiServer:
         route = self._route(url.path)
 
         def refuse(code: int, message: str) -> bool:
-            data = json.dumps(self._status(code, message, "Forbidden")[1]).encode()
-            handler.send_response(code)
-            handler.send_header("Content-Type", "application/json")
-            handler.send_header("Content-Length", str(len(data)))
-            handler.end_headers()
-            handler.wfile.write(data)
-            handler.close_connection = True  # one request per connection, as nvhook's client
+            _send_json(handler, code, self._status(code, message, "Forbidden")[1])
             return True
 
         with self._lock:

@@ -181,6 +181,24 @@ def restrict_oom_score_adj(config: Path) -> None:
     config.write_text(tomlkit.dumps(doc))
 
 
+def sandbox_image(dump: dict[str, Any], major: int) -> str:
+    """The pause image's name that containerd ``major``'s CRI (its ``config dump``) runs."""
+    if major == 2:
+        return str(dump["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"])
+    return str(dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"])
+
+
+def import_pod_images(
+    daemon: EngineContainerd, busybox_image: Path, sandbox: str, workdir: Path
+) -> None:
+    """What a CRI pod needs, into the running ``daemon``: the busybox image, and a pause image
+    made from it (in ``workdir``) under the name ``sandbox``."""
+    pause = pause_image_tar(busybox_image, workdir / "pause")
+    daemon.ctr("images", "import", str(busybox_image))
+    daemon.ctr("images", "import", str(pause))
+    daemon.ctr("images", "tag", PAUSE_IMAGE, sandbox)
+
+
 class Served:
     """A started containerd of the module and the CRI client talking to it."""
 
@@ -208,15 +226,9 @@ def _served(_containerd: Engine, shim: Shim, busybox_image: Path, dgx: Path) -> 
     daemon = EngineContainerd(engine.root, case, config, env=shim.extra_env)
     dump = daemon.dump()
     assert_nvidia_handler(dump, engine, shim)
-    if engine.major == 2:
-        sandbox = dump["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"]
-    else:
-        sandbox = dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"]
-    pause = pause_image_tar(busybox_image, case / "pause")
+    sandbox = sandbox_image(dump, engine.major)
     with daemon:
-        daemon.ctr("images", "import", str(busybox_image))
-        daemon.ctr("images", "import", str(pause))
-        daemon.ctr("images", "tag", PAUSE_IMAGE, sandbox)
+        import_pod_images(daemon, busybox_image, sandbox, case)
         with CriClient(daemon.address) as client:
             yield Served(engine, daemon, client)
 

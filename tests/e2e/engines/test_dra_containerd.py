@@ -37,12 +37,16 @@ from nvhook.mock.vendors import RENDER_GID
 from nvhook.mock.vendors import create as create_vendor_mock
 from tests.e2e.conftest import PROBE, Shim, expected_smi_uuids, parse_probe
 from tests.e2e.engines.conftest import Engine, private_root
-from tests.e2e.engines.test_containerd import configure, restrict_oom_score_adj
+from tests.e2e.engines.test_containerd import (
+    configure,
+    import_pod_images,
+    restrict_oom_score_adj,
+    sandbox_image,
+)
 from tests.e2e.test_cri import run_pod
 from tests.nvhook.dra.conftest import allocated_claim
 from tests.nvhook.dra.test_plugin import Daemon, wait_for
 from tests.support.engines import EngineContainerd
-from tests.support.images import PAUSE_IMAGE, pause_image_tar
 from tests.support.kubeapi import KubeApiServer
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime, pytest.mark.slow]
@@ -84,12 +88,9 @@ def run_claim_pods(
     (None: the probe); each one's output."""
     daemon = EngineContainerd(containerd2.root, tmp_path, config, env=shim.extra_env)
     dump = daemon.dump()
-    sandbox = dump["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"]
-    pause = pause_image_tar(busybox_image, tmp_path / "pause")
+    sandbox = sandbox_image(dump, containerd2.major)
     with daemon:
-        daemon.ctr("images", "import", str(busybox_image))
-        daemon.ctr("images", "import", str(pause))
-        daemon.ctr("images", "tag", PAUSE_IMAGE, sandbox)
+        import_pod_images(daemon, busybox_image, sandbox, tmp_path)
         with CriClient(daemon.address) as client:
             return {
                 uid: run_pod(

@@ -49,12 +49,13 @@ from tests.e2e.engines.test_containerd import (
     LINK_PROBE,
     configure,
     containerds,
+    import_pod_images,
     restrict_oom_score_adj,
+    sandbox_image,
 )
 from tests.e2e.test_cri import PATH, run_pod
 from tests.support.containers import BUSYBOX_IMAGE, unique_id
 from tests.support.engines import CHECKOUT, EngineContainerd
-from tests.support.images import PAUSE_IMAGE, pause_image_tar
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime, pytest.mark.slow]
 
@@ -149,16 +150,10 @@ def node(_containerd: Engine, shim: Shim, busybox_image: Path, dgx: Path) -> Ite
     daemon = EngineContainerd(engine.root, case, config, env=shim.extra_env)
     dump = daemon.dump()
     assert dump["plugins"]["io.containerd.nri.v1.nri"]["disable"] is False
-    if engine.major == 2:
-        sandbox = dump["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"]
-    else:
-        sandbox = dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"]
-    pause = pause_image_tar(busybox_image, case / "pause")
+    sandbox = sandbox_image(dump, engine.major)
     plugin = Plugin(nri_config(shim, engine, socket), shim.cache_dir, socket, case / "plugin.log")
     with daemon:
-        daemon.ctr("images", "import", str(busybox_image))
-        daemon.ctr("images", "import", str(pause))
-        daemon.ctr("images", "tag", PAUSE_IMAGE, sandbox)
+        import_pod_images(daemon, busybox_image, sandbox, case)
         plugin.start()
         try:
             plugin.wait_registered(1)

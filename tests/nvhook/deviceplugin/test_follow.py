@@ -4,20 +4,18 @@ stand-in (:class:`nvhook.deviceplugin.server.Kubelet`; kubelet itself does not r
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from nvhook.deviceplugin.model import PluginConfig
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet
-from nvhook.mock import create, load_profile
+from nvhook.mock import create
 from nvhook.mock.mutate import (
     current_profile,
     load_driver,
@@ -25,10 +23,35 @@ from nvhook.mock.mutate import (
     remove_gpu,
     unload_driver,
 )
-from nvhook.planner import Host
+from tests.nvhook.deviceplugin.test_server import (
+    UUIDS,
+    Served,
+    seen_by_plugin,
+    serving,
+)
 
-DGX = load_profile("dgx-a100")
-UUIDS = [g.uuid for g in DGX.gpus]
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A dgx-a100 mock of the test's own, to change in place."""
+    path = tmp_path / "root"
+    create("dgx-a100", path, nodes="file")
+    return path
+
+
+def _following(
+    root: Path, config: PluginConfig, lines: list[str], **options: Any
+) -> contextlib.AbstractContextManager[Served]:
+    """The plugin on ``root`` following its GPUs (every 0.1 s), logging to ``lines``."""
+    return serving(
+        root,
+        config,
+        prefix="nvh-fl-",
+        health_interval=0.2,
+        log=lines.append,
+        follow_interval=0.1,
+        **options,
+    )
 
 
 def _settled(
@@ -59,26 +82,19 @@ def _settled(
     raise AssertionError(f"not settled on {sorted(names)} after {logged!r}: {lines}")
 
 
-def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) -> None:
-    root = tmp_path / "root"
-    create("dgx-a100", root, nodes="file")
-    directory = Path("/tmp") / f"nvh-fl-{os.getpid()}-{tmp_path.name[-12:]}"  # short: sockets
-    directory.mkdir()
-    kubelet = Kubelet(directory)
-    kubelet.start()
+def _listed(kubelet: Kubelet, requests: list[Any], resource: str, count: int) -> list[str]:
+    """The device IDs of the resource of ``requests`` whose name ends with ``resource``, as its
+    ListAndWatch lists them once it lists ``count``."""
+    client = kubelet.client(next(r for r in requests if r.resource_name.endswith(resource)))
+    client.watch()
+    return [d.ID for d in client.wait_for(lambda d: len(d) == count)]
+
+
+def test_mig_relayout_and_gpu_loss_reregister_without_restart(root: Path) -> None:
     lines: list[str] = []
-    plugin = DevicePlugin(
-        Host(root=str(root)),
-        PluginConfig(mig_strategy="mixed"),
-        str(directory),
-        health_interval=0.2,
-        log=lines.append,
-        follow_interval=0.1,
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with _following(root, PluginConfig(mig_strategy="mixed"), lines) as served:
+        kubelet, plugin, thread = served.kubelet, served.plugin, served.thread
+        directory = served.directory
         first = kubelet.wait_registered(3)
         assert {r.resource_name for r in first} == {
             "nvidia.com/gpu",
@@ -97,9 +113,7 @@ def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) ->
         assert vanished.stream_ended()  # withdrawn: its server stopped, its socket removed
         for profile in ("2g.20gb", "3g.40gb"):
             assert not (directory / f"nvhook-nvidia.com_mig-{profile}.sock").exists()
-        mig = kubelet.client(next(r for r in again if r.resource_name.endswith("1g.10gb")))
-        mig.watch()
-        assert len(mig.wait_for(lambda d: len(d) == 7)) == 7
+        assert len(_listed(kubelet, again, "1g.10gb", 7)) == 7
         # each step is logged (the steps of intermediate layouts too, where a poll saw one)
         assert any("registering nvidia.com/mig-1g.10gb (" in line for line in lines), lines
         assert any("withdrawing nvidia.com/mig-3g.40gb" in line for line in lines), lines
@@ -107,61 +121,30 @@ def test_mig_relayout_and_gpu_loss_reregister_without_restart(tmp_path: Path) ->
         since = len(kubelet.requests)
         remove_gpu(root, 7)
         gone = f"{UUIDS[7]}, minor 7): gone"
-        gpu = next(
-            r
-            for r in _settled(kubelet, plugin, lines, gone, names, since)
-            if r.resource_name == "nvidia.com/gpu"
-        )
-        client = kubelet.client(gpu)
-        client.watch()
-        assert [d.ID for d in client.wait_for(lambda d: len(d) == 5)] == UUIDS[2:7]
+        settled = _settled(kubelet, plugin, lines, gone, names, since)
+        assert _listed(kubelet, settled, "nvidia.com/gpu", 5) == UUIDS[2:7]
         assert any("nvidia.com/gpu: 6 -> 5 devices" in line for line in lines), lines
         assert thread.is_alive()  # the same plugin all along
-    finally:
-        stop.set()
-        thread.join(10)
-        kubelet.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-    assert not thread.is_alive()
 
 
-def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -> None:
+def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(root: Path) -> None:
     """A layout re-made with the same instance ids: procfs is the same, only NVML's UUIDs
     tell. The XID monitor holds NVML open (its event reader); the watcher's NVML check must
     still see the new UUIDs, and the plugin advertise them."""
-    root = tmp_path / "root"
-    create("dgx-a100", root, nodes="file")
-    directory = Path("/tmp") / f"nvh-fu-{os.getpid()}-{tmp_path.name[-12:]}"
-    directory.mkdir()
-    kubelet = Kubelet(directory)
-    kubelet.start()
     lines: list[str] = []
-    plugin = DevicePlugin(
-        Host(root=str(root)),
-        PluginConfig(mig_strategy="mixed"),
-        str(directory),
-        health_interval=0.2,
-        log=lines.append,
-        follow_interval=0.1,
-        follow_nvml_interval=0.3,
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with _following(
+        root, PluginConfig(mig_strategy="mixed"), lines, follow_nvml_interval=0.3
+    ) as served:
+        kubelet, plugin = served.kubelet, served.plugin
         first = kubelet.wait_registered(3)
         assert plugin.monitor is not None and plugin.monitor.nvml_open.wait(5)  # NVML held
-        mig = kubelet.client(next(r for r in first if r.resource_name.endswith("2g.20gb")))
-        mig.watch()
-        before = sorted(d.ID for d in mig.wait_for(lambda d: len(d) == 2))
+        before = sorted(_listed(kubelet, first, "2g.20gb", 2))
         since = len(kubelet.requests)
         relayout_mig(root, 0, ["2g.20gb", "2g.20gb", "3g.40gb"])  # the same gi ids, new UUIDs
         assert [i.id for i in current_profile(root).gpus[0].gpu_instances] == [3, 4, 2]
         names = {"nvidia.com/gpu", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"}
         again = _settled(kubelet, plugin, lines, "MIG devices re-created (new UUIDs)", names, since)
-        fresh = kubelet.client(next(r for r in again if r.resource_name.endswith("2g.20gb")))
-        fresh.watch()
-        after = sorted(d.ID for d in fresh.wait_for(lambda d: len(d) == 2))
+        after = sorted(_listed(kubelet, again, "2g.20gb", 2))
         assert not set(after) & set(before), (before, after)
         now = current_profile(root).gpus[0].mig_devices
         assert after == sorted(d.uuid for d in now if d.profile.name == "2g.20gb")
@@ -176,46 +159,19 @@ def test_mig_uuids_only_change_is_seen_with_the_xid_monitor_on(tmp_path: Path) -
         since = len(kubelet.requests)
         os.rename(root / "nvml.tmp", data)
         lost = f"NVML: no longer lists {UUIDS[4]}"
-        gpu = next(
-            r
-            for r in _settled(kubelet, plugin, lines, lost, names, since)
-            if r.resource_name == "nvidia.com/gpu"
-        )
-        whole = kubelet.client(gpu)
-        whole.watch()
-        assert [d.ID for d in whole.wait_for(lambda d: len(d) == 5)] == UUIDS[2:4] + UUIDS[5:]
-    finally:
-        stop.set()
-        thread.join(10)
-        kubelet.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-    assert not thread.is_alive()
+        settled = _settled(kubelet, plugin, lines, lost, names, since)
+        assert _listed(kubelet, settled, "nvidia.com/gpu", 5) == UUIDS[2:4] + UUIDS[5:]
 
 
-def test_fail_on_init_error_false_starts_serving_when_the_driver_comes(tmp_path: Path) -> None:
+def test_fail_on_init_error_false_starts_serving_when_the_driver_comes(root: Path) -> None:
     """``failOnInitError: false`` on a node whose driver is not loaded yet (a driver container
     starting after the plugin): nothing served, then the driver loads and the same plugin
     registers its resources, no restart."""
-    root = tmp_path / "root"
-    create("dgx-a100", root, nodes="file")
     unload_driver(root)
-    directory = Path("/tmp") / f"nvh-fd-{os.getpid()}-{tmp_path.name[-12:]}"
-    directory.mkdir()
-    kubelet = Kubelet(directory)
-    kubelet.start()
     lines: list[str] = []
-    plugin = DevicePlugin(
-        Host(root=str(root)),
-        PluginConfig(fail_on_init_error=False),
-        str(directory),
-        health_interval=0.2,
-        log=lines.append,
-        follow_interval=0.1,
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with _following(root, PluginConfig(fail_on_init_error=False), lines) as served:
+        kubelet, plugin, thread = served.kubelet, served.plugin, served.thread
+        directory = served.directory
         assert plugin.ready.wait(10)
         time.sleep(0.4)  # a few polls with nothing there
         assert kubelet.requests == [] and plugin.servers == [] and plugin.monitor is None
@@ -235,23 +191,9 @@ def test_fail_on_init_error_false_starts_serving_when_the_driver_comes(tmp_path:
         assert any("the node's GPUs changed: GPU 0000:07:00.0" in line for line in lines), lines
         assert any("registering nvidia.com/gpu (8 devices)" in line for line in lines), lines
         assert thread.is_alive()
-    finally:
-        stop.set()
-        thread.join(10)
-        kubelet.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-    assert not thread.is_alive()
 
 
 def test_follow_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from nvhook.cli.deviceplugin import device_plugin
-
-    seen: list[float | None] = []
-    monkeypatch.setattr(DevicePlugin, "run", lambda self, stop: seen.append(self.follow_interval))
-    (tmp_path / "config.toml").write_text("")  # every default
-    monkeypatch.setenv("NVHOOK_CONFIG", str(tmp_path / "config.toml"))
-    runner = CliRunner()
-    for args in ([], ["--follow-interval", "2"], ["--no-follow-gpus"]):
-        result = runner.invoke(device_plugin, ["--device-plugin-path", str(tmp_path), *args])
-        assert result.exit_code == 0, result.output
+    runs = [[], ["--follow-interval", "2"], ["--no-follow-gpus"]]
+    seen = seen_by_plugin(monkeypatch, tmp_path, lambda plugin: plugin.follow_interval, runs)
     assert seen == [0.5, 2.0, None]

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from nvhook.deviceplugin.model import PluginConfig, TimeSlicedResource
 from nvhook.deviceplugin.mps import MpsDaemons, limits
 from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.selector import ConfigSelector
-from nvhook.deviceplugin.server import Kubelet, create_container_config
+from nvhook.deviceplugin.server import create_container_config
 from nvhook.mock import create
 from nvhook.mock.mutate import remove_gpu
 from nvhook.planner import Host
@@ -33,6 +32,7 @@ from tests.nvhook.deviceplugin.test_server import (  # noqa: F401 (fixtures)
     Running,
     dgx,
     run_plugin,
+    serving,
 )
 
 SHARED = "nvidia.com/gpu.mps"
@@ -130,14 +130,6 @@ def _until(predicate: Callable[[], bool], what: object, timeout: float = 20) -> 
         time.sleep(0.05)
 
 
-def _serve(plugin: DevicePlugin) -> tuple[threading.Event, threading.Thread]:
-    stop = threading.Event()
-    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
-    thread.start()
-    assert plugin.ready.wait(20)
-    return stop, thread
-
-
 def test_a_config_change_keeps_the_daemons_still_wanted(
     dgx: Path,  # noqa: F811
     mps_root: Path,
@@ -154,21 +146,18 @@ def test_a_config_change_keeps_the_daemons_still_wanted(
     selector = ConfigSelector(str(configs), default="mps", log=lines.append)
     initial = selector()
     assert initial is not None and initial.sharing_strategy == "mps"
-    directory = Path(tempfile.mkdtemp(prefix="nvh-mk-", dir="/tmp"))  # short: sockets
-    kubelet = Kubelet(directory)
-    kubelet.start()
-    plugin = DevicePlugin(
-        Host(root=str(dgx)),
+    pipes = {i: mps_root / SHARED / f"gpu{i}" / "pipe" for i in (2, 3)}
+    with serving(
+        dgx,
         initial,
-        str(directory),
+        prefix="nvh-mk-",
         health_interval=0.2,
         log=lines.append,
         config_source=selector,
         config_interval=0.1,
-    )
-    stop, thread = _serve(plugin)
-    pipes = {i: mps_root / SHARED / f"gpu{i}" / "pipe" for i in (2, 3)}
-    try:
+    ) as served:
+        kubelet, thread = served.kubelet, served.thread
+        assert served.plugin.ready.wait(20)
         assert len(kubelet.wait_registered(2)) == 2
         pid = _pid(pipes[2])
         for pipe in pipes.values():  # a marker: the daemon's defaults are never re-sent
@@ -198,12 +187,6 @@ def test_a_config_change_keeps_the_daemons_still_wanted(
         again = _control(dgx, pipes[2], "get_default_active_thread_percentage")
         assert (again.stdout, _pid(pipes[2])) == ("50.0\n", pid)  # new defaults, same daemon
         assert thread.is_alive()
-    finally:
-        stop.set()
-        thread.join(10)
-        kubelet.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-    assert not thread.is_alive()
     assert _control(dgx, pipes[2], "get_server_list").returncode == 1  # stopped with the plugin
 
 
@@ -212,23 +195,15 @@ def test_a_rediscovery_leaves_the_shared_gpus_daemons_alone(mps_root: Path, tmp_
     the daemons of the shared GPUs 2 and 3 run on as they were."""
     root = tmp_path / "root"
     create("dgx-a100", root, nodes="file")
-    directory = Path(tempfile.mkdtemp(prefix="nvh-mf-", dir="/tmp"))
-    kubelet = Kubelet(directory)
-    kubelet.start()
     lines: list[str] = []
     shared = TimeSlicedResource("nvidia.com/gpu", 4, SHARED, devices=("2", "3"))
     config = PluginConfig(sharing_strategy="mps", mps_root=str(mps_root), time_slicing=(shared,))
-    plugin = DevicePlugin(
-        Host(root=str(root)),
-        config,
-        str(directory),
-        health_interval=0.2,
-        log=lines.append,
-        follow_interval=0.1,
-    )
-    stop, thread = _serve(plugin)
     pipes = [mps_root / SHARED / f"gpu{i}" / "pipe" for i in (2, 3)]
-    try:
+    with serving(
+        root, config, prefix="nvh-mf-", health_interval=0.2, log=lines.append, follow_interval=0.1
+    ) as served:
+        kubelet, plugin, thread = served.kubelet, served.plugin, served.thread
+        assert plugin.ready.wait(20)
         assert len(kubelet.wait_registered(2)) == 2
         pids = [_pid(p) for p in pipes]
         for pipe in pipes:
@@ -241,12 +216,6 @@ def test_a_rediscovery_leaves_the_shared_gpus_daemons_alone(mps_root: Path, tmp_
             assert (kept.returncode, kept.stdout, _pid(pipe)) == (0, "7.0\n", pid), lines
         assert not any("compute mode DEFAULT" in x for x in lines), lines
         assert thread.is_alive()
-    finally:
-        stop.set()
-        thread.join(10)
-        kubelet.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-    assert not thread.is_alive()
     for pipe in pipes:
         assert _control(root, pipe, "get_server_list").returncode == 1  # stopped with the plugin
 

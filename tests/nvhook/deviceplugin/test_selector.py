@@ -6,26 +6,21 @@ logged and changes nothing."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import threading
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.selector import (
     ASK_INTERVAL,
     MAX_CONFIG_MAP,
     ConfigMapConfigs,
     ConfigSelector,
 )
-from nvhook.deviceplugin.server import Kubelet
 from nvhook.kubeapi import Client
-from nvhook.planner import Host
-from tests.nvhook.deviceplugin.test_server import dgx  # noqa: F401 (fixture)
+from tests.nvhook.deviceplugin.test_server import dgx, serving  # noqa: F401 (fixture)
 from tests.support.kubeapi import KubeApiServer
 
 SLICED = (
@@ -79,22 +74,16 @@ def test_label_and_file_changes_apply_without_a_restart(
     )
     initial = selector()
     assert initial is not None and initial.time_slicing == ()
-    directory = Path(tempfile.mkdtemp(prefix="nvh-sel-", dir="/tmp"))  # short: sockets
-    kubelet = Kubelet(directory)
-    kubelet.start()
-    plugin = DevicePlugin(
-        Host(root=str(dgx)),
+    with serving(
+        dgx,
         initial,
-        str(directory),
+        prefix="nvh-sel-",
         health_interval=0.2,
         log=lines.append,
         config_source=selector,
         config_interval=0.2,
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    ) as served:
+        kubelet, thread = served.kubelet, served.thread
 
         def devices() -> int:
             [request] = kubelet.wait_registered(len(kubelet.requests))[-1:]
@@ -122,12 +111,6 @@ def test_label_and_file_changes_apply_without_a_restart(
         _set_label(api, None)  # back to the default
         _wait(lambda: len(kubelet.requests) > registered)
         assert devices() == 8
-    finally:
-        stop.set()
-        thread.join(10)
-        kubelet.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-    assert not thread.is_alive()
 
 
 def test_the_command_needs_a_config_to_start_with(
@@ -153,16 +136,20 @@ class _Running:
     def __init__(self, root: Path, selector: ConfigSelector, lines: list[str]) -> None:
         initial = selector()
         assert initial is not None
-        self.directory = Path(tempfile.mkdtemp(prefix="nvh-sel-", dir="/tmp"))  # short
-        self.kubelet = Kubelet(self.directory)
-        self.kubelet.start()
-        self.selector = selector
-        plugin = DevicePlugin(Host(root=str(root)), initial, str(self.directory),
-                              health_interval=5.0, log=lines.append, config_source=selector,
-                              config_interval=ASK_INTERVAL)  # fmt: skip
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=plugin.run, args=(self.stop,), daemon=True)
-        self.thread.start()
+        self._stack = contextlib.ExitStack()
+        self._stack.callback(selector.close)  # last: after the plugin stopped
+        served = self._stack.enter_context(
+            serving(
+                root,
+                initial,
+                prefix="nvh-sel-",
+                health_interval=5.0,
+                log=lines.append,
+                config_source=selector,
+                config_interval=ASK_INTERVAL,
+            )
+        )
+        self.kubelet = served.kubelet
         self.kubelet.wait_registered(1)
 
     def devices(self) -> int:
@@ -172,12 +159,7 @@ class _Running:
         return len(client.wait_for(lambda d: True))
 
     def close(self) -> None:
-        self.stop.set()
-        self.thread.join(10)
-        self.kubelet.stop()
-        self.selector.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
-        assert not self.thread.is_alive()
+        self._stack.close()
 
 
 def test_a_label_change_is_applied_within_a_second_by_the_node_watch(
@@ -227,6 +209,28 @@ def test_a_refused_watch_falls_back_to_polling(
         assert ("GET", "/api/v1/nodes/gpu-1") in api.requests
     finally:
         running.close()
+
+
+def test_the_node_watch_may_log_before_the_selector_is_built(
+    api: KubeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch's thread logs as soon as it runs (a refused watch: "polling instead"), which
+    can be before the selector's constructor returns; a watch that logs on start shows it."""
+    from nvhook.kubeapi import ObjectWatch
+
+    start = ObjectWatch.start
+
+    def start_and_log(self: ObjectWatch) -> ObjectWatch:
+        self.log("warning: logged at once")
+        return start(self)
+
+    monkeypatch.setattr(ObjectWatch, "start", start_and_log)
+    (tmp_path / "plain").write_text("version: v1\n")
+    lines: list[str] = []
+    selector = ConfigSelector(str(tmp_path), default="plain", node="gpu-1",
+                              credentials=Client(api.url), log=lines.append)  # fmt: skip
+    selector.close()
+    assert lines[0] == "warning: logged at once"
 
 
 def test_configs_from_a_config_map_through_the_api(

@@ -10,10 +10,12 @@ import hashlib
 import os
 import shutil
 import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -103,6 +105,39 @@ def run_plugin(dgx: Path, tmp_path: Path) -> Iterator[Callable[..., Running]]:
             r.stop()
             r.kubelet.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+class Served:
+    """What :func:`serving` started: the plugin, its thread, the kubelet stand-in it registers
+    with and the directory of their sockets."""
+
+    def __init__(
+        self, plugin: DevicePlugin, kubelet: Kubelet, directory: Path, thread: threading.Thread
+    ) -> None:
+        self.plugin, self.kubelet, self.directory, self.thread = plugin, kubelet, directory, thread
+
+
+@contextlib.contextmanager
+def serving(root: Path, config: PluginConfig, *, prefix: str, **options: Any) -> Iterator[Served]:
+    """``DevicePlugin(Host(root), config, directory, **options)`` run on a thread against a
+    started kubelet stand-in, ``directory`` a new one under /tmp named from ``prefix`` (unix
+    sockets: short paths). On leaving: the plugin stopped and joined, the stand-in stopped, the
+    directory removed; after a body that passed, the thread is checked gone."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    kubelet = Kubelet(directory)
+    kubelet.start()
+    plugin = DevicePlugin(Host(root=str(root)), config, str(directory), **options)
+    stop = threading.Event()
+    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield Served(plugin, kubelet, directory, thread)
+    finally:
+        stop.set()
+        thread.join(10)
+        kubelet.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not thread.is_alive()
 
 
 def test_registers_one_server_per_resource_and_lists_devices(
@@ -374,3 +409,26 @@ def test_fail_on_init_error_false_serves_nothing_and_stays_up(tmp_path: Path) ->
     assert "failOnInitError is false: serving nothing" in lines[0]
     with pytest.raises(DriverError, match="Driver Not Loaded"):
         DevicePlugin(Host(root=str(root)), PluginConfig(), str(tmp_path)).run(threading.Event())
+
+
+def seen_by_plugin(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    what: Callable[[DevicePlugin], object],
+    runs: list[list[str]],
+) -> list[object]:
+    """``what(plugin)`` of the plugin each ``nvhook device-plugin [run]`` made (its run
+    replaced: nothing served), on a config file of every default."""
+    from click.testing import CliRunner
+
+    from nvhook.cli.deviceplugin import device_plugin
+
+    seen: list[object] = []
+    monkeypatch.setattr(DevicePlugin, "run", lambda self, stop: seen.append(what(self)))
+    (tmp_path / "config.toml").write_text("")  # every default
+    monkeypatch.setenv("NVHOOK_CONFIG", str(tmp_path / "config.toml"))
+    runner = CliRunner()
+    for args in runs:
+        result = runner.invoke(device_plugin, ["--device-plugin-path", str(tmp_path), *args])
+        assert result.exit_code == 0, result.output
+    return seen

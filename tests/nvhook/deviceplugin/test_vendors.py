@@ -19,6 +19,7 @@ from nvhook.deviceplugin.vendors import vendor_resources
 from nvhook.mock.vendors import create
 from nvhook.planner import Host
 from nvhook.vendors.model import Host as VendorHost
+from tests.nvhook.deviceplugin.test_server import seen_by_plugin
 
 Run = Callable[[str, PluginConfig], tuple[DevicePlugin, Kubelet]]
 
@@ -165,20 +166,8 @@ def test_intel_has_no_variable_so_it_gets_the_cdi_annotation(run: Run) -> None:
 def test_amd_naming_flag_reaches_the_plugin(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from click.testing import CliRunner
-
-    from nvhook.cli.deviceplugin import device_plugin
-
-    seen: list[str] = []
-    monkeypatch.setattr(
-        DevicePlugin, "run", lambda self, stop: seen.append(self.config.amd_resource_naming)
-    )
-    (tmp_path / "config.toml").write_text("")  # every default
-    monkeypatch.setenv("NVHOOK_CONFIG", str(tmp_path / "config.toml"))
-    runner = CliRunner()
-    for args in ([], ["--amd-resource-naming", "mixed"], ["--resource-naming-strategy=single"]):
-        result = runner.invoke(device_plugin, ["--device-plugin-path", str(tmp_path), *args])
-        assert result.exit_code == 0, result.output
+    runs = [[], ["--amd-resource-naming", "mixed"], ["--resource-naming-strategy=single"]]
+    seen = seen_by_plugin(monkeypatch, tmp_path, lambda p: p.config.amd_resource_naming, runs)
     assert seen == ["single", "mixed", "single"]
 
 

@@ -6,6 +6,7 @@ here)."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 import statistics
 import tempfile
@@ -27,6 +28,7 @@ from nvhook.mock import create, load_profile
 from nvhook.mock.mutate import add_gpu, relayout_mig, remove_gpu, set_driver
 from nvhook.planner import Host
 from tests.nvhook.dra.conftest import DRIVER, NODE
+from tests.nvhook.dra.test_plugin import wait_for as plugin_wait_for
 from tests.support.kubeapi import KubeApiServer
 
 AddClaim = Callable[..., tuple[str, str, str]]
@@ -71,14 +73,8 @@ class Health:
         self._thread.join(5)
 
 
-def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 10) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+#: asked more often than the daemon tests do: how soon a change is published is measured
+wait_for = functools.partial(plugin_wait_for, timeout=10, poll=0.02)
 
 
 @pytest.fixture

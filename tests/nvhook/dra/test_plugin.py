@@ -105,13 +105,16 @@ def daemon(
             d.stop(signal.SIGKILL)
 
 
-def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 20) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], what: str, timeout: float = 20, poll: float = 0.05
+) -> Any:
+    """``predicate()``'s first true value, asked every ``poll`` seconds for ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.05)
+        time.sleep(poll)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -279,6 +282,24 @@ def test_it_refuses_to_run_beside_a_gpu_device_plugin(
     assert not (d.registry / f"{DRIVER}-reg.sock").exists()
 
 
+def pool_slice(node: str, driver: str) -> dict[str, Any]:
+    """A one-slice pool of ``driver`` on ``node``, as another driver's daemon publishes it."""
+    return {
+        "metadata": {"name": f"{node}-{driver}-0"},
+        "spec": {"driver": driver, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}},
+    }  # fmt: skip
+
+
+def withdraw(kubeconfig: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """``nvhook dra-plugin [options] --node-name NODE --withdraw``, as a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "nvhook", "dra-plugin", *options, "--node-name", NODE,
+         "--kubeconfig", str(kubeconfig), "--withdraw"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
 def test_withdraw_deletes_the_node_s_slices_only(
     daemon: Callable[..., Daemon], kubeapi: KubeApiServer
 ) -> None:
@@ -287,17 +308,8 @@ def test_withdraw_deletes_the_node_s_slices_only(
     wait_for(lambda: kubeapi.list("resourceslices"), "the slices")
     kubelet.close()
     assert d.stop() == 0
-    other = {
-        "metadata": {"name": "node-b-gpu.nvidia.com-0"},
-        "spec": {"driver": DRIVER, "nodeName": "node-b",
-                 "pool": {"name": "node-b", "generation": 1, "resourceSliceCount": 1}},
-    }  # fmt: skip
-    kubeapi.put("resourceslices", other)
-    proc = subprocess.run(
-        [sys.executable, "-m", "nvhook", "dra-plugin", "--node-name", NODE,
-         "--kubeconfig", str(d.kubeconfig), "--withdraw"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    kubeapi.put("resourceslices", pool_slice("node-b", DRIVER))
+    proc = withdraw(d.kubeconfig)
     assert proc.returncode == 0, proc.stderr
     assert f"deleted 1 ResourceSlices of gpu.nvidia.com on node {NODE}" in proc.stdout
     assert [s["spec"]["nodeName"] for s in kubeapi.list("resourceslices")] == ["node-b"]

@@ -22,7 +22,7 @@ from nvhook.dra.vendors import discover_vendor
 from nvhook.mock.vendors import create
 from nvhook.planner import Host
 from tests.nvhook.dra.conftest import NODE
-from tests.nvhook.dra.test_plugin import Daemon, wait_for
+from tests.nvhook.dra.test_plugin import Daemon, pool_slice, wait_for, withdraw
 from tests.support.kubeapi import KubeApiServer
 
 AMD, INTEL, ASCEND = "gpu.amd.com", "gpu.intel.com", "npu.huawei.com"
@@ -323,23 +323,12 @@ def test_an_amd_gpu_without_partitions_is_a_whole_gpu_and_absent_facts_are_left_
 def test_withdraw_of_one_vendor_leaves_the_other_driver_s_pool(
     kubeapi: KubeApiServer, machine: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    import subprocess
-    import sys
 
     root = machine("mixed-h100-mi300x")
     api = client(kubeapi)
     assert Publisher(api, NODE).publish(discover_vendor(Host(root=str(root)), "amd"))
-    nvidia = {
-        "metadata": {"name": f"{NODE}-gpu.nvidia.com-0"},
-        "spec": {"driver": "gpu.nvidia.com", "nodeName": NODE,
-                 "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1}},
-    }  # fmt: skip
-    kubeapi.put("resourceslices", nvidia)
-    proc = subprocess.run(
-        [sys.executable, "-m", "nvhook", "dra-plugin", "--vendor", "amd", "--node-name", NODE,
-         "--kubeconfig", str(kubeapi.kubeconfig(tmp_path / "kubeconfig")), "--withdraw"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    kubeapi.put("resourceslices", pool_slice(NODE, "gpu.nvidia.com"))
+    proc = withdraw(kubeapi.kubeconfig(tmp_path / "kubeconfig"), "--vendor", "amd")
     assert proc.returncode == 0, proc.stderr
     assert f"deleted 1 ResourceSlices of {AMD} on node {NODE}" in proc.stdout
     assert [s["spec"]["driver"] for s in kubeapi.list("resourceslices")] == ["gpu.nvidia.com"]
