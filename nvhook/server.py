@@ -556,6 +556,8 @@ def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
         return STALE_EXIT
     remember_self()  # the server's side of every peer check, read once
     warm()
+    ahead = _Ahead(os.path.dirname(path))
+    ahead.parse()
     listener, identity = _listen(path)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
@@ -594,6 +596,9 @@ def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
                     break
                 if due:
                     mark("code unchanged")
+                ahead.parse()
+                if due:
+                    mark("specs parsed ahead")
                 checked, due = time.monotonic(), False
                 continue
             except OSError as e:  # EMFILE, ENOBUFS…: that caller falls back; go on
@@ -728,6 +733,33 @@ def warm(rounds: int = WARM_ROUNDS) -> None:
             os.environ.pop(CACHE_ENV, None)
         else:
             os.environ[CACHE_ENV] = saved
+
+
+class _Ahead:
+    """The CDI spec files of the server's own settings parsed ahead, in the parent, before it
+    listens and then with its code check (once the calls in hand are served, and every
+    second while idle): :func:`oci.cdi.index.parse_ahead`, whose values the children
+    inherit. A call uses one only for a file it lists as trusted, with the identity it was
+    read with; anything else is read and parsed in the call as before. The settings are the
+    node's (``$NVHOOK_CONFIG`` of the server, else the default file), their cache the
+    server's directory; a failure is said once and ignored (the calls parse as before)."""
+
+    def __init__(self, cache: str) -> None:
+        self.cache = cache
+        self.said = ""
+
+    def parse(self) -> None:
+        from nvhook.settings import load_settings
+        from oci.cdi.index import parse_ahead
+
+        try:
+            parse_ahead(load_settings(cache_dir=self.cache).cdi_spec_dirs)
+        except Exception as e:  # a bad config (said by every call too), or a bug: none kept
+            parse_ahead(())
+            line = f"CDI specs not parsed ahead ({type(e).__name__}: {e}); the calls parse them"
+            if line != self.said:
+                _say(line)
+                self.said = line
 
 
 class _Spare:
