@@ -368,6 +368,7 @@ TRACED: tuple[tuple[str, str, str], ...] = (
     ("nvhook.create", "parse_requests", ""),
     ("nvhook.create", "_resolve_cdi", ""),
     ("oci.cdi.index", "resolve", ""),
+    ("oci.cdi.registry", "read_checked_stat", ""),
     ("nvhook.planner", "plan", ""),
     ("oci.cdi.apply", "apply", ""),
     ("nvhook.legacyhook", "without_prestart_hooks", ""),

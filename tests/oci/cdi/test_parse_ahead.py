@@ -36,8 +36,9 @@ def no_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_: Any, **__: Any) -> Any:
         raise AssertionError("a spec file was read in the call")
 
-    for module, name in ((registry, "parse_spec"), (index, "parse_spec"),
-                         (registry, "read_spec_data"), (registry, "read_checked_stat")):  # fmt: skip
+    readers = [(registry, "parse_spec"), (index, "parse_spec")]
+    readers += [(registry, "read_spec_data"), (registry, "read_checked_stat")]
+    for module, name in readers:
         monkeypatch.setattr(module, name, refuse)
 
 
