@@ -60,7 +60,13 @@ call writes (~650-700 of them, ~2 ms of a 1-GPU create). A call that finds no sp
 is forked for as before.
 
 Settings, the CDI index and specs are the shim's business: each child loads them as the
-shim does (by file identity), so a changed file counts from the next call.
+shim does (by file identity), so a changed file counts from the next call. One thing the
+parent does ahead for them (:class:`_Ahead`): it parses the trusted CDI spec files of its
+own settings' directories (the node's config) before it listens and then with its code
+check, and a child's resolve uses such a value only for a file its own listing finds
+trusted with the identity the value was read with (:func:`oci.cdi.index.parse_ahead`); any
+other file it reads and parses as the shim does. The parent reads no request for this:
+only the files its own settings name.
 """
 
 from __future__ import annotations

@@ -34,6 +34,21 @@ itself, never from the index, which only decides which files to read.
   :func:`~oci.cdi.parse.parse_spec` whenever it is used, so a stale or corrupt one
   can only mean that the file is read again. A document that is not plain JSON data
   (a duplicate key the parser must see) is not kept.
+- A long-lived process can parse spec files *ahead* (:func:`parse_ahead`:
+  ``nvhook-shim-server``'s parent, while idle; its forked children inherit the values):
+  each trusted, settled file of the given directories (at most :data:`AHEAD_FILES`
+  files and :data:`AHEAD_BYTES` bytes, the oldest first), read through
+  :func:`~oci.cdi.registry.read_checked_stat` and kept with the identity of the bytes
+  read (the same before and after). A call uses such a value in place of reading and
+  parsing the file only when its own listing finds the file trusted (its directory's
+  ``fstat``, the entry's type, owner and mode: judged on every call as ever) with that
+  very identity; any other file, any mismatch, is read and parsed in the call. The
+  identity stands for the bytes and the owner and mode as it does for the kept YAML
+  documents: a write moves mtime and ctime, chown and chmod move ctime, which no user can
+  set, a replacement renamed over the file is another inode, and a file is parsed ahead
+  only once it has settled (:data:`RACY_NS`), so a change within one timestamp tick
+  cannot keep the key. The one parser makes the value (:func:`~oci.cdi.parse.parse_spec`);
+  this only keeps its result.
 """
 
 from __future__ import annotations
