@@ -834,6 +834,9 @@ def _fork_spare(listener: socket.socket, trace: _Trace | None, children: set[int
             idle = os.sched_param(0)
             os.sched_setscheduler(0, os.SCHED_IDLE, idle)
             warm(1)
+            from oci.cdi.index import touch_ahead
+
+            touch_ahead()  # the specs parsed ahead: their pages this child's before the call
             pair = socket.socketpair()
             with pair[0], pair[1]:
                 peer_problem(pair[0])
