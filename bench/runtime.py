@@ -360,6 +360,20 @@ def prepare(work: Path, shim: str, frontend: str | None, profile: str = PROFILE,
             f"spec_dirs = [{json.dumps(str(spec_dir))}]\n"
         )
         configs[name] = path
+    # The server's own settings, as a node's server reads the node's config: its spec files are
+    # parsed ahead (nvhook.server._Ahead). Every row's spec directory but the crowded one,
+    # whose 1,000 claim specs are older here than its nvidia.json (the oldest are kept).
+    ahead_dirs = [str(d) for name, _, d in dirs if name in ("cdi", CDI_YAML, CDI_NVIDIA)]
+    server_config = work / f"config-{SERVER_CONFIG}.toml"
+    server_config.write_text(
+        configs["cdi"]
+        .read_text()
+        .replace(
+            f"spec_dirs = [{json.dumps(str(cdi_dir))}]\n",
+            f"spec_dirs = {json.dumps(list(dict.fromkeys(ahead_dirs)))}\n",
+        )
+    )
+    configs[SERVER_CONFIG] = server_config
     env_base = {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "NVHOOK_CACHE_DIR": str(work / "cache"),
@@ -407,6 +421,13 @@ def private_proc_driver(machine: Path) -> None:
 PRIVATE_NS = "NVHOOK_BENCH_PRIVATE_NS"
 #: The cache directory of the server rows (the server's socket is in it).
 SERVER_CACHE = "server-cache"
+#: ``--compare-ahead``: the cache directory of a second server, whose settings name none of
+#: the bench's spec directories (nothing parsed ahead: the calls parse as before).
+UNPARSED_CACHE = "server-cache-unparsed"
+#: The name of the config the server itself reads (``NVHOOK_CONFIG`` in its environment).
+SERVER_CONFIG = "server"
+#: The row prefix of the second server's rows.
+UNPARSED = "front-end + server, not parsed ahead: "
 
 
 def launch_server(server: str, cache: Path, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
@@ -427,12 +448,18 @@ def launch_server(server: str, cache: Path, env: dict[str, str]) -> subprocess.P
     return proc
 
 
-def start_server(setup: Setup) -> subprocess.Popen[bytes] | None:
-    """``nvhook-shim-server`` on ``shim.sock`` in :data:`SERVER_CACHE`, listening; None
-    where it is not installed or cannot run (then the server rows are left out)."""
+def start_server(setup: Setup, *, ahead: bool = True) -> subprocess.Popen[bytes] | None:
+    """``nvhook-shim-server`` on ``shim.sock`` in :data:`SERVER_CACHE`, listening, with
+    :data:`SERVER_CONFIG` as its settings (``ahead``; else in :data:`UNPARSED_CACHE`, with
+    the default settings file, absent here); None where it is not installed or cannot run
+    (then the server rows are left out)."""
     if setup.server is None or os.geteuid() != 0:
         return None
-    proc = launch_server(setup.server, setup.work / SERVER_CACHE, setup.env_base)
+    env = {**setup.env_base, "NVHOOK_CONFIG": str(setup.configs[SERVER_CONFIG])}
+    if not ahead:
+        env = setup.env_base
+    proc = launch_server(setup.server, setup.work / (SERVER_CACHE if ahead else UNPARSED_CACHE),
+                         env)  # fmt: skip
     if proc is None:
         print("no server rows")
     return proc
@@ -448,7 +475,7 @@ def server_rss(proc: subprocess.Popen[bytes] | None) -> str:
             "(the parent; each call's child shares its pages copy-on-write)")  # fmt: skip
 
 
-def make_cases(setup: Setup, *, server: bool = False) -> list[Case]:
+def make_cases(setup: Setup, *, server: bool = False, unparsed: bool = False) -> list[Case]:
     state_root = str(setup.work / "state")
     python = sys.executable
     cases = [
@@ -527,6 +554,15 @@ def make_cases(setup: Setup, *, server: bool = False) -> list[Case]:
                      case.visible, case.expect_gpus, program=setup.frontend,
                      env_extra={"NVHOOK_CACHE_DIR": str(setup.work / SERVER_CACHE)})
             )  # fmt: skip
+            if unparsed and case.mode != "jit":  # jit resolves no spec
+                own = setup.work / f"unparsed-{case.bundle.name}"
+                shutil.copytree(case.bundle, own)
+                argv = [a.replace(str(case.bundle), str(own)) for a in case.argv]
+                cases.append(
+                    Case(f"{UNPARSED}{case.name}", argv, 12, case.mode, own, case.visible,
+                         case.expect_gpus, program=setup.frontend,
+                         env_extra={"NVHOOK_CACHE_DIR": str(setup.work / UNPARSED_CACHE)})
+                )  # fmt: skip
     return cases
 
 
@@ -729,7 +765,8 @@ def report(setup: Setup, cases: list[Case], runs: int, server: str) -> None:
             "against NVIDIA's nvidia-container-runtime in the same run (overhead / its overhead):"
         )
         for case in cases:
-            base = case.name.removeprefix("front-end + server: ").removeprefix("front-end: ")
+            base = case.name.removeprefix(UNPARSED).removeprefix("front-end + server: ")
+            base = base.removeprefix("front-end: ")
             if case.anchor or base not in anchors or not case.direct_ms:
                 continue
             theirs = anchors[base]
@@ -797,8 +834,9 @@ def trace_parts(setup: Setup, runs: int) -> None:
     stamp_file = setup.work / "stamp"
     env = {**setup.env_base, "NVHOOK_CACHE_DIR": str(cache)}
     cache.mkdir(mode=0o700)
+    server_env = {**env, "NVHOOK_CONFIG": str(setup.configs[SERVER_CONFIG])}  # parses ahead
     proc = subprocess.Popen([setup.server, "--socket", str(cache / "shim.sock"), "--trace",
-                             str(trace)], env=env, stdin=subprocess.DEVNULL,
+                             str(trace)], env=server_env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL)  # fmt: skip
     try:
         deadline = time.monotonic() + 30
@@ -944,6 +982,11 @@ def main() -> None:
     parser.add_argument("--anchor", help="NVIDIA's nvidia-container-runtime, run beside")
     parser.add_argument("--machine", default=PROFILE, help=f"the mock (default {PROFILE})")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--compare-ahead",
+        action="store_true",
+        help="also run the cdi server rows through a server that parses no spec ahead",
+    )
     args = parser.parse_args()
     ctk = None
     if args.anchor:
@@ -957,11 +1000,13 @@ def main() -> None:
             os.execvpe("unshare", argv, {**os.environ, PRIVATE_NS: "1"})
     compile_bytecode()
     work = Path(tempfile.mkdtemp(prefix="nvhook-bench-runtime-"))
-    server = None
+    server = unparsed = None
     try:
         setup = prepare(work, *shim_launcher(args.shim), args.machine, ctk)
         server = start_server(setup)
-        cases = make_cases(setup, server=server is not None)
+        if server is not None and args.compare_ahead:
+            unparsed = start_server(setup, ahead=False)
+        cases = make_cases(setup, server=server is not None, unparsed=unparsed is not None)
         if args.anchor:
             cases += anchor_cases(setup, cases, args.anchor)
         measure(setup, cases, args.runs)
@@ -976,9 +1021,10 @@ def main() -> None:
                     importtime(setup, case)
                     cprofile(setup, case)
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait()
+        for proc in (server, unparsed):
+            if proc is not None:
+                proc.terminate()
+                proc.wait()
         if args.keep:
             print(f"work directory kept: {work}")
         else:

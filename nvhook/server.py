@@ -60,7 +60,13 @@ call writes (~650-700 of them, ~2 ms of a 1-GPU create). A call that finds no sp
 is forked for as before.
 
 Settings, the CDI index and specs are the shim's business: each child loads them as the
-shim does (by file identity), so a changed file counts from the next call.
+shim does (by file identity), so a changed file counts from the next call. One thing the
+parent does ahead for them (:class:`_Ahead`): it parses the trusted CDI spec files of its
+own settings' directories (the node's config) before it listens and then with its code
+check, and a child's resolve uses such a value only for a file its own listing finds
+trusted with the identity the value was read with (:func:`oci.cdi.index.parse_ahead`); any
+other file it reads and parses as the shim does. The parent reads no request for this:
+only the files its own settings name.
 """
 
 from __future__ import annotations
@@ -368,6 +374,7 @@ TRACED: tuple[tuple[str, str, str], ...] = (
     ("nvhook.create", "parse_requests", ""),
     ("nvhook.create", "_resolve_cdi", ""),
     ("oci.cdi.index", "resolve", ""),
+    ("oci.cdi.registry", "read_checked_stat", ""),
     ("nvhook.planner", "plan", ""),
     ("oci.cdi.apply", "apply", ""),
     ("nvhook.legacyhook", "without_prestart_hooks", ""),
@@ -556,6 +563,8 @@ def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
         return STALE_EXIT
     remember_self()  # the server's side of every peer check, read once
     warm()
+    ahead = _Ahead(os.path.dirname(path))
+    ahead.parse()
     listener, identity = _listen(path)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
@@ -594,6 +603,9 @@ def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
                     break
                 if due:
                     mark("code unchanged")
+                ahead.parse()
+                if due:
+                    mark("specs parsed ahead")
                 checked, due = time.monotonic(), False
                 continue
             except OSError as e:  # EMFILE, ENOBUFS…: that caller falls back; go on
@@ -730,6 +742,33 @@ def warm(rounds: int = WARM_ROUNDS) -> None:
             os.environ[CACHE_ENV] = saved
 
 
+class _Ahead:
+    """The CDI spec files of the server's own settings parsed ahead, in the parent, before it
+    listens and then with its code check (once the calls in hand are served, and every
+    second while idle): :func:`oci.cdi.index.parse_ahead`, whose values the children
+    inherit. A call uses one only for a file it lists as trusted, with the identity it was
+    read with; anything else is read and parsed in the call as before. The settings are the
+    node's (``$NVHOOK_CONFIG`` of the server, else the default file), their cache the
+    server's directory; a failure is said once and ignored (the calls parse as before)."""
+
+    def __init__(self, cache: str) -> None:
+        self.cache = cache
+        self.said = ""
+
+    def parse(self) -> None:
+        from nvhook.settings import load_settings
+        from oci.cdi.index import parse_ahead
+
+        try:
+            parse_ahead(load_settings(cache_dir=self.cache).cdi_spec_dirs)
+        except Exception as e:  # a bad config (said by every call too), or a bug: none kept
+            parse_ahead(())
+            line = f"CDI specs not parsed ahead ({type(e).__name__}: {e}); the calls parse them"
+            if line != self.said:
+                _say(line)
+                self.said = line
+
+
 class _Spare:
     """A child forked ahead of the next call (the parent's end of its control socket).
 
@@ -795,6 +834,9 @@ def _fork_spare(listener: socket.socket, trace: _Trace | None, children: set[int
             idle = os.sched_param(0)
             os.sched_setscheduler(0, os.SCHED_IDLE, idle)
             warm(1)
+            from oci.cdi.index import touch_ahead
+
+            touch_ahead()  # the specs parsed ahead: their pages this child's before the call
             pair = socket.socketpair()
             with pair[0], pair[1]:
                 peer_problem(pair[0])

@@ -180,7 +180,8 @@ def measure(
                 served_cache = extra = tempfile.mkdtemp(prefix="nvhook-bench-", dir="/tmp")
             else:
                 os.mkdir(served_cache, 0o700)
-            server = _start_server(server_path, served_cache, env, work)
+            # its settings are the run's, not the node's: it parses the run's spec ahead
+            server = _start_server(server_path, served_cache, create_env, work)
             served_env = {**create_env, "NVHOOK_CACHE_DIR": served_cache}
 
             def served() -> float:

@@ -59,6 +59,7 @@ __all__ = [
     "judged_spec_files",
     "list_spec_files",
     "read_checked",
+    "read_checked_stat",
     "refused_line",
     "refuses",
     "unresolved_message",
@@ -282,6 +283,11 @@ def read_checked(path: str) -> object:
     """A spec file read and decoded as :func:`~oci.cdi.parse.read_spec_data` does, but opened
     with ``O_NOFOLLOW`` and judged by ``fstat`` of what was opened: an untrusted file (or a
     link) raises :class:`CdiTrustError` before a byte of it is read."""
+    return read_checked_stat(path)[0]
+
+
+def read_checked_stat(path: str) -> tuple[object, os.stat_result]:
+    """:func:`read_checked`, with the ``fstat`` of the file it judged and read."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as e:
@@ -299,7 +305,7 @@ def read_checked(path: str) -> object:
             raw = f.read()
         except OSError as e:
             raise CdiSpecError(f"{path}: cannot read: {e.strerror or e}") from e
-    return decode_spec_file(raw, path)
+    return decode_spec_file(raw, path), st
 
 
 def checked_loader(refuse: bool) -> SpecLoader:

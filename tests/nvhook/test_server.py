@@ -78,6 +78,7 @@ def start_server(
     log: BinaryIO | None = None,
     umask: int = -1,
     more: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """``nvhook-shim-server --socket SOCK [MORE…]`` from the packages under ``python_path``,
     once it says it listens; its stderr goes to ``log`` (a file), else to an unnamed one;
@@ -91,7 +92,7 @@ def start_server(
             log = stack.enter_context(tempfile.TemporaryFile())
         proc = subprocess.Popen(
             [sys.executable, "-I", "-c", code, "--socket", str(sock), *more],
-            env={"PATH": "/usr/bin:/bin"},
+            env={"PATH": "/usr/bin:/bin", **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -702,7 +703,7 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
                            "NVHOOK_CACHE_DIR": str(directory)}, b)  # fmt: skip
         after = time.monotonic_ns()
         deadline = time.monotonic() + 10  # the parent's code check, once the call is served
-        while b" code_unchanged " not in trace.read_bytes() and time.monotonic() < deadline:
+        while b" specs_parsed_ahead " not in trace.read_bytes() and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         stop(server)
@@ -729,7 +730,7 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     handled = [int(end) for pid, name, _, end in lines if name == "call_handled"]
     assert handled and max(handled) <= after
     parent = [name for pid, name, start, end in lines if pid == str(server.pid) and start == end]
-    assert parent == ["accepted", "handed_to_the_spare", "code_unchanged"]
+    assert parent == ["accepted", "handed_to_the_spare", "code_unchanged", "specs_parsed_ahead"]
     # the code check waits for the child's reply: beside the child it took a core from it
     marks = {name: int(start) for pid, name, start, end in lines if start == end}
     assert marks["code_unchanged"] > marks["reply_sent"]
@@ -741,6 +742,57 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     assert {"nvhook.call.handle", "nvhook.settings.load_settings", "oci.bundle.Bundle.load",
             "nvhook.planner.plan", "oci.cdi.apply.apply", "oci.bundle.Bundle.save",
             "os.fsync", "oci.argv.RuntimeArgs.parse"} <= calls  # fmt: skip
+
+
+def test_specs_parsed_ahead_serve_a_call_and_a_rewrite_is_read(node: Node, tmp_path: Path) -> None:
+    """The server's parent parses its settings' CDI specs ahead: a call then reads no spec
+    file; after an in-place rewrite that keeps the inode, size and mtime (only the ctime
+    moves), the call reads the file and injects what it says now."""
+    from oci.cdi.index import RACY_NS
+
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    spec = cdi / "nvidia.json"
+    shutil.copyfile(node.cdi / "nvidia.json", spec)
+    body = spec.read_text()
+    assert '"NVIDIA_VISIBLE_DEVICES=void"' in body
+    config = tmp_path / "config.toml"
+    config.write_text(node.config("ahead").read_text().replace(str(node.cdi), str(cdi)))
+    directory = tmp_path / "sock"
+    directory.mkdir(mode=0o700)
+    trace = tmp_path / "trace"
+    time.sleep(RACY_NS / 1e9 + 0.05)  # settled: parsed ahead before the server listens
+    server = start_server(directory / "shim.sock", more=("--trace", str(trace)),
+                          env={"NVHOOK_CONFIG": str(config)})  # fmt: skip
+    b = node.bundle("b-ahead", _spec(annotations={"cdi.k8s.io/x": "nvidia.com/gpu=1"}))
+    args = [a.replace("{b}", str(b)) for a in CONTAINERD]
+    env = {**node.env(config), "NVHOOK_CACHE_DIR": str(directory)}
+
+    def call() -> tuple[bytes, set[str]]:
+        node.reset(b)
+        trace.write_bytes(b"")
+        served = node.call(node.client, args, env, b)
+        assert (served.code, served.who()) == (0, "runtime"), served.err
+        calls = {line.split()[1] for line in trace.read_text().splitlines()}
+        return (b / "config.json").read_bytes(), calls
+
+    try:
+        edited, calls = call()
+        assert "oci.cdi.index.resolve" in calls
+        assert "oci.cdi.registry.read_checked_stat" not in calls
+        assert b"NVIDIA_VISIBLE_DEVICES=void" in edited
+        before = spec.stat()
+        time.sleep(0.05)  # another ctime
+        spec.write_text(body.replace("NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=vOid"))
+        os.utime(spec, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = spec.stat()
+        assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+            before.st_ino, before.st_size, before.st_mtime_ns)  # fmt: skip
+        edited, calls = call()
+        assert "oci.cdi.registry.read_checked_stat" in calls
+        assert b"NVIDIA_VISIBLE_DEVICES=vOid" in edited
+    finally:
+        stop(server)
 
 
 @pytest.mark.parametrize(
