@@ -844,7 +844,10 @@ def _fork_spare(listener: socket.socket, trace: _Trace | None, children: set[int
                 os.sched_setscheduler(0, os.SCHED_OTHER, idle)
             except OSError:  # no CAP_SYS_NICE: a call must not run at idle priority
                 os._exit(0)
-            theirs.sendall(b"r")
+            try:
+                theirs.sendall(b"r")
+            except OSError:  # EPIPE: the parent stopped while this warmed
+                os._exit(0)
             if trace is not None:
                 trace.mark("spare ready")
             try:

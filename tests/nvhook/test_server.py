@@ -932,3 +932,45 @@ def test_a_spare_waiting_when_the_server_stops_exits_without_a_word(tmp_path: Pa
         log.seek(0)
         said = log.read().decode()
     assert "Traceback" not in said and "Error" not in said, said
+
+
+def test_a_spare_still_warming_when_the_server_stops_exits_without_a_word(
+    tmp_path: Path,
+) -> None:
+    """The spare child is still warming when the server stops (held here with SIGSTOP before
+    it said it was ready): its "ready" byte then meets a closed socket (EPIPE), and it exits
+    without a traceback."""
+    import signal
+
+    require_root()
+    directory = tmp_path / "sock"
+    directory.mkdir(mode=0o700)
+    for _ in range(20):  # until a spare is caught before its "ready"
+        trace = tmp_path / "trace"
+        trace.unlink(missing_ok=True)
+        with open(tmp_path / "stderr", "w+b") as log:
+            log.truncate()
+            server = start_server(directory / "shim.sock", log=log, more=("--trace", str(trace)))
+            held: list[int] = []
+            try:
+                deadline = time.monotonic() + 10
+                while not held and time.monotonic() < deadline:
+                    children = Path(f"/proc/{server.pid}/task/{server.pid}/children")
+                    held = [int(p) for p in children.read_text().split()]
+                for pid in held:
+                    os.kill(pid, signal.SIGSTOP)
+                ready = b" spare_ready " in trace.read_bytes()
+            finally:
+                assert stop(server) == 0
+            for pid in held:
+                os.kill(pid, signal.SIGCONT)
+            deadline = time.monotonic() + 30
+            while any(Path(f"/proc/{p}").exists() for p in held) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert held and not any(Path(f"/proc/{p}").exists() for p in held)
+            log.seek(0)
+            said = log.read().decode()
+        if not ready:
+            break
+    assert not ready, "no spare was caught before it was ready"
+    assert "Traceback" not in said and "Error" not in said, said
