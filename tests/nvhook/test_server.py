@@ -897,9 +897,12 @@ def test_the_server_runs_a_cdi_create_of_its_own_before_listening(tmp_path: Path
     the server child's cdi create -7%): a create in a temporary directory it removes, the
     environment as it was, no failure said."""
     require_root()
+    private = tmp_path / "tmp"  # its own: other tests' servers warm up in the shared one
+    private.mkdir()
     proc = subprocess.run([sys.executable, "-c", WARMED, str(tmp_path / "shim.sock")],
                           capture_output=True, text=True, cwd=REPO, timeout=120,
-                          env={**os.environ, "NVHOOK_CACHE_DIR": str(tmp_path / "c")},
+                          env={**os.environ, "NVHOOK_CACHE_DIR": str(tmp_path / "c"),
+                               "TMPDIR": str(private)},
                           check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "said:" not in proc.stdout
