@@ -220,22 +220,27 @@ def dgx(mock_machine: Callable[..., Path]) -> Path:
     return mock_machine(PROFILE, as_root_nodes=True)
 
 
-@pytest.fixture(scope="session")
-def shim(dgx: Path, tmp_path_factory: pytest.TempPathFactory) -> Shim:
-    """The shim with a session config (mode auto, host.root = the mock, runc as runtime)."""
-    require_root()
-    workdir = tmp_path_factory.mktemp("shim")
-    (workdir / "cdi").mkdir()
-    base = Shim(
+def new_shim(machine: Path, workdir: Path) -> Shim:
+    """The shim on the mock at ``machine``, runc as its runtime, its config, cache, log and CDI
+    directory under ``workdir`` (the config not written yet)."""
+    (workdir / "cdi").mkdir(parents=True)
+    return Shim(
         binary=shim_binary(),
         runc=require("runc"),
-        machine=dgx,
+        machine=machine,
         config=workdir / "config.toml",
         cache_dir=workdir / "cache",
         log_file=workdir / "shim.log",
         cdi_dir=workdir / "cdi",
         workdir=workdir,
     )
+
+
+@pytest.fixture(scope="session")
+def shim(dgx: Path, tmp_path_factory: pytest.TempPathFactory) -> Shim:
+    """The shim with a session config (mode auto, host.root = the mock, runc as runtime)."""
+    require_root()
+    base = new_shim(dgx, tmp_path_factory.mktemp("shim"))
     base.config.write_text(base._toml({}))
     return base
 

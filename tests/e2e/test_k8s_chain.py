@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,13 +34,12 @@ import pytest
 from nvhook.cli import main
 from nvhook.cri.client import CriClient
 from nvhook.deviceplugin.model import NamedResource, PluginConfig, TimeSlicedResource
-from nvhook.deviceplugin.plugin import DevicePlugin
 from nvhook.deviceplugin.server import Kubelet, PluginClient, create_container_config
 from nvhook.mock import Profile
-from nvhook.planner import Host
 from tests.e2e.conftest import PROBE, Shim, parse_probe
 from tests.e2e.test_cri import containerd_with_nvidia, run_pod
-from tests.support.containers import Containerd, unique_id
+from tests.nvhook.deviceplugin.test_server import serving as plugin_serving
+from tests.support.containers import Containerd
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime, pytest.mark.slow]
 
@@ -70,25 +68,10 @@ def serving(
 ) -> Iterator[tuple[Kubelet, PluginClient]]:
     """The device plugin on the mock with ``config``, registered with a kubelet stand-in
     (``count`` resources); the client of ``resource``."""
-    directory = Path("/tmp") / unique_id("nvh-k8s")
-    directory.mkdir()
-    kubelet = Kubelet(directory)
-    kubelet.start()
-    dp = DevicePlugin(Host(root=str(shim.machine)), config, str(directory))
-    stop = threading.Event()
-    thread = threading.Thread(target=dp.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        requests = kubelet.wait_registered(count)
+    with plugin_serving(shim.machine, config, prefix="nvh-k8s-") as served:
+        requests = served.kubelet.wait_registered(count)
         wanted = next(r for r in requests if r.resource_name == resource)
-        yield kubelet, kubelet.client(wanted)
-    finally:
-        stop.set()
-        thread.join(10)
-        kubelet.stop()
-        for entry in directory.iterdir():
-            entry.unlink()
-        directory.rmdir()
+        yield served.kubelet, served.kubelet.client(wanted)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ NVIDIA driver) → the kubelet stand-in (built from kubelet's real v1beta1 proto
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,13 +12,12 @@ import pytest
 
 from nvhook.cri.client import CriClient
 from nvhook.deviceplugin.model import PluginConfig
-from nvhook.deviceplugin.plugin import DevicePlugin
-from nvhook.deviceplugin.server import Kubelet, create_container_config
+from nvhook.deviceplugin.server import create_container_config
 from nvhook.mock.vendors import create
-from nvhook.planner import Host
 from tests.e2e.conftest import Shim
 from tests.e2e.test_cri import containerd_with_nvidia, run_pod
-from tests.support.containers import Containerd, require_root, unique_id
+from tests.nvhook.deviceplugin.test_server import serving
+from tests.support.containers import Containerd, require_root
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime, pytest.mark.slow]
 
@@ -42,29 +40,14 @@ def amd_containerd(
 def test_allocated_amd_partition_is_the_containers(
     amd_containerd: Containerd, amd_root: Path, tmp_path: Path
 ) -> None:
-    directory = Path("/tmp") / unique_id("nvh-k8s-amd")
-    directory.mkdir()
-    kubelet = Kubelet(directory)
-    kubelet.start()
-    plugin = DevicePlugin(Host(root=str(amd_root)), PluginConfig(), str(directory))
-    stop = threading.Event()
-    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        [request] = kubelet.wait_registered(1)
+    with serving(amd_root, PluginConfig(), prefix="nvh-k8s-amd-") as served:
+        [request] = served.kubelet.wait_registered(1)
         assert request.resource_name == "amd.com/gpu"
-        client = kubelet.client(request)
+        client = served.kubelet.client(request)
         client.watch()
         assert len(client.wait_for(lambda d: len(d) == 64)) == 64
         allocation = create_container_config(client.allocate(["9"]).container_responses[0])
         client.close()
-    finally:
-        stop.set()
-        thread.join(10)
-        kubelet.stop()
-        for entry in directory.iterdir():
-            entry.unlink()
-        directory.rmdir()
     assert allocation["envs"] == {"AMD_VISIBLE_DEVICES": "9"}
     look = "ls /dev /dev/dri; echo '--- open'; cat /dev/dri/renderD137 2>&1; true"
     with CriClient(amd_containerd.address) as cri:

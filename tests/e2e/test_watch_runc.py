@@ -37,8 +37,8 @@ from nvhook.planner import Host
 from nvhook.tools.cdicheck import check_specs
 from nvhook.watch import Refresher, Watcher
 from oci.cdi.parse import parse_spec
-from tests.e2e.conftest import Shim, parse_probe, shim_binary
-from tests.support.containers import require, require_root
+from tests.e2e.conftest import Shim, new_shim, parse_probe
+from tests.support.containers import require_root
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime, pytest.mark.slow]
 
@@ -140,18 +140,7 @@ def node(tmp_path: Path) -> tuple[Path, Shim]:
     require_root()
     root = tmp_path / "dgx"
     create("dgx-a100", root, nodes="char")
-    workdir = tmp_path / "shim"
-    (workdir / "cdi").mkdir(parents=True)
-    shim = Shim(
-        binary=shim_binary(),
-        runc=require("runc"),
-        machine=root,
-        config=workdir / "config.toml",
-        cache_dir=workdir / "cache",
-        log_file=workdir / "shim.log",
-        cdi_dir=workdir / "cdi",
-        workdir=workdir,
-    )
+    shim = new_shim(root, tmp_path / "shim")
     shim.config.write_text(shim._toml({"runtime": {"mode": "cdi"}}))
     return root, shim
 
