@@ -461,6 +461,23 @@ def report(plain: Variant, cases: list[Case], runs: int, runtime: str, load: lis
 # --------------------------------------------------------------------------- main
 
 
+def server_config(work: Path, names: list[str], spec_dir: Path | None) -> Path:
+    """The server's own settings, as a node's server reads the node's config: the spec
+    directories of the cases, so that it parses their files ahead (``nvhook.server._Ahead``;
+    each call still names its own config). Waits until the generated specs have settled
+    (:data:`oci.cdi.index.RACY_NS`): a file changed later than that is parsed in every call,
+    as it would be on a node only for a spec just rewritten."""
+    from oci.cdi.index import RACY_NS
+
+    dirs = [spec_dir] if spec_dir else [work / f"cdi-{CASES[n][0]}" for n in names]
+    spec_dirs = list(dict.fromkeys(str(d) for d in dirs))
+    config = work / "config-server.toml"
+    config.write_text(f"[cdi]\nspec_dirs = {json.dumps(spec_dirs)}\n")
+    newest = max((f.stat().st_ctime_ns for d in spec_dirs for f in Path(d).iterdir()), default=0)
+    time.sleep(max(0.0, (newest + RACY_NS - time.time_ns()) / 1e9 + 0.1))
+    return config
+
+
 def start_server(runtime: str, cache: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """``nvhook-shim-server`` (beside ``runtime``) on ``shim.sock`` in ``cache``, the cache
     directory every nvhook call of the bench names: the native front-end hands its GPU calls
@@ -536,7 +553,11 @@ def main() -> None:
                 private_proc_driver(machine)  # one MIG mock at most (dgx-a100)
         env_base = {"PATH": PATH_ENV, "NVHOOK_CACHE_DIR": str(work / "cache")}
         if args.server:
-            server = start_server(runtime, work / "cache", env_base)
+            server_env = {
+                **env_base,
+                "NVHOOK_CONFIG": str(server_config(work, names, args.spec_dir)),
+            }
+            server = start_server(runtime, work / "cache", server_env)
         cases = make_cases(bench, names, runtime, env_base, not args.no_parts, args.anchor,
                            args.spec_dir, server is not None)  # fmt: skip
         plain = Variant("plain runc", bench.bundle("plain", runc_spec(runc)), runc,

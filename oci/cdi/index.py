@@ -6,8 +6,9 @@ claim). It lists the directories and stats each spec file, and keeps an *index*
 of what each file defines, keyed by the file's identity ``(st_dev, st_ino,
 st_size, st_mtime_ns, st_ctime_ns)``: ``("ok", kind, device names)`` or
 ``("error", message, ())``. Only new or changed files are parsed, plus the files
-whose definitions win for the requested names: edits always come from the file
-itself, never from the index, which only decides which files to read.
+whose definitions win for the requested names: edits come from the file itself (or the
+parser's value of it kept at the same identity, below), never from the index, which only
+decides which files to read.
 
 - ctime is in the key because ``os.utime`` cannot set it: an in-place edit that
   keeps the size and restores the mtime still changes the key.
@@ -23,17 +24,19 @@ itself, never from the index, which only decides which files to read.
   foreign-owned or stale index is ignored (a malformed record: its file is
   parsed); one that cannot be written is not an error. A refused cache directory
   is reported in ``warnings``.
-- The YAML files of the requested kinds are kept decoded beside it (JSON decodes as
-  fast as a kept document is read), one cache file per spec path (``cdi-spec-…``),
-  keyed by the same identity: ``(format, path, identity, decoded document)``. A YAML
-  spec then costs
-  what a JSON one does (PyYAML: its import, a row of ``bench/figures.py``, and its parse; the strict
-  parser over the decoded document: ~1 ms), with the same rules: written only for a settled file
-  whose identity held still while it was read, believed only through
-  :mod:`oci._cache` (this user's directory and 0600 files), and parsed again by
-  :func:`~oci.cdi.parse.parse_spec` whenever it is used, so a stale or corrupt one
-  can only mean that the file is read again. A document that is not plain JSON data
-  (a duplicate key the parser must see) is not kept.
+- The spec files of the requested kinds are kept *parsed* beside it: the strict parser's
+  value (:func:`~oci.cdi.parse.parse_spec`) as plain data (:mod:`oci.cdi.kept`), one cache
+  file per spec path (``cdi-parsed-…``): ``(stamp, path, identity, value)``, JSON and YAML
+  alike. A call whose listing finds the file trusted with that identity takes the value and
+  neither reads the file nor imports the parser (in a fresh shim the strict parse of the
+  40 KB ``dgx-a100`` spec and its modules were 11% of a cdi create's instructions, a YAML
+  one's PyYAML more: ``bench/instructions.py``). The rules are the index's and those of the
+  values parsed ahead below: written only for a settled file whose identity held still while
+  it was read, believed only through :mod:`oci._cache` (this user's directory and 0600
+  files), and only when made by this very parser: the stamp (:func:`parser_stamp`) holds
+  the value classes' layout and the size, mtime and ctime of the parser's source files, so a
+  value kept before an upgrade or an edit of them is parsed again. A stale, corrupt or
+  foreign value can only mean that the file is read.
 - A long-lived process can parse spec files *ahead* (:func:`parse_ahead`:
   ``nvhook-shim-server``'s parent, while idle; its forked children inherit the values):
   each trusted, settled file of the given directories (at most :data:`AHEAD_FILES`
@@ -43,8 +46,8 @@ itself, never from the index, which only decides which files to read.
   parsing the file only when its own listing finds the file trusted (its directory's
   ``fstat``, the entry's type, owner and mode: judged on every call as ever) with that
   very identity; any other file, any mismatch, is read and parsed in the call. The
-  identity stands for the bytes and the owner and mode as it does for the kept YAML
-  documents: a write moves mtime and ctime, chown and chmod move ctime, which no user can
+  identity stands for the bytes and the owner and mode as it does for the kept parsed
+  values: a write moves mtime and ctime, chown and chmod move ctime, which no user can
   set, a replacement renamed over the file is another inode, and a file is parsed ahead
   only once it has settled (:data:`RACY_NS`), so a change within one timestamp tick
   cannot keep the key. The one parser makes the value (:func:`~oci.cdi.parse.parse_spec`);
@@ -59,13 +62,14 @@ import time
 
 from oci import _cache
 from oci.cdi.edits import Edits
-from oci.cdi.parse import parse_spec, read_spec_data
+from oci.cdi.kept import LAYOUT, spec_data, spec_from_data
 from oci.cdi.registry import (
     checked_loader,
     checked_names,
     list_spec_files,
     read_checked,
     read_checked_stat,
+    read_unchecked,
     refused_line,
     refuses,
     unresolved_message,
@@ -95,7 +99,6 @@ __all__ = ["AHEAD_BYTES", "AHEAD_FILES", "RACY_NS", "parse_ahead", "resolve", "t
 
 RACY_NS = 2_000_000_000
 _INDEX_FORMAT = 1
-_SPEC_FORMAT = 1
 
 
 def resolve(
@@ -125,7 +128,7 @@ def resolve(
     index_file = _index_name(dirs)
     old = _read_index(cache_dir, index_file, dirs, warnings) if cache_dir else {}
     kinds = {name.partition("=")[0] for name in requested}
-    read = read_checked if refuse else read_spec_data
+    read = read_checked if refuse else read_unchecked
     kept = _KeptSpecs(cache_dir, kinds, warnings, read) if cache_dir and loader is None else None
     chosen = checked_loader(refuse) if loader is None else loader
     ahead = _AHEAD if loader is None and _AHEAD else None
@@ -244,6 +247,8 @@ def _parse_held(path: str, ident: Ident) -> Spec | None:
     """The spec at ``path`` when the file read is trusted as opened (``O_NOFOLLOW``, its
     ``fstat``) and has the identity ``ident`` it was listed with, before and after it is
     read; else None."""
+    from oci.cdi.parse import parse_spec
+
     try:
         data, st = read_checked_stat(path)
         spec = parse_spec(data, source=path)
@@ -390,9 +395,8 @@ class _IndexedScan:
 
 
 class _KeptSpecs:
-    """Reads YAML spec files through their kept decoded documents (the module docstring);
-    keeps those of the requested kinds (not a DRA driver's thousand claim specs of another).
-    A JSON file is read directly: decoding it costs what reading a kept document does."""
+    """Reads spec files through their kept parsed values (the module docstring); keeps those
+    of the requested kinds (not a DRA driver's thousand claim specs of another)."""
 
     def __init__(
         self,
@@ -408,52 +412,58 @@ class _KeptSpecs:
 
     def load(self, path: str, ident: Ident, settled: bool) -> Spec:
         """The spec at ``path``, listed with identity ``ident`` (``settled``: old enough)."""
-        if not path.endswith(_KEPT_SUFFIXES):
-            return parse_spec(self._read(path), source=path)
-        name = _cache.cache_name("cdi-spec", path)
-        kept = _cache.load(self._cache_dir, name, self._warnings)
-        if (
-            type(kept) is tuple
-            and len(kept) == 4
-            and kept[0] == _SPEC_FORMAT
-            and kept[1] == path
-            and kept[2] == ident
-        ):
-            try:
-                return parse_spec(kept[3], source=path)
-            except CdiError:  # cannot be one we wrote: read the file instead
-                pass
-        data = self._read(path)
-        spec = parse_spec(data, source=path)
-        if settled and spec.kind in self._kinds and _ident(path) == ident and _plain(data, 0):
-            _cache.store(self._cache_dir, name, (_SPEC_FORMAT, path, ident, data), self._warnings)
+        stamp = parser_stamp()
+        name = _cache.cache_name("cdi-parsed", path)
+        if stamp is not None:
+            kept = _cache.load(self._cache_dir, name, self._warnings)
+            if (
+                type(kept) is tuple
+                and len(kept) == 4
+                and kept[0] == stamp
+                and kept[1] == path
+                and kept[2] == ident
+            ):
+                spec = spec_from_data(kept[3], path)
+                if spec is not None:
+                    return spec
+        from oci.cdi.parse import parse_spec  # only here: a kept value needs no parser
+
+        spec = parse_spec(self._read(path), source=path)
+        if stamp is not None and settled and spec.kind in self._kinds and _ident(path) == ident:
+            _cache.store(
+                self._cache_dir, name, (stamp, path, ident, spec_data(spec)), self._warnings
+            )
         return spec
 
 
-#: The spec files kept decoded: YAML (PyYAML's import, bench/figures.py, and parse, a start).
-_KEPT_SUFFIXES = (".yaml",)
-_PLAIN_SCALARS = (str, int, float, bool, type(None))
+#: What a kept value was made by (:func:`parser_stamp`): this format, the value classes'
+#: :data:`~oci.cdi.kept.LAYOUT`, and the source files whose code decides the strict parser's
+#: value, beside this module.
+_KEPT_FORMAT = 2
+_PARSER_SOURCES = (
+    "cdi/parse.py", "cdi/decode.py", "cdi/names.py", "cdi/version.py", "cdi/edits.py",
+    "cdi/spec.py", "cdi/kept.py", "_frozen.py", "jsoncodec.py", "errors.py", "nesting.py",
+)  # fmt: skip
+_STAMP: list[tuple[object, ...] | None] = []
 
 
-def _plain(data: object, depth: int) -> bool:
-    """Whether ``data`` (at ``depth``) is plain JSON data (exact dicts with str keys, lists,
-    scalars). A kept document is YAML, which the decoder refused deeper than
-    :data:`~oci.nesting.YAML_MAX_DEPTH` (so neither this walk nor marshal meets more)."""
-    kind = type(data)
-    if kind in _PLAIN_SCALARS:
-        return True
-    if depth > _KEPT_DEPTH:
-        return False
-    if kind is list and isinstance(data, list):
-        return all(_plain(item, depth + 1) for item in data)
-    if kind is dict and isinstance(data, dict):
-        return all(type(k) is str and _plain(v, depth + 1) for k, v in data.items())
-    return False
-
-
-#: How deep a kept document may be: what the YAML decoder reads (oci.nesting.YAML_MAX_DEPTH,
-#: checked by tests/oci/test_nesting.py), not imported on the shim's path for one number.
-_KEPT_DEPTH = 64
+def parser_stamp() -> tuple[object, ...] | None:
+    """``(format, layout, (size, mtime_ns, ctime_ns) of each parser source)``, as this
+    process found them first: a value kept by other code (an upgrade, an edit) is not used.
+    None where a source cannot be stat'ed (say, loaded from a zip): nothing is kept."""
+    if not _STAMP:
+        base = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        files: list[tuple[int, int, int]] = []
+        for name in _PARSER_SOURCES:
+            try:
+                st = os.stat(os.path.join(base, name))
+            except OSError:
+                _STAMP.append(None)
+                break
+            files.append((st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        else:
+            _STAMP.append((_KEPT_FORMAT, LAYOUT, tuple(files)))
+    return _STAMP[0]
 
 
 def _ident(path: str) -> Ident | None:

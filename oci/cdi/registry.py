@@ -29,7 +29,6 @@ from stat import S_ISREG
 from oci._frozen import Frozen
 from oci.cdi.edits import Edits
 from oci.cdi.names import parse_qualified_name
-from oci.cdi.parse import decode_spec_file, parse_spec, read_spec_data
 from oci.cdi.spec import Device, Spec
 from oci.cdi.trust import REFUSE, WARN, directory_problem, file_problem, link_problem
 from oci.errors import CdiError, CdiNameError, CdiResolveError, CdiSpecError, CdiTrustError
@@ -305,14 +304,26 @@ def read_checked_stat(path: str) -> tuple[object, os.stat_result]:
             raw = f.read()
         except OSError as e:
             raise CdiSpecError(f"{path}: cannot read: {e.strerror or e}") from e
+    from oci.cdi.parse import decode_spec_file
+
     return decode_spec_file(raw, path), st
+
+
+def read_unchecked(path: str) -> object:
+    """A spec file read and decoded (:func:`~oci.cdi.parse.read_spec_data`), judged as
+    listed only (``cdi.untrusted_specs = "warn"``)."""
+    from oci.cdi.parse import read_spec_data
+
+    return read_spec_data(path)
 
 
 def checked_loader(refuse: bool) -> SpecLoader:
     """The loader of spec files: judged as opened when refusing, else as listed only."""
-    read = read_checked if refuse else read_spec_data
+    read = read_checked if refuse else read_unchecked
 
     def load(path: str) -> Spec:
+        from oci.cdi.parse import parse_spec
+
         return parse_spec(read(path), source=path)
 
     return load

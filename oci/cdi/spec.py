@@ -8,8 +8,6 @@ Their edits are :class:`oci.cdi.edits.Edits`.
 
 from __future__ import annotations
 
-import types
-
 from oci._frozen import EMPTY_MAPPING, Frozen
 from oci.cdi.edits import Edits
 from oci.cdi.names import parse_kind
@@ -20,6 +18,11 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 __all__ = ["Device", "Issue", "Spec", "SpecCheck"]
+
+if TYPE_CHECKING:
+    from types import MappingProxyType as _MAPPING
+else:  # the same type: ``types``' import is a cost on the shim's start path
+    _MAPPING = type(EMPTY_MAPPING)
 
 
 class Device(Frozen):
@@ -68,7 +71,7 @@ class Spec(Frozen):
             class_name=class_name,
             devices=tuple(devices),
             edits=edits if edits is not None else Edits(),
-            annotations=types.MappingProxyType(dict(annotations or {})),
+            annotations=_MAPPING(dict(annotations or {})),
             source=source,
         )
 

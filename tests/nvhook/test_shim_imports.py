@@ -125,3 +125,32 @@ def test_create_with_gpus_imports_no_heavy_library(
     for name in HEAVY:
         assert not loaded(name, modules), f"create with GPUs imported {loaded(name, modules)}"
     assert "nvhook.planner" in modules
+
+
+def test_create_from_a_kept_cdi_spec_imports_no_parser(tmp_path: Path) -> None:
+    """cdi mode: once a settled spec's parsed value is kept (oci.cdi.index), a create reads
+    neither the file nor imports the strict parser; YAML costs no PyYAML either."""
+    import time
+
+    from oci.cdi.index import RACY_NS
+
+    specs = tmp_path / "cdi"
+    specs.mkdir()
+    (specs / "gpu.yaml").write_text(
+        'cdiVersion: 0.5.0\nkind: vendor.example/gpu\ndevices:\n  - name: "0"\n'
+        "    containerEdits:\n      env: [G=0]\n"
+    )
+    shim = Shim(tmp_path)
+    shim.config.write_text(
+        shim.config.read_text().replace("[runtime]\n", '[runtime]\nmode = "cdi"\n')
+        + f'[cdi]\nspec_dirs = ["{specs}"]\n'
+    )
+    config = CONFIG_JSON.replace(b'"PATH', b'"NVIDIA_VISIBLE_DEVICES=vendor.example/gpu=0", "PATH')
+    time.sleep(RACY_NS / 1e9 + 0.1)  # settled: a spec changed in the last 2 s is parsed again
+    first = shim.modules_at_exec("create", "--bundle", str(shim.bundle("b", config)), "c1")
+    assert "oci.cdi.parse" in first and "yaml" in first  # control: parsed, then kept
+    second = shim.bundle("b2", config)
+    modules = shim.modules_at_exec("create", "--bundle", str(second), "c2")
+    assert b"G=0" in (second / "config.json").read_bytes()
+    for name in ("oci.cdi.parse", "oci.cdi.decode", "yaml", *LIGHT):
+        assert not loaded(name, modules), f"a kept cdi create imported {loaded(name, modules)}"

@@ -10,7 +10,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oci.cdi.index
 from oci.nesting import (
     TOML_MAX_DEPTH,
     YAML_MAX_DEPTH,
@@ -137,6 +136,4 @@ def test_aliases_are_walked_once_each() -> None:
 
 
 def test_limits() -> None:
-    """What the registry keeps decoded is YAML, as deep as the decoder reads."""
-    assert oci.cdi.index._KEPT_DEPTH == YAML_MAX_DEPTH
     assert TOML_MAX_DEPTH == YAML_MAX_DEPTH == 64

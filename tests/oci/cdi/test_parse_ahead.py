@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from oci.cdi import index, registry
+from oci.cdi import index, parse, registry
 from oci.cdi.index import parse_ahead, resolve
 from oci.cdi.registry import Registry
 from oci.errors import CdiResolveError
@@ -36,8 +36,8 @@ def no_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_: Any, **__: Any) -> Any:
         raise AssertionError("a spec file was read in the call")
 
-    readers = [(registry, "parse_spec"), (index, "parse_spec")]
-    readers += [(registry, "read_spec_data"), (registry, "read_checked_stat")]
+    readers = [(parse, "parse_spec"), (parse, "read_spec_data"), (parse, "decode_spec_file")]
+    readers += [(registry, "read_checked_stat")]
     for module, name in readers:
         monkeypatch.setattr(module, name, refuse)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from oci.cdi import index, registry
+from oci.cdi import index
 from oci.cdi.edits import Edits
 from oci.cdi.index import resolve
 from oci.cdi.parse import load_spec
@@ -397,7 +397,7 @@ def test_index_is_written_only_when_something_changed(
     write_spec(d / "more.json", "other.io/x", {"0": ["O=0"]})
     resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
     assert index.stat().st_ino != first
-    kept = [p.name for p in Path(cache).glob("cdi-spec-*.marshal")]  # the winner, decoded
+    kept = [p.name for p in Path(cache).glob("cdi-parsed-*.marshal")]  # the winner, parsed
     assert sorted(p.name for p in Path(cache).iterdir()) == sorted([index.name, *kept])  # no temp
 
 
@@ -552,25 +552,24 @@ def test_runtime_cdi_mode_keeps_its_index_in_the_cache_dir(
     assert len(index_files(str(tmp_path / "cache"))) == 1
 
 
-# --------------------------------------------------------------------------- kept decoded specs
+# --------------------------------------------------------------------------- kept parsed specs
 
 
 class Decodes:
-    """Counts the spec files the registry decodes (JSON or YAML) itself."""
+    """Counts the spec files decoded (JSON or YAML) from their bytes: the one function every
+    read goes through (untrusted warned of, or refused; the index's and the registry's)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from oci.cdi import parse
+
         self.count = 0
-        # untrusted warned of, or refused; read by the index's kept files and the registry's
-        # loader alike
-        for module in (index, registry):
-            for reader in ("read_spec_data", "read_checked"):
-                real = getattr(module, reader)
+        real = parse.decode_spec_file
 
-                def counting(path: str, real: Callable[[str], object] = real) -> object:
-                    self.count += 1
-                    return real(path)
+        def counting(raw: bytes, path: str) -> object:
+            self.count += 1
+            return real(raw, path)
 
-                monkeypatch.setattr(module, reader, counting)
+        monkeypatch.setattr(parse, "decode_spec_file", counting)
 
     def take(self) -> int:
         count, self.count = self.count, 0
@@ -578,7 +577,7 @@ class Decodes:
 
 
 def kept_files(cache: str) -> list[Path]:
-    return sorted(Path(cache).glob("cdi-spec-*.marshal"))
+    return sorted(Path(cache).glob("cdi-parsed-*.marshal"))
 
 
 YAML_SPEC = """\
@@ -594,13 +593,23 @@ devices:
 """
 
 
-def test_a_yaml_winner_is_decoded_once_then_kept(
-    tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
+def write_yaml_or_json(d: Path, suffix: str, text: str = YAML_SPEC) -> Path:
+    import yaml
+
+    d.mkdir(exist_ok=True)
+    path = d / f"gpu{suffix}"
+    path.write_text(text if suffix == ".yaml" else json.dumps(yaml.safe_load(text)))
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_a_winner_is_parsed_once_then_kept(
+    tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch, suffix: str
 ) -> None:
-    """YAML costs what JSON does: the decoded document is kept by the file's identity."""
+    """The strict parser's value is kept by the file's identity: the next calls read neither
+    the file nor a decoded document (a 40 KB spec's parse is most of a cold create)."""
     d = tmp_path / "cdi"
-    d.mkdir()
-    (d / "gpu.yaml").write_text(YAML_SPEC)
+    spec = write_yaml_or_json(d, suffix)
     decodes = Decodes(monkeypatch)
     first = resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
     assert decodes.take() == 1
@@ -608,38 +617,22 @@ def test_a_yaml_winner_is_decoded_once_then_kept(
     assert len(kept_files(cache)) == 1
     for _ in range(2):
         assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache) == first
-    assert decodes.take() == 0  # from the kept document, parsed again by the strict parser
+    assert decodes.take() == 0  # from the kept value
     assert Registry([str(d)]).resolve([f"{GPU}=0"]) == first
     assert decodes.take() == 1  # the full scan reads every file itself
     # edited in place (same size, mtime restored): the ctime changes, so it is read again
-    st = (d / "gpu.yaml").stat()
-    (d / "gpu.yaml").write_text(YAML_SPEC.replace("G=0", "G=1"))
-    os.utime(d / "gpu.yaml", ns=(st.st_atime_ns, st.st_mtime_ns))
+    st = spec.stat()
+    spec.write_text(spec.read_text().replace("G=0", "G=1"))
+    os.utime(spec, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=1")
     assert decodes.take() == 1
-
-
-def test_a_json_winner_is_read_directly(
-    tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """JSON decodes as fast as a kept document loads: nothing is kept for it."""
-    import yaml
-
-    d = tmp_path / "cdi"
-    d.mkdir()
-    (d / "gpu.json").write_text(json.dumps(yaml.safe_load(YAML_SPEC)))
-    for _ in range(3):
-        assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=0")
-    assert kept_files(cache) == []
-    assert len(index_files(cache)) == 1
 
 
 def test_a_just_written_winner_is_not_kept(
     tmp_path: Path, cache: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     d = tmp_path / "cdi"
-    d.mkdir()
-    (d / "gpu.yaml").write_text(YAML_SPEC)
+    write_yaml_or_json(d, ".yaml")
     decodes = Decodes(monkeypatch)
     for _ in range(2):
         assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=0")
@@ -647,20 +640,30 @@ def test_a_just_written_winner_is_not_kept(
     assert kept_files(cache) == []
 
 
-def test_a_kept_document_someone_else_wrote_is_not_believed(
+def test_a_kept_value_someone_else_wrote_is_not_believed(
     tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same hardening as the index: only this user's 0600 files are read."""
     d = tmp_path / "cdi"
-    d.mkdir()
-    (d / "gpu.yaml").write_text(YAML_SPEC)
+    write_yaml_or_json(d, ".yaml")
     resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
     (kept,) = kept_files(cache)
-    fmt, path, ident, data = marshal.loads(kept.read_bytes())
-    data["devices"][0]["containerEdits"]["env"] = ["FORGED=1"]
-    kept.write_bytes(marshal.dumps((fmt, path, ident, data)))
+    stamp, path, ident, data = marshal.loads(kept.read_bytes())
+    version, kind, vendor, class_name, devices, edits, notes = data
+    ((name, device_edits, device_notes),) = devices
+    forged_edits = (("FORGED=1",), *device_edits[1:])
+    forged = (
+        version,
+        kind,
+        vendor,
+        class_name,
+        ((name, forged_edits, device_notes),),
+        edits,
+        notes,
+    )
+    kept.write_bytes(marshal.dumps((stamp, path, ident, forged)))
     decodes = Decodes(monkeypatch)
-    # control: a well-formed kept document of ours is believed as it is
+    # control: a well-formed kept value of ours is believed as it is
     assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "FORGED=1")
     assert decodes.take() == 0
     if os.geteuid() == 0:
@@ -669,14 +672,46 @@ def test_a_kept_document_someone_else_wrote_is_not_believed(
         kept.chmod(0o644)
     assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=0")
     assert decodes.take() == 1
-    # corrupt, or for another path or identity: read from the file
-    for bad in (b"garbage", marshal.dumps((fmt, path + "x", ident, data)),
-                marshal.dumps((fmt, path, (0, 0, 0, 0, 0), data))):  # fmt: skip
+    # corrupt, for another path or identity, made by another parser, or of another shape:
+    # read from the file
+    other_stamp = (stamp[0] + 1, *stamp[1:])
+    for bad in (b"garbage", marshal.dumps((stamp, path + "x", ident, data)),
+                marshal.dumps((stamp, path, (0, 0, 0, 0, 0), data)),
+                marshal.dumps((other_stamp, path, ident, data)),
+                marshal.dumps((stamp, path, ident, data[:-1])),
+                marshal.dumps((stamp, path, ident, (*data[:4], ((name, device_edits[:3], {}),),
+                                                    edits, notes)))):  # fmt: skip
         kept.unlink(missing_ok=True)
         kept.write_bytes(bad)
         kept.chmod(0o600)
         assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=0")
         assert decodes.take() == 1
+
+
+def test_a_value_kept_by_other_parser_code_is_not_used(
+    tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgrade (or an edit of the parser's sources) changes the stamp: parsed again."""
+    d = tmp_path / "cdi"
+    write_yaml_or_json(d, ".json")
+    resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
+    decodes = Decodes(monkeypatch)
+    resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
+    assert decodes.take() == 0
+    stamp = index.parser_stamp()
+    assert stamp is not None
+    fmt, layout, files = stamp
+    assert len(files) == len(index._PARSER_SOURCES)
+    changed = (fmt, layout, ((*files[0][:1], files[0][1] + 1, *files[0][2:]), *files[1:]))
+    monkeypatch.setattr(index, "_STAMP", [changed])
+    assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=0")
+    assert decodes.take() == 1
+    monkeypatch.setattr(index, "_STAMP", [None])  # a source cannot be stat'ed: nothing kept
+    for kept in kept_files(cache):
+        kept.unlink()
+    resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
+    assert decodes.take() == 1
+    assert kept_files(cache) == []
 
 
 def test_a_document_with_a_duplicate_key_is_not_kept(
