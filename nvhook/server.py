@@ -184,6 +184,7 @@ PRELOAD = (
     "oci.cdi.edits",
     "oci.cdi.hostcheck",
     "oci.cdi.index",
+    "oci.cdi.kept",
     "oci.cdi.names",
     "oci.cdi.parse",
     "oci.cdi.registry",

@@ -45,18 +45,17 @@ Each rule is also run on a planted tree with a bad import, to show it fails when
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from nvhook.tools.importgraph import PACKAGES, Import, discover, executed, imports_of
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("oci", "nvhook")
 
 #: Third-party libraries oci may import (lazily): its CDI edge (YAML specs, JSON Schema).
 OCI_THIRD_PARTY = frozenset({"yaml", "jsonschema", "referencing"})
@@ -131,101 +130,6 @@ RANKS: dict[str, int] = {
 # --------------------------------------------------------------------------- the checker
 
 
-@dataclass(frozen=True)
-class Import:
-    """One import statement's target, in module ``source``."""
-
-    source: str
-    target: str  # absolute dotted name (a module, or a package with the name then looked up)
-    line: int
-    runtime: bool  # False: under TYPE_CHECKING, never executed
-    module_level: bool  # False: inside a function (executed only when it is called)
-
-
-def discover(root: Path, packages: Iterable[str] = PACKAGES) -> dict[str, Path]:
-    """Every module of ``packages`` under ``root``: dotted name -> file."""
-    modules: dict[str, Path] = {}
-    for package in packages:
-        top = root / package
-        for path in sorted(top.rglob("*.py")):
-            parts = path.relative_to(root).with_suffix("").parts
-            folders = [root.joinpath(*parts[:i]) for i in range(1, len(parts))]
-            if not all((folder / "__init__.py").is_file() for folder in folders):
-                continue  # not importable (data, C sources, scripts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            modules[".".join(parts)] = path
-    return modules
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    if isinstance(test, ast.Name):
-        return test.id == "TYPE_CHECKING"
-    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-
-
-class _Collector(ast.NodeVisitor):
-    def __init__(self, source: str, is_package: bool) -> None:
-        self.source = source
-        self.package = source if is_package else source.rpartition(".")[0]
-        self.runtime = True
-        self.depth = 0  # functions we are inside
-        self.found: list[tuple[str, tuple[str, ...], int, bool, bool]] = []
-
-    def _add(self, module: str, names: tuple[str, ...], line: int) -> None:
-        self.found.append((module, names, line, self.runtime, self.depth == 0))
-
-    def visit_Import(self, node: ast.Import) -> None:
-        for alias in node.names:
-            self._add(alias.name, (), node.lineno)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        module = node.module or ""
-        if node.level:
-            base = self.package.split(".")
-            if node.level - 1 >= len(base):
-                raise ValueError(f"{self.source}: relative import beyond the top package")
-            base = base[: len(base) - (node.level - 1)]
-            module = ".".join([*base, module] if module else base)
-        self._add(module, tuple(a.name for a in node.names), node.lineno)
-
-    def _in_function(self, node: ast.AST) -> None:
-        self.depth += 1
-        self.generic_visit(node)
-        self.depth -= 1
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _in_function
-
-    def visit_If(self, node: ast.If) -> None:
-        test = node.test
-        negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-        if negated:
-            assert isinstance(test, ast.UnaryOp)
-            test = test.operand
-        if not _is_type_checking(test):
-            self.generic_visit(node)
-            return
-        saved = self.runtime
-        self.runtime = saved and negated  # `if TYPE_CHECKING:` body: types only
-        for child in node.body:
-            self.visit(child)
-        self.runtime = saved and not negated
-        for child in node.orelse:
-            self.visit(child)
-        self.runtime = saved
-
-
-def imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[Import]:
-    """The imports in module ``name`` (at ``path``), targets resolved against ``modules``."""
-    collector = _Collector(name, is_package=path.name == "__init__.py")
-    collector.visit(ast.parse(path.read_bytes(), filename=str(path)))
-    out = []
-    for module, names, line, runtime, module_level in collector.found:
-        targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules] or [module]
-        out += [Import(name, t, line, runtime, module_level) for t in targets]
-    return out
-
-
 def all_imports(root: Path, packages: Iterable[str] = PACKAGES) -> Iterator[Import]:
     modules = discover(root, packages)
     for name, path in modules.items():
@@ -248,13 +152,6 @@ def oci_violations(root: Path) -> list[str]:
     return out
 
 
-def _executed(target: str, modules: dict[str, Path]) -> list[str]:
-    """The modules of ours that importing ``target`` executes: its packages, then itself."""
-    parts = target.split(".")
-    prefixes = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    return [p for p in prefixes if p in modules]
-
-
 def start_path(
     root: Path, entries: Sequence[str], packages: Iterable[str] = PACKAGES
 ) -> tuple[dict[str, Import | None], dict[str, Import]]:
@@ -270,13 +167,13 @@ def start_path(
     libraries: dict[str, Import] = {}
     queue: deque[str] = deque()
     for entry in entries:
-        for module in _executed(entry, modules):
+        for module in executed(entry, modules):
             if module not in reached:
                 reached[module] = None
                 queue.append(module)
     while queue:
         for imp in graph[queue.popleft()]:
-            ours = _executed(imp.target, modules)
+            ours = executed(imp.target, modules)
             if not ours:
                 libraries.setdefault(imp.target.split(".")[0], imp)
             for module in ours:
@@ -381,7 +278,7 @@ def ladder_violations(
         for imp in imports_of(source, modules[source], modules):
             if not imp.runtime:
                 continue
-            for target in _executed(imp.target, modules):
+            for target in executed(imp.target, modules):
                 if target == source or _within(source, target):
                     continue  # itself, or a package it is inside: already running
                 graph[source].add(target)

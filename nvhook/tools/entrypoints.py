@@ -94,7 +94,12 @@ _MARK = "written by `nvhook install-entrypoints`"
 
 
 def launcher_text(
-    entry: Entrypoint, interpreter: str, paths: list[str], *, program: str | None = None
+    entry: Entrypoint,
+    interpreter: str,
+    paths: list[str],
+    *,
+    program: str | None = None,
+    image: str | None = None,
 ) -> str:
     """The launcher script: an absolute, isolated interpreter and a few lines of Python.
 
@@ -102,7 +107,8 @@ def launcher_text(
     ``python -I -c pass`` over ``python -I -S -c pass`` in ``bench/figures.py``), so the
     launcher puts the environment's import paths, computed at install time, on
     ``sys.path``. ``program``: the native front-end this launcher serves, set as
-    ``sys.argv[0]`` (the program the shim must never exec as the runtime).
+    ``sys.argv[0]`` (the program the shim must never exec as the runtime). ``image``: the
+    start image the launcher installs before its first import (:mod:`oci._preload`).
     """
     if not os.path.isabs(interpreter):
         raise ValueError(f"interpreter must be an absolute path, got {interpreter!r}")
@@ -113,6 +119,7 @@ def launcher_text(
         "import sys\n"
         f"sys.path.extend({paths!r})\n"
         + (f"sys.argv[0] = {program!r}\n" if program else "")
+        + (f"from oci._preload import install\ninstall({image!r})\n" if image else "")
         + f"from {entry.module} import {entry.function}\n"
         f"raise SystemExit({entry.function}())\n"
     )
@@ -166,7 +173,8 @@ def install_entrypoints(
     target = Path(bin_dir) if bin_dir else Path(python).parent
     target.mkdir(parents=True, exist_ok=True)
     paths = import_paths(python)
-    written = []
+    image = start_image(target, python, paths)
+    written = [] if image is None else [image]
     for entry in (*ENTRYPOINTS, *_OTHERS_NAMES, CLI_ENTRYPOINT):
         path = target / entry.name
         if entry in _OTHERS_NAMES and foreign_file(path):
@@ -181,16 +189,42 @@ def install_entrypoints(
         if entry.name in NATIVE and frontend != "off":
             native = _frontend(target, path, _prebuilt(entry.name, frontend))
         launcher = target / f"{entry.name}.py"
+        started = None if entry is CLI_ENTRYPOINT or image is None else str(image)
         if native is None:
-            _write(path, launcher_text(entry, python, paths), target)
+            _write(path, launcher_text(entry, python, paths, image=started), target)
             written.append(path)
             if entry.name in NATIVE:
                 launcher.unlink(missing_ok=True)  # a native program's, from an earlier run
             continue
-        _write(launcher, launcher_text(entry, python, paths, program=str(path)), target)
+        text = launcher_text(entry, python, paths, program=str(path), image=started)
+        _write(launcher, text, target)
         os.replace(native, path)
         written += [path, launcher]
     return written
+
+
+def start_image(target: Path, python: str, paths: list[str]) -> Path | None:
+    """Write the start image for ``python`` into ``target`` (:mod:`nvhook.tools.startimage`):
+    in this process when ``python`` is this interpreter, else by ``python`` itself (the
+    image is its bytecode, of the nvhook its ``paths`` import). None, with the launchers then
+    importing as without it, where it cannot be made."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        from nvhook.tools.startimage import write_image
+
+        return write_image(target)
+    import subprocess
+
+    script = (
+        "import sys; from pathlib import Path; sys.path.extend(sys.argv[2:]); "
+        "from nvhook.tools.startimage import write_image; print(write_image(Path(sys.argv[1])))"
+    )
+    made = subprocess.run(
+        [python, "-I", "-S", "-c", script, str(target), *paths],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return Path(made.stdout.strip()) if made.returncode == 0 and made.stdout.strip() else None
 
 
 def _prebuilt(name: str, frontend: str) -> str:

@@ -962,13 +962,14 @@ def test_an_id_the_log_cannot_hold_as_is_hands_over(fe: Frontend) -> None:
 def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path: Path) -> None:
     require_cc()
     from nvhook.tools.entrypoints import install_entrypoints
+    from oci._preload import image_name
 
     bin_dir = tmp_path / "bin"
     written = install_entrypoints(str(bin_dir), sys.executable)
     names = sorted(p.name for p in written)
     assert names == ["nvhook", "nvhook-hook", "nvhook-hook.py", "nvhook-runtime",
-                     "nvhook-runtime.py", "nvhook-shim-server", "nvidia-cdi-hook",
-                     LEGACY_HOOK]  # fmt: skip
+                     "nvhook-runtime.py", "nvhook-shim-server", image_name(),
+                     "nvidia-cdi-hook", LEGACY_HOOK]  # fmt: skip
     for name in ("nvhook-runtime", "nvhook-hook"):  # each native, in front of its launcher
         native = (bin_dir / name).read_bytes()
         assert native[:4] == b"\x7fELF" and f"{bin_dir / name}.py\0".encode() in native
@@ -1017,8 +1018,8 @@ def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path:
     off = install_entrypoints(str(tmp_path / "off"), sys.executable, frontend="off")
     assert (tmp_path / "off" / "nvhook-runtime").read_text().startswith("#!")
     assert sorted(p.name for p in off) == ["nvhook", "nvhook-hook", "nvhook-runtime",
-                                           "nvhook-shim-server", "nvidia-cdi-hook",
-                                           LEGACY_HOOK]  # fmt: skip
+                                           "nvhook-shim-server", image_name(),
+                                           "nvidia-cdi-hook", LEGACY_HOOK]  # fmt: skip
 
 
 def test_build_refuses_a_launcher_path_it_cannot_compile_in(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from nvhook.tools.entrypoints import ENTRYPOINTS, import_paths, install_entrypoints, launcher_text
+from oci._preload import image_name
 
 BIN = Path(sys.executable).parent
 
@@ -36,17 +37,24 @@ def test_import_paths_are_those_of_site() -> None:
 
 def test_installed_launchers_run_from_another_directory(tmp_path: Path) -> None:
     written = install_entrypoints(str(tmp_path / "bin"), sys.executable, frontend="off")
+    image = tmp_path / "bin" / image_name()
     assert sorted(p.name for p in written) == [
         "nvhook",
         "nvhook-hook",
         "nvhook-runtime",
         "nvhook-shim-server",
+        image.name,
         "nvidia-cdi-hook",
         "nvidia-container-runtime-hook",
     ]
     for path in written:
+        if path == image:  # the start image the launchers install (oci._preload)
+            assert path.stat().st_mode & 0o777 == 0o644
+            continue
         assert os.access(path, os.X_OK)
-        assert path.read_text().startswith(f"#!{sys.executable} -IS\n")
+        text = path.read_text()
+        assert text.startswith(f"#!{sys.executable} -IS\n")
+        assert (f"install({str(image)!r})" in text) == (path.name != "nvhook")  # not the CLI
     hook = subprocess.run(
         [str(tmp_path / "bin" / "nvhook-hook")], capture_output=True, text=True, env={}
     )
@@ -111,6 +119,7 @@ def test_legacy_hook_name_never_overwrites_a_foreign_file(tmp_path: Path) -> Non
         "nvhook-hook",
         "nvhook-runtime",
         "nvhook-shim-server",
+        image_name(),
         "nvidia-cdi-hook",
     ]
     (note,) = notes
