@@ -108,7 +108,8 @@ def launcher_text(
     launcher puts the environment's import paths, computed at install time, on
     ``sys.path``. ``program``: the native front-end this launcher serves, set as
     ``sys.argv[0]`` (the program the shim must never exec as the runtime). ``image``: the
-    start image the launcher installs before its first import (:mod:`oci._preload`).
+    start image the launcher installs before its first import (:mod:`oci._preload`; an nvhook
+    installed later without it still starts, importing as before).
     """
     if not os.path.isabs(interpreter):
         raise ValueError(f"interpreter must be an absolute path, got {interpreter!r}")
@@ -119,7 +120,12 @@ def launcher_text(
         "import sys\n"
         f"sys.path.extend({paths!r})\n"
         + (f"sys.argv[0] = {program!r}\n" if program else "")
-        + (f"from oci._preload import install\ninstall({image!r})\n" if image else "")
+        + (
+            "try:\n    from oci._preload import install\nexcept ImportError:  # an older nvhook\n"
+            f"    pass\nelse:\n    install({image!r})\n"
+            if image
+            else ""
+        )
         + f"from {entry.module} import {entry.function}\n"
         f"raise SystemExit({entry.function}())\n"
     )

@@ -148,3 +148,31 @@ def test_cdi_hook_name_is_ours_unless_a_foreign_file_holds_it(tmp_path: Path) ->
     assert ours not in written
     (note,) = notes
     assert note.startswith(f"{ours} left alone") and "Docker 29.2+" in note
+
+
+def test_a_launcher_starts_without_the_start_image_or_its_loader(tmp_path: Path) -> None:
+    """The image gone, or an older nvhook installed under the launchers without
+    oci._preload: the launcher still runs its entry point, importing as before."""
+    from oci._preload import image_name
+
+    bin_dir = tmp_path / "bin"
+    install_entrypoints(str(bin_dir), sys.executable, frontend="off")
+    hook = bin_dir / "nvhook-hook"
+
+    def usage() -> bool:
+        run = subprocess.run([str(hook)], capture_output=True, text=True, env={})
+        return run.returncode == 2 and "usage" in run.stderr.lower()
+
+    assert usage()  # control: with the image
+    (bin_dir / image_name()).unlink()
+    assert usage()
+    old = tmp_path / "old"  # a tree whose oci has no _preload module
+    for package in ("oci", "nvhook"):
+        shutil.copytree(Path(__file__).parents[3] / package, old / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    (old / "oci" / "_preload.py").unlink()
+    text = hook.read_text().replace(
+        "sys.path.extend([", f"sys.path[:0] = [{str(old)!r}]\nsys.path.extend(["
+    )
+    hook.write_text(text)
+    assert usage()
