@@ -58,7 +58,7 @@ __all__ = ["FORMAT", "StartImage", "image_name", "install"]
 FORMAT = 1
 HEADER = 8
 _MODULE = type(sys)
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO: no wait
 
 
 def image_name() -> str:

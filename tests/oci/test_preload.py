@@ -134,6 +134,9 @@ def test_an_image_anyone_else_could_write_is_not_used(image: Path, tmp_path: Pat
     link = tmp_path / "link.marshal"
     link.symlink_to(image)
     assert reinstall_refused(link)
+    fifo = tmp_path / "fifo.marshal"
+    os.mkfifo(fifo, 0o644)
+    assert reinstall_refused(fifo)  # at once: no writer is waited for
     if os.geteuid() == 0:
         os.chown(image, 65534, 65534)
         assert reinstall_refused(image)
