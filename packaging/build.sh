@@ -81,11 +81,15 @@ find_nfpm() {
 # of its Python launcher, /opt/nvhook/bin/NAME.py, whose path is compiled in), when a C
 # compiler for MACHINE is here: cc for this machine, MACHINE-linux-gnu-gcc for
 # another, else clang --target=MACHINE-linux-gnu over Debian's cross C library in
-# /usr/MACHINE-linux-gnu; static where its C library allows. Without one the package has none, and setup
-# builds them on the target if a compiler is there (else each is the Python launcher).
+# /usr/MACHINE-linux-gnu; static where its C library allows. For this machine, static against
+# musl first where musl-gcc is here (musl-tools): a static musl program starts in ~0.06 ms, a
+# static glibc one in ~0.5 ms, paid by every runtime call and hook (nvhook/native build()).
+# Without a compiler the package has none, and setup builds them on the target if a compiler
+# is there (else each is the Python launcher).
 frontend() {
-    local m="$1" stage="$2" static cc=()
+    local m="$1" stage="$2" cc=() musl=""
     if [[ "$m" == "$(uname -m)" ]]; then
+        musl="$(command -v musl-gcc || true)"
         cc=("$(command -v cc || command -v gcc || true)")
     elif command -v "$m-linux-gnu-gcc" >/dev/null; then
         cc=("$(command -v "$m-linux-gnu-gcc")")
@@ -98,12 +102,16 @@ frontend() {
         say "no C compiler for $m: its packages have no native front-end"
         return 0
     fi
-    local name built
+    local name built try
     for name in nvhook-runtime nvhook-hook; do
         built=""
-        for static in -static ""; do
-            # shellcheck disable=SC2086 # $static: one flag or none
-            if "${cc[@]}" -std=c11 -O2 -s $static -Wall -Wextra -Werror \
+        for try in musl static dynamic; do
+            case "$try" in
+                musl) [[ -n "$musl" ]] || continue; set -- "$musl" -static ;;
+                static) set -- "${cc[@]}" -static ;;
+                dynamic) set -- "${cc[@]}" ;;
+            esac
+            if "$@" -std=c11 -O2 -s -Wall -Wextra -Werror \
                 -DNVHOOK_LAUNCHER="\"/opt/nvhook/bin/$name.py\"" \
                 -o "$stage/$name" "$ROOT/nvhook/native/$name.c" 2>"$stage/cc.log"; then
                 rm -f "$stage/cc.log"
