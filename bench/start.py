@@ -465,16 +465,14 @@ def server_config(work: Path, names: list[str], spec_dir: Path | None) -> Path:
     """The server's own settings, as a node's server reads the node's config: the spec
     directories of the cases, so that it parses their files ahead (``nvhook.server._Ahead``;
     each call still names its own config). Waits until the generated specs have settled
-    (:data:`oci.cdi.index.RACY_NS`): a file changed later than that is parsed in every call,
-    as it would be on a node only for a spec just rewritten."""
-    from oci.cdi.index import RACY_NS
+    (``nvhook.tools.startcost.wait_until_settled``)."""
+    from nvhook.tools.startcost import wait_until_settled
 
     dirs = [spec_dir] if spec_dir else [work / f"cdi-{CASES[n][0]}" for n in names]
     spec_dirs = list(dict.fromkeys(str(d) for d in dirs))
     config = work / "config-server.toml"
     config.write_text(f"[cdi]\nspec_dirs = {json.dumps(spec_dirs)}\n")
-    newest = max((f.stat().st_ctime_ns for d in spec_dirs for f in Path(d).iterdir()), default=0)
-    time.sleep(max(0.0, (newest + RACY_NS - time.time_ns()) / 1e9 + 0.1))
+    wait_until_settled(str(f) for d in spec_dirs for f in Path(d).iterdir())
     return config
 
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from typing import TypeAlias
 
     #: ``(source path under the image's root, is a package, (size, mtime_ns) of the source,
-    #: imports, where its marshalled code is in the file: (offset, size))``
+    #: imports, where its marshalled code is: (offset from the end of the table, size))``
     Entry: TypeAlias = tuple[str, bool, tuple[int, int], tuple[str, ...], tuple[int, int]]
 else:  # `importlib.abc`'s import would be a cost: the protocol is all the import system uses
     _LoaderBase = object
@@ -54,8 +54,9 @@ __all__ = ["FORMAT", "StartImage", "image_name", "install"]
 
 #: The image's layout: the size of its table (8 bytes, little-endian), the table
 #: (marshal: ``(FORMAT, cache tag, magic number, root, {module name: entry})``), then each
-#: module's code (marshal), read only when the module runs.
-FORMAT = 1
+#: module's code (marshal, at its offset from the end of the table), read only when the
+#: module runs.
+FORMAT = 2
 HEADER = 8
 _MODULE = type(sys)
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO: no wait
@@ -82,7 +83,7 @@ def install(path: str) -> StartImage | None:
     return image
 
 
-def _table(fd: int) -> tuple[str, dict[str, Entry], int] | None:
+def _table(fd: int) -> tuple[str, dict[str, Entry], int, int] | None:
     try:
         st = os.fstat(fd)
         if not S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
@@ -103,14 +104,15 @@ def _table(fd: int) -> tuple[str, dict[str, Entry], int] | None:
     ):
         return None
     table: dict[str, Entry] = data[4]
-    return data[3], table, st.st_size
+    return data[3], table, HEADER + size, st.st_size
 
 
 class StartImage(_LoaderBase):
     """The meta path finder and loader of the start image's modules."""
 
-    def __init__(self, fd: int, root: str, table: dict[str, Entry], size: int) -> None:
+    def __init__(self, fd: int, root: str, table: dict[str, Entry], base: int, size: int) -> None:
         self._fd = fd
+        self._base = base  # where the modules' code starts in the file
         self._size = size  # of the file: no module's code reaches past it
         self._root = root
         self._table = table
@@ -157,9 +159,10 @@ class StartImage(_LoaderBase):
             st = os.stat(origin)
             if (st.st_size, st.st_mtime_ns) != key:
                 return None  # changed since the image was made
-            if not 0 <= offset <= offset + size <= self._size:
+            start = self._base + offset
+            if not self._base <= start <= start + size <= self._size:
                 return None
-            code = marshal.loads(os.pread(self._fd, size, offset))
+            code = marshal.loads(os.pread(self._fd, size, start))
         except (OSError, TypeError, ValueError, EOFError):
             return None
         self._running.add(name)

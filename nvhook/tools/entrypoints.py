@@ -210,27 +210,35 @@ def install_entrypoints(
 
 
 def start_image(target: Path, python: str, paths: list[str]) -> Path | None:
-    """Write the start image for ``python`` into ``target`` (:mod:`nvhook.tools.startimage`):
-    in this process when ``python`` is this interpreter, else by ``python`` itself (the
-    image is its bytecode, of the nvhook its ``paths`` import). None, with the launchers then
-    importing as without it, where it cannot be made."""
+    """Write the start image for ``python`` into ``target`` (:mod:`nvhook.tools.startimage`),
+    mode 0644, as the launchers are written: made in this process when ``python`` is this
+    interpreter, else by ``python`` itself (the image is its bytecode, of the nvhook its
+    ``paths`` import). None, with the launchers then importing as without it, where it
+    cannot be made."""
     if os.path.realpath(python) == os.path.realpath(sys.executable):
-        from nvhook.tools.startimage import write_image
+        from nvhook.tools.startimage import image_bytes
+        from oci._preload import image_name
 
-        return write_image(target)
-    import subprocess
+        name, data = image_name(), image_bytes()
+    else:
+        import subprocess
 
-    script = (
-        "import sys; from pathlib import Path; sys.path.extend(sys.argv[2:]); "
-        "from nvhook.tools.startimage import write_image; print(write_image(Path(sys.argv[1])))"
-    )
-    made = subprocess.run(
-        [python, "-I", "-S", "-c", script, str(target), *paths],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return Path(made.stdout.strip()) if made.returncode == 0 and made.stdout.strip() else None
+        script = (
+            "import sys; sys.path.extend(sys.argv[1:]); "
+            "from nvhook.tools.startimage import image_bytes; from oci._preload import image_name; "
+            "sys.stdout.buffer.write(image_name().encode() + b'\\n' + image_bytes())"
+        )
+        made = subprocess.run([python, "-I", "-S", "-c", script, *paths],
+                              capture_output=True, check=False)  # fmt: skip
+        if made.returncode != 0 or b"\n" not in made.stdout:
+            return None
+        first, _, data = made.stdout.partition(b"\n")
+        name = first.decode(errors="replace")
+        if not (name.startswith("nvhook-start.") and name.endswith(".marshal")) or "/" in name:
+            return None
+    path = target / name
+    _write(path, data, target, mode=0o644)
+    return path
 
 
 def _prebuilt(name: str, frontend: str) -> str:
@@ -306,12 +314,13 @@ def _frontend(target: Path, path: Path, frontend: str) -> Path | None:
     return Path(tmp)
 
 
-def _write(path: Path, text: str, target: Path) -> None:
+def _write(path: Path, data: str | bytes, target: Path, *, mode: int = 0o755) -> None:
+    """``data`` at ``path`` in ``target``, atomically (a temporary file renamed over it)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=target)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o755)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -40,9 +40,9 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["BenchError", "Row", "measure", "render"]
+__all__ = ["BenchError", "Row", "measure", "render", "wait_until_settled"]
 
 PROFILE = "h100-pcie"
 ANNOTATION = "cdi.k8s.io/nvhook-bench"
@@ -118,7 +118,6 @@ def measure(
                        capture_output=True)  # fmt: skip
         with open(os.path.join(cdi, "nvidia.json"), "rb") as f:
             spec = json.load(f)
-            written = os.fstat(f.fileno())
         cache = os.path.join(work, "cache")
         os.mkdir(cache, 0o700)
 
@@ -177,7 +176,7 @@ def measure(
                 return _timed([true, *create_argv(name)], create_env, bundles[name][0])
 
             rows.append((Row(label, "true"), shim, direct))
-        _settle(written)
+        wait_until_settled([os.path.join(cdi, "nvidia.json")])
         server_path = os.path.join(bindir, "nvhook-shim-server")
         if os.geteuid() == 0 and os.access(server_path, os.X_OK):
             served_cache = os.path.join(work, "cache-server")  # its socket: only this row's
@@ -237,14 +236,17 @@ def _start_server(path: str, cache: str, env: dict[str, str], work: str) -> subp
     return proc
 
 
-def _settle(written: os.stat_result) -> None:
-    """Wait until the spec just generated has settled: a spec file changed in the last
-    :data:`oci.cdi.index.RACY_NS` is parsed in every call (and the server does not parse it
-    ahead), which a node pays only right after its spec is rewritten; the rows measure the
-    spec as a node holds it (about 2 s of the run)."""
+def wait_until_settled(paths: Iterable[str]) -> None:
+    """Wait until the spec files ``paths`` have settled: a spec file changed in the last
+    :data:`oci.cdi.index.RACY_NS` is parsed in every call (and a server does not parse it
+    ahead), which a node pays only right after its spec is rewritten; so benches measure a
+    spec as a node holds it (this one's rows and ``bench/start.py``'s; about 2 s)."""
     from oci.cdi.index import RACY_NS
 
-    changed = max(written.st_mtime_ns, written.st_ctime_ns)
+    changed = 0
+    for path in paths:
+        st = os.stat(path)
+        changed = max(changed, st.st_mtime_ns, st.st_ctime_ns)
     time.sleep(max(0.0, (changed + RACY_NS - time.time_ns()) / 1e9 + 0.05))
 
 

@@ -1,6 +1,7 @@
 """The start image: the start path's modules compiled into one file for :mod:`oci._preload`.
 
-``nvhook install-entrypoints`` writes it beside the launchers, which install it before
+``nvhook install-entrypoints`` writes it beside the launchers (:func:`image_bytes`, made by the
+interpreter the launchers run), which install it before
 their first import of nvhook. It holds every module of the start path's static closure:
 what the launchers' entry points (:data:`ENTRIES`) import, at module level or in a
 function, that executes (not ``TYPE_CHECKING``), from the tree the running nvhook was
@@ -21,9 +22,9 @@ from collections import deque
 from pathlib import Path
 
 from nvhook.tools.importgraph import PACKAGES, discover, executed, imports_of
-from oci._preload import FORMAT, HEADER, image_name
+from oci._preload import FORMAT, HEADER
 
-__all__ = ["ENTRIES", "image_bytes", "source_root", "write_image"]
+__all__ = ["ENTRIES", "image_bytes", "source_root"]
 
 #: What the launchers import (``nvhook.tools.entrypoints.ENTRYPOINTS``), and every module
 #: of the hook's package (its commands, which it imports by name).
@@ -58,54 +59,23 @@ def image_bytes(root: Path | None = None, entries: tuple[str, ...] = ENTRIES) ->
             queue += executed(imp.target, modules)
     table: dict[str, tuple[object, ...]] = {}
     codes: list[bytes] = []
+    offset = 0  # of each module's code from the end of the table
     for name in closure:
         path = modules[name]
         before: list[str] = []  # what it imports at module level (its package runs first)
         for imp in imports[name]:
             if imp.module_level:
                 before += [m for m in executed(imp.target, modules) if m != name]
-        source = path.read_bytes()
         st = path.stat()
-        code = marshal.dumps(compile(source, str(path), "exec", dont_inherit=True))
-        where = sum(len(c) for c in codes)  # from the end of the table, placed below
-        codes.append(code)
+        code = marshal.dumps(compile(path.read_bytes(), str(path), "exec", dont_inherit=True))
         table[name] = (
             str(path.relative_to(base)),
             path.name == "__init__.py",
             (st.st_size, st.st_mtime_ns),
             tuple(dict.fromkeys(before)),
-            (where, len(code)),
+            (offset, len(code)),
         )
-    # the offsets are made absolute once the table's size is known (it holds them: fixed
-    # width would need padding; two rounds settle, as the size of the numbers rarely changes)
-    start = 0
-    for _ in range(4):
-        placed = {n: (*e[:4], (start + e[4][0], e[4][1])) for n, e in table.items()}  # type: ignore[index]
-        head = marshal.dumps(
-            (FORMAT, sys.implementation.cache_tag, MAGIC_NUMBER, root_text, placed)
-        )
-        if HEADER + len(head) == start:
-            break
-        start = HEADER + len(head)
-    else:
-        raise RuntimeError("the start image's table did not settle")
+        codes.append(code)
+        offset += len(code)
+    head = marshal.dumps((FORMAT, sys.implementation.cache_tag, MAGIC_NUMBER, root_text, table))
     return len(head).to_bytes(HEADER, "little") + head + b"".join(codes)
-
-
-def write_image(directory: Path, root: Path | None = None) -> Path:
-    """Write the start image into ``directory`` atomically (mode 0644); its path."""
-    target = directory / image_name()
-    temporary = directory / f".{target.name}.{os.getpid()}.tmp"
-    data = image_bytes(root)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return target

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.tools.startimage import image_bytes, source_root, write_image
+from nvhook.tools.startimage import image_bytes, source_root
 from oci._preload import HEADER, image_name, install
 
 REPO = source_root()
@@ -50,6 +50,14 @@ def probe(
     assert proc.returncode == 0, proc.stderr
     ours, ran, value = ast.literal_eval(proc.stdout)
     return ours, ran, value
+
+
+def write_image(directory: Path, root: Path | None = None) -> Path:
+    """The start image of the tree under ``root`` in ``directory``, as the launchers have it."""
+    path = directory / image_name()
+    path.write_bytes(image_bytes(root))
+    path.chmod(0o644)
+    return path
 
 
 @pytest.fixture
@@ -184,7 +192,8 @@ def test_a_module_whose_entry_or_code_is_malformed_is_imported_from_the_source(
     head = marshal.dumps((fmt, tag, magic, base, table))
     assert len(head) == size  # the same offsets for the code after it
     data = bytearray(good[:HEADER] + head + good[HEADER + size :])
-    at, length = table["oci.cdi.version"][4]
+    offset, length = table["oci.cdi.version"][4]
+    at = HEADER + size + offset  # the code follows the table
     data[at : at + length] = b"\xff" * length  # its code is no marshal data
     image = tmp_path / image_name()
     image.write_bytes(bytes(data))

@@ -176,3 +176,38 @@ def test_a_launcher_starts_without_the_start_image_or_its_loader(tmp_path: Path)
     )
     hook.write_text(text)
     assert usage()
+
+
+def modules_of(image: bytes) -> dict[str, tuple[object, ...]]:
+    """An image's table with each module's code object in place of where it lies (marshal's
+    bytes of equal values differ between processes: it marks shared objects by refcount)."""
+    import marshal
+
+    from oci._preload import HEADER
+
+    size = int.from_bytes(image[:HEADER], "little")
+    *_, table = marshal.loads(image[HEADER : HEADER + size])
+    base = HEADER + size
+    return {name: (*entry[:4], marshal.loads(image[base + entry[4][0] :][: entry[4][1]]))
+            for name, entry in table.items()}  # fmt: skip
+
+
+def test_the_image_for_another_interpreter_is_made_by_that_interpreter(tmp_path: Path) -> None:
+    """``install-entrypoints --interpreter``-style: the image is the bytecode of the launchers'
+    own interpreter, made by it (here the same Python behind a wrapper, so it must equal the
+    one this process makes), named by its cache tag, 0644."""
+    from nvhook.tools.entrypoints import start_image
+    from nvhook.tools.startimage import image_bytes
+    from oci._preload import image_name
+
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    image = start_image(tmp_path, str(wrapper), import_paths(sys.executable))
+    assert image == tmp_path / image_name()
+    assert modules_of(image.read_bytes()) == modules_of(image_bytes())
+    assert image.stat().st_mode & 0o777 == 0o644
+    broken = tmp_path / "broken"
+    broken.write_text("#!/bin/sh\nexit 3\n")
+    broken.chmod(0o755)
+    assert start_image(tmp_path / "none", str(broken), []) is None

@@ -602,6 +602,15 @@ def write_yaml_or_json(d: Path, suffix: str, text: str = YAML_SPEC) -> Path:
     return path
 
 
+def kept_after_one_call(tmp_path: Path, cache: str, suffix: str) -> Path:
+    """The spec directory of a settled spec (``write_yaml_or_json``) resolved once: its
+    parsed value is kept from then on."""
+    d = tmp_path / "cdi"
+    write_yaml_or_json(d, suffix)
+    resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
+    return d
+
+
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
 def test_a_winner_is_parsed_once_then_kept(
     tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch, suffix: str
@@ -644,9 +653,7 @@ def test_a_kept_value_someone_else_wrote_is_not_believed(
     tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same hardening as the index: only this user's 0600 files are read."""
-    d = tmp_path / "cdi"
-    write_yaml_or_json(d, ".yaml")
-    resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
+    d = kept_after_one_call(tmp_path, cache, ".yaml")
     (kept,) = kept_files(cache)
     stamp, path, ident, data = marshal.loads(kept.read_bytes())
     version, kind, vendor, class_name, devices, edits, notes = data
@@ -692,9 +699,7 @@ def test_a_value_kept_by_other_parser_code_is_not_used(
     tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An upgrade (or an edit of the parser's sources) changes the stamp: parsed again."""
-    d = tmp_path / "cdi"
-    write_yaml_or_json(d, ".json")
-    resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
+    d = kept_after_one_call(tmp_path, cache, ".json")
     decodes = Decodes(monkeypatch)
     resolve([str(d)], [f"{GPU}=0"], cache_dir=cache)
     assert decodes.take() == 0
