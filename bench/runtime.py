@@ -475,12 +475,23 @@ def server_rss(proc: subprocess.Popen[bytes] | None) -> str:
             "(the parent; each call's child shares its pages copy-on-write)")  # fmt: skip
 
 
+#: The reference row of a Python shim's floor (:func:`make_cases`).
+FLOOR = "python: start, import os, exec"
+
+
 def make_cases(setup: Setup, *, server: bool = False, unparsed: bool = False) -> list[Case]:
+    from nvhook.tools.entrypoints import FLAGS
+
     state_root = str(setup.work / "state")
     python = sys.executable
+    exec_noop = f"import os; os.execv({setup.noop!r}, ['runtime'])"
     cases = [
         Case("python -I -c pass", ["-I", "-c", "pass"], None, "auto", program=python),
         Case("python -I -S -c pass", ["-I", "-S", "-c", "pass"], None, "auto", program=python),
+        # What any Python shim pays before its own code: the launchers' interpreter start, the
+        # `os` every program imports, the exec of the runtime (no interpreter finalization,
+        # which `-c pass` pays at its exit and a shim skips by exec'ing).
+        Case(FLOOR, [FLAGS, "-c", exec_noop], None, "auto", program=python),
         Case("pass-through state", ["--root", state_root, "state", "bench"], 15, "auto"),
     ]
     one, every, n = setup.one, "all", setup.gpus
@@ -774,6 +785,15 @@ def report(setup: Setup, cases: list[Case], runs: int, server: str) -> None:
             over = statistics.median(theirs.shim_ms) - statistics.median(theirs.direct_ms)
             ratio = f"{ours / over:>5.2f}x" if over > 0.1 else "-"  # noise over nothing
             print(f"  {case.name:<40} {ours:>6.1f} ms / {over:>6.1f} ms = {ratio}")
+        floor = next((c for c in cases if c.name == FLOOR), None)
+        passing = next((c for c in cases if c.name == "pass-through state"), None)
+        theirs = anchors.get("create 1 GPU, cdi")
+        if floor is not None and passing is not None and passing.direct_ms and theirs:
+            alone = statistics.median(floor.shim_ms) - statistics.median(passing.direct_ms)
+            over = statistics.median(theirs.shim_ms) - statistics.median(theirs.direct_ms)
+            print(f"  {'the floor: ' + FLOOR:<40} {alone:>6.1f} ms / {over:>6.1f} ms = "
+                  f"{alone / over:>5.2f}x (of the anchor's 1 GPU, cdi create: what any Python "
+                  "shim pays before its own code, without the server)")  # fmt: skip
     print()
     print("overhead = shim median - direct median (the stand-in runtime alone, same argv);")
     print("peak RSS = the highest ru_maxrss of the case's runs (the shim, then the stand-in).")

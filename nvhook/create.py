@@ -281,7 +281,7 @@ def _resolve_cdi(names: tuple[str, ...], settings: Settings, warnings: list[str]
         from nvhook.cdihints import stale_spec_error
 
         raise stale_spec_error(missing, spec_dirs, names, root=settings.host_root)
-    from nvhook.devices.miglayout import gone_gpus, stale_layouts
+    from nvhook.gpurecords import gone_gpus, stale_layouts
 
     gone = gone_gpus(edits.env)
     if gone:  # runc would make the node from its numbers: a GPU that is not there (docs/cdi.md)

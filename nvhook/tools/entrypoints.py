@@ -43,6 +43,7 @@ __all__ = [
     "CDI_HOOK_ENTRYPOINT",
     "CLI_ENTRYPOINT",
     "ENTRYPOINTS",
+    "FLAGS",
     "FRONTEND_LAUNCHER",
     "HOOK_LAUNCHER",
     "LEGACY_HOOK_ENTRYPOINT",
@@ -57,6 +58,9 @@ class Entrypoint(Frozen):
     name: str
     module: str
     function: str
+    #: A process that ends in milliseconds (an exec or an exit, never a loop): its launcher
+    #: turns the cyclic garbage collector off (:func:`launcher_text`).
+    brief: bool = False
 
 
 #: The Python launcher's name when ``nvhook-runtime`` is the native front-end.
@@ -67,8 +71,8 @@ HOOK_LAUNCHER = "nvhook-hook.py"
 NATIVE: tuple[str, ...] = ("nvhook-runtime", "nvhook-hook")
 
 ENTRYPOINTS: tuple[Entrypoint, ...] = (
-    Entrypoint("nvhook-runtime", "nvhook.shim", "main"),
-    Entrypoint("nvhook-hook", "nvhook.hook.dispatch", "main"),
+    Entrypoint("nvhook-runtime", "nvhook.shim", "main", brief=True),
+    Entrypoint("nvhook-hook", "nvhook.hook.dispatch", "main", brief=True),
     # the runtime shim pre-forked for the native front-end (docs/architecture.md D12)
     Entrypoint("nvhook-shim-server", "nvhook.server", "main"),
 )
@@ -79,7 +83,9 @@ CLI_ENTRYPOINT = Entrypoint("nvhook", "nvhook.cli", "main")
 #: ``nvhook-hook`` under the name Docker's ``--gpus`` looks for on dockerd's PATH (it runs
 #: it with argv ``[nvidia-container-runtime-hook, prestart]``: hook mode). Installed
 #: beside the others unless a file of another origin (NVIDIA's toolkit) holds the name.
-LEGACY_HOOK_ENTRYPOINT = Entrypoint("nvidia-container-runtime-hook", "nvhook.hook.dispatch", "main")
+LEGACY_HOOK_ENTRYPOINT = Entrypoint(
+    "nvidia-container-runtime-hook", "nvhook.hook.dispatch", "main", brief=True
+)
 #: ``nvhook-hook`` under the name Docker 29.2+ looks for on dockerd's PATH at start to route
 #: ``--gpus`` through CDI (its ``nvidia.cdi`` driver, moby PR #50228): ``--gpus all``,
 #: ``device=0,3``, ``2`` become the CDI names ``nvidia.com/gpu=all``, ``=0``/``=3``,
@@ -87,10 +93,12 @@ LEGACY_HOOK_ENTRYPOINT = Entrypoint("nvidia-container-runtime-hook", "nvhook.hoo
 #: falling back to the prestart hook when that fails. dockerd only looks the name up; run, it
 #: is nvhook's hook (whose ``create-symlinks`` and ``update-ldcache`` take NVIDIA's options).
 #: Installed under the same rule as :data:`LEGACY_HOOK_ENTRYPOINT`.
-CDI_HOOK_ENTRYPOINT = Entrypoint("nvidia-cdi-hook", "nvhook.hook.dispatch", "main")
+CDI_HOOK_ENTRYPOINT = Entrypoint("nvidia-cdi-hook", "nvhook.hook.dispatch", "main", brief=True)
 #: The names that are not written over a file of another origin.
 _OTHERS_NAMES = (LEGACY_HOOK_ENTRYPOINT, CDI_HOOK_ENTRYPOINT)
 _MARK = "written by `nvhook install-entrypoints`"
+#: The interpreter's flags on every launcher's ``#!`` line (:func:`launcher_text`).
+FLAGS = "-ISXutf8"
 
 
 def launcher_text(
@@ -103,21 +111,36 @@ def launcher_text(
 ) -> str:
     """The launcher script: an absolute, isolated interpreter and a few lines of Python.
 
-    The interpreter runs with ``-I -S``: ``site`` is skipped (its cost is
-    ``python -I -c pass`` over ``python -I -S -c pass`` in ``bench/figures.py``), so the
-    launcher puts the environment's import paths, computed at install time, on
-    ``sys.path``. ``program``: the native front-end this launcher serves, set as
-    ``sys.argv[0]`` (the program the shim must never exec as the runtime). ``image``: the
-    start image the launcher installs before its first import (:mod:`oci._preload`; an nvhook
-    installed later without it still starts, importing as before).
+    The interpreter runs with ``-I -S -X utf8``, written ``-ISXutf8`` (a ``#!`` line passes
+    one argument): ``site`` is skipped (its cost is ``python -I -c pass`` over
+    ``python -I -S -c pass`` in ``bench/figures.py``), so the launcher puts the environment's
+    import paths, computed at install time, on ``sys.path``; and Python's UTF-8 mode is on,
+    as it is anyway under the C locale, whatever ``LANG`` the caller passes: file names and
+    the environment are decoded as UTF-8 (undecodable bytes kept by ``surrogateescape``),
+    and the interpreter does not load the caller's locale at start (with ``LANG=C.UTF-8``,
+    the system locale systemd hands its services, 1.0 M of a GPU create's 46.0 M
+    instructions: ``bench/instructions.py``'s row run with that ``LANG``).
+
+    ``program``: the native front-end this launcher serves, set as ``sys.argv[0]`` (the
+    program the shim must never exec as the runtime). ``image``: the start image the
+    launcher installs before its first import (:mod:`oci._preload`; an nvhook installed
+    later without it still starts, importing as before).
+
+    A ``brief`` entry point's launcher first turns the cyclic garbage collector off: the
+    process ends in an exec or an exit within milliseconds (its memory goes with it), and the
+    collections its allocations would trigger on the way, each walking every object made so
+    far, were ~5% of a GPU create's instructions (2.6 M of 47.9 M, ``bench/instructions.py``).
+    Reference counting still frees what it can; nothing of these processes relies on cycles
+    being collected.
     """
     if not os.path.isabs(interpreter):
         raise ValueError(f"interpreter must be an absolute path, got {interpreter!r}")
     name = os.path.basename(program) + ".py" if program else entry.name
     return (
-        f"#!{interpreter} -IS\n"
+        f"#!{interpreter} {FLAGS}\n"
         f"# {name}: written by `nvhook install-entrypoints`; do not edit.\n"
-        "import sys\n"
+        + ("import gc\ngc.disable()  # a brief process: no collections\n" if entry.brief else "")
+        + "import sys\n"
         f"sys.path.extend({paths!r})\n"
         + (f"sys.argv[0] = {program!r}\n" if program else "")
         + (

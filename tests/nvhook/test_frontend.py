@@ -974,7 +974,7 @@ def test_install_entrypoints_builds_it_in_front_of_the_python_launcher(tmp_path:
         native = (bin_dir / name).read_bytes()
         assert native[:4] == b"\x7fELF" and f"{bin_dir / name}.py\0".encode() in native
         launcher = (bin_dir / f"{name}.py").read_text()
-        assert launcher.startswith(f"#!{sys.executable} -IS\n")
+        assert launcher.startswith(f"#!{sys.executable} -ISXutf8\n")
         assert f"sys.argv[0] = {str(bin_dir / name)!r}" in launcher
     runc = shutil.which("runc")
     if runc is None:

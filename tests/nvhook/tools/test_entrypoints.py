@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from nvhook.tools.entrypoints import ENTRYPOINTS, import_paths, install_entrypoints, launcher_text
+from nvhook.tools.entrypoints import (
+    CDI_HOOK_ENTRYPOINT,
+    ENTRYPOINTS,
+    LEGACY_HOOK_ENTRYPOINT,
+    Entrypoint,
+    import_paths,
+    install_entrypoints,
+    launcher_text,
+)
 from oci._preload import image_name
 
 BIN = Path(sys.executable).parent
@@ -20,7 +28,7 @@ def test_launcher_text_is_absolute_and_isolated() -> None:
     entry = ENTRYPOINTS[0]
     text = launcher_text(entry, "/opt/nvhook/bin/python", ["/opt/nvhook/lib/site"])
     first = text.splitlines()[0]
-    assert first == "#!/opt/nvhook/bin/python -IS"
+    assert first == "#!/opt/nvhook/bin/python -ISXutf8"
     assert "sys.path.extend(['/opt/nvhook/lib/site'])" in text
     with pytest.raises(ValueError, match="absolute"):
         launcher_text(entry, "python3", [])
@@ -53,7 +61,7 @@ def test_installed_launchers_run_from_another_directory(tmp_path: Path) -> None:
             continue
         assert os.access(path, os.X_OK)
         text = path.read_text()
-        assert text.startswith(f"#!{sys.executable} -IS\n")
+        assert text.startswith(f"#!{sys.executable} -ISXutf8\n")
         assert (f"install({str(image)!r})" in text) == (path.name != "nvhook")  # not the CLI
     hook = subprocess.run(
         [str(tmp_path / "bin" / "nvhook-hook")], capture_output=True, text=True, env={}
@@ -211,3 +219,41 @@ def test_the_image_for_another_interpreter_is_made_by_that_interpreter(tmp_path:
     broken.write_text("#!/bin/sh\nexit 3\n")
     broken.chmod(0o755)
     assert start_image(tmp_path / "none", str(broken), []) is None
+
+
+@pytest.mark.parametrize("brief", [True, False])
+def test_a_launcher_runs_in_utf8_mode_and_a_brief_one_without_the_collector(
+    tmp_path: Path, brief: bool
+) -> None:
+    """What the ``#!`` flags and the launcher's first lines give the entry point: UTF-8 mode
+    under a UTF-8 locale of the caller's too (``LC_ALL=C.UTF-8``, glibc's built-in one, under
+    which ``-I -S`` alone runs in locale mode: the mode the C locale alone would turn on),
+    ``-I -S`` as ever, and the cyclic collector off only where the entry point is brief
+    (the shim, the hooks), on for the server and the CLI."""
+    (tmp_path / "probe_entry.py").write_text(
+        "import gc, sys\n"
+        "def main():\n"
+        "    print(sys.flags.utf8_mode, sys.getfilesystemencoding(), sys.flags.isolated,\n"
+        "          sys.flags.no_site, gc.isenabled(), 'site' in sys.modules)\n"
+        "    return 0\n"
+    )
+    entry = Entrypoint("probe", "probe_entry", "main", brief=brief)
+    launcher = tmp_path / "probe"
+    launcher.write_text(launcher_text(entry, sys.executable, [str(tmp_path)]))
+    launcher.chmod(0o755)
+    done = subprocess.run(
+        [str(launcher)],
+        capture_output=True,
+        text=True,
+        env={"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"},
+        check=True,
+    )
+    assert done.stdout.split() == ["1", "utf-8", "1", "1", str(not brief), "False"]
+    assert {
+        e.name for e in (*ENTRYPOINTS, LEGACY_HOOK_ENTRYPOINT, CDI_HOOK_ENTRYPOINT) if e.brief
+    } == {
+        "nvhook-runtime",
+        "nvhook-hook",
+        "nvidia-container-runtime-hook",
+        "nvidia-cdi-hook",
+    }
