@@ -869,7 +869,7 @@ def trace_parts(setup: Setup, runs: int) -> None:
             bundle = setup.work / f"trace-{mode}"
             bundle.mkdir()
             spec = pristine_spec()
-            spec["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=1")
+            spec["process"]["env"].append(f"NVIDIA_VISIBLE_DEVICES={setup.one}")
             (bundle / "pristine.json").write_text(json.dumps(spec, indent=2) + "\n")
             config = setup.work / f"config-trace-{mode}.toml"
             text = setup.configs[mode].read_text()
