@@ -105,7 +105,6 @@ from nvhook.requests.ids import (
     Void,
 )
 from nvhook.requests.policy import Policy
-from nvhook.requests.requirements import Requirement, legacy_requirement, parse_requirement
 from nvhook.requests.values import (
     BLANKS,
     FALSE_WORDS,
@@ -127,6 +126,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
+
+    from nvhook.requests.requirements import Requirement
 
 __all__ = ["parse_requests"]
 
@@ -438,6 +439,8 @@ def _requirements(found: _Found) -> tuple[bool, list[Requirement]]:
     for name, value in env.items():
         if not name.startswith(ENV_REQUIRE_PREFIX) or name in ENV_REQUIRE_IGNORED:
             continue
+        from nvhook.requests.requirements import parse_requirement  # only where one is asked
+
         try:
             check_value(value, name)
             requirement = parse_requirement(name, value)
@@ -449,6 +452,8 @@ def _requirements(found: _Found) -> tuple[bool, list[Requirement]]:
         if requirement is not None:
             requirements.append(requirement)
     if found.legacy:
+        from nvhook.requests.requirements import legacy_requirement
+
         try:
             requirements.append(legacy_requirement(env[ENV_CUDA_VERSION]))
         except RequestError as e:

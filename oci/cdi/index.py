@@ -127,9 +127,13 @@ def resolve(
         return Edits()
     index_file = _index_name(dirs)
     old = _read_index(cache_dir, index_file, dirs, warnings) if cache_dir else {}
-    kinds = {name.partition("=")[0] for name in requested}
+    wanted: dict[str, set[str]] = {}
+    for name in requested:
+        kind, _, device_name = name.partition("=")
+        wanted.setdefault(kind, set()).add(device_name)
+    kinds = set(wanted)
     read = read_checked if refuse else read_unchecked
-    kept = _KeptSpecs(cache_dir, kinds, warnings, read) if cache_dir and loader is None else None
+    kept = _KeptSpecs(cache_dir, wanted, warnings, read) if cache_dir and loader is None else None
     chosen = checked_loader(refuse) if loader is None else loader
     ahead = _AHEAD if loader is None and _AHEAD else None
     scan = _IndexedScan(dirs, old, kinds, chosen, kept, refuse=refuse, ahead=ahead)
@@ -161,7 +165,8 @@ def resolve(
             seen.add(path)
             edits = edits + spec.edits
         device = spec.device(name.partition("=")[2])
-        assert device is not None  # the entry was made from this very spec
+        assert device is not None  # the entry was made from this very spec (its kept value
+        # holds every device of its kind asked for)
         edits = edits + device.edits
     return edits
 
@@ -327,13 +332,14 @@ class _IndexedScan:
         self.specs.pop(path, None)
         entry: Entry
         ahead = None
+        names: tuple[str, ...] | None = None  # all its devices' (a kept spec holds fewer)
         if self._ahead is not None and path not in self.untrusted:  # trusted as listed now
             ahead = self._ahead.get(path)
         try:
             if ahead is not None and ahead[0] == ident:  # parsed ahead from these very bytes
                 spec = ahead[1]
             elif self._kept is not None:
-                spec = self._kept.load(path, ident, self.settled(ident))
+                spec, names = self._kept.load(path, ident, self.settled(ident))
             else:
                 spec = self._loader(path)
         except CdiTrustError as e:  # changed since it was listed: judged again when read
@@ -344,7 +350,9 @@ class _IndexedScan:
         except CdiError as e:
             entry = ("error", str(e), ())
         else:
-            entry = ("ok", sys.intern(spec.kind), tuple(d.name for d in spec.devices))
+            if names is None:
+                names = tuple(d.name for d in spec.devices)
+            entry = ("ok", sys.intern(spec.kind), names)
             if spec.kind in self._kinds:
                 self.specs[path] = spec
         self.entries[path] = entry
@@ -401,17 +409,19 @@ class _KeptSpecs:
     def __init__(
         self,
         cache_dir: str,
-        kinds: set[str],
+        wanted: dict[str, set[str]],
         warnings: list[str] | None,
         read: Callable[[str], object] = read_checked,
     ) -> None:
         self._cache_dir = cache_dir
-        self._kinds = kinds
+        self._wanted = wanted  # kind -> the device names asked for
         self._warnings = warnings
         self._read = read
 
-    def load(self, path: str, ident: Ident, settled: bool) -> Spec:
-        """The spec at ``path``, listed with identity ``ident`` (``settled``: old enough)."""
+    def load(self, path: str, ident: Ident, settled: bool) -> tuple[Spec, tuple[str, ...]]:
+        """The spec at ``path``, listed with identity ``ident`` (``settled``: old enough), and
+        the names of all its devices. A kept spec holds only the devices asked for of its
+        kind (:func:`~oci.cdi.kept.spec_from_data`): what :func:`resolve` takes of it."""
         stamp = parser_stamp()
         name = _cache.cache_name("cdi-parsed", path)
         if stamp is not None:
@@ -422,18 +432,20 @@ class _KeptSpecs:
                 and kept[0] == stamp
                 and kept[1] == path
                 and kept[2] == ident
+                and type(kept[3]) is tuple
+                and len(kept[3]) > 1
             ):
-                spec = spec_from_data(kept[3], path)
-                if spec is not None:
-                    return spec
+                made = spec_from_data(kept[3], path, self._wanted.get(kept[3][1], ()))
+                if made is not None:
+                    return made
         from oci.cdi.parse import parse_spec  # only here: a kept value needs no parser
 
         spec = parse_spec(self._read(path), source=path)
-        if stamp is not None and settled and spec.kind in self._kinds and _ident(path) == ident:
+        if stamp is not None and settled and spec.kind in self._wanted and _ident(path) == ident:
             _cache.store(
                 self._cache_dir, name, (stamp, path, ident, spec_data(spec)), self._warnings
             )
-        return spec
+        return spec, tuple(d.name for d in spec.devices)
 
 
 #: What a kept value was made by (:func:`parser_stamp`): this format, the value classes'

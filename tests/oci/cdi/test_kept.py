@@ -74,7 +74,11 @@ FULL = {
 
 
 def round_trip(spec: Spec) -> Spec | None:
-    return spec_from_data(marshal.loads(marshal.dumps(spec_data(spec))), spec.source)
+    made = spec_from_data(marshal.loads(marshal.dumps(spec_data(spec))), spec.source)
+    if made is None:
+        return None
+    assert made[1] == tuple(d.name for d in spec.devices)
+    return made[0]
 
 
 def same(a: object, b: object) -> None:
@@ -165,3 +169,32 @@ def test_data_of_another_shape_gives_none(case: int) -> None:
     data = spec_data(parse_spec(FULL, source="full.json"))
     assert spec_from_data(data, "full.json") is not None  # control
     assert spec_from_data(malformed(data)[case], "full.json") is None
+
+
+def test_only_the_devices_asked_for_are_made() -> None:
+    """``only``: the spec holds just those devices (in the file's order), with the spec's own
+    edits and every device name still returned; names it does not define are no error."""
+    spec = parse_spec(FULL, source="full.json")
+    data = marshal.loads(marshal.dumps(spec_data(spec)))
+    made = spec_from_data(data, "full.json", {"1", "7"})
+    assert made is not None
+    partial, names = made
+    assert names == ("0", "1")
+    assert [d.name for d in partial.devices] == ["1"]
+    same(partial.devices[0], spec.devices[1])
+    same(partial.edits, spec.edits)
+    assert partial.kind == spec.kind and partial.source == "full.json"
+    none = spec_from_data(data, "full.json", ())
+    assert none is not None and none[0].devices == () and none[1] == ("0", "1")
+
+
+def test_a_device_name_that_is_not_a_string_gives_none_even_when_not_asked_for() -> None:
+    data = spec_data(parse_spec(FULL, source="full.json"))
+    version, kind, vendor, class_name, devices, edits, notes = data
+    bad = ((0, *devices[0][1:]), *devices[1:])
+    assert (
+        spec_from_data((version, kind, vendor, class_name, bad, edits, notes), "f", {"1"}) is None
+    )
+    assert (
+        spec_from_data((version, kind, vendor, class_name, ((),), edits, notes), "f", {"1"}) is None
+    )

@@ -637,6 +637,51 @@ def test_a_winner_is_parsed_once_then_kept(
     assert decodes.take() == 1
 
 
+MANY_DEVICES = YAML_SPEC + "".join(
+    f"""\
+  - name: "{i}"
+    containerEdits:
+      env: [G={i}]
+      deviceNodes: [{{path: /dev/nvidia{i}, type: c, major: 195, minor: {i}}}]
+"""
+    for i in range(1, 4)
+)
+
+
+def test_a_kept_spec_makes_only_the_devices_asked_for_and_the_index_still_knows_them_all(
+    tmp_path: Path, cache: str, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept value gives a spec of just the requested devices (the rest are not made), yet
+    the index entry written from it names every device of the file: a later call asking for
+    another one resolves it from the index and the kept value, as the full scan does."""
+    from oci.cdi import kept as kept_module
+
+    d = tmp_path / "cdi"
+    write_yaml_or_json(d, ".json", MANY_DEVICES)
+    decodes = Decodes(monkeypatch)
+    assert resolve([str(d)], [f"{GPU}=0"], cache_dir=cache).env == ("COMMON=1", "G=0")
+    assert decodes.take() == 1
+    made: list[tuple[str, ...]] = []
+    real = index.spec_from_data
+
+    def recording(data: object, source: str, only: object = None) -> object:
+        result = real(data, source, only)  # type: ignore[arg-type]
+        assert result is not None
+        made.append(tuple(dev.name for dev in result[0].devices))
+        return result
+
+    monkeypatch.setattr(index, "spec_from_data", recording)
+    for index_file in index_files(cache):
+        index_file.unlink()  # the entry is made again, from the kept value
+    assert resolve([str(d)], [f"{GPU}=2"], cache_dir=cache).env == ("COMMON=1", "G=2")
+    assert made == [("2",)]
+    for names in ([f"{GPU}=3"], [f"{GPU}=1", f"{GPU}=0"]):
+        assert resolve([str(d)], names, cache_dir=cache) == Registry([str(d)]).resolve(names)
+    assert decodes.take() == len(([f"{GPU}=3"], [f"{GPU}=1", f"{GPU}=0"]))  # the full scans
+    assert made[1:] == [("3",), ("0", "1")]
+    assert kept_module.spec_from_data is real
+
+
 def test_a_just_written_winner_is_not_kept(
     tmp_path: Path, cache: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
