@@ -15,7 +15,7 @@ from bench.instructions import (
     soname_links,
     without_links,
 )
-from tests.support.basics import require
+from tests.support.basics import require, require_root
 
 #: ``prog LOOPS EXEC``: LOOPS iterations, a forked child of LOOPS/10, LOOPS more, then exec
 #: EXEC.
@@ -103,3 +103,39 @@ def test_soname_links_are_the_links_ldconfig_makes(tmp_path: Path) -> None:
     made = soname_links(args, lib)
     assert made == {"libx.so.1.2::/usr/lib/libx.so.1"}
     assert without_links(args, made) == args[2:]
+
+
+def test_ldconfig_is_counted_on_its_own_in_the_rootfs_the_hook_left(tmp_path: Path) -> None:
+    """The hook's ldconfig under callgrind: chrooted by ``-r``, it writes its counts where
+    the rootfs holds the work directory's path (valgrind opened that path before the
+    chroot); it builds the cache from scratch (the ld cache and ldconfig's aux cache of an
+    earlier run removed), and nothing of the counting is left in the rootfs."""
+    import os
+    import shutil
+
+    from bench.instructions import HookBench
+
+    require("valgrind")
+    require_root()  # ldconfig -r chroots
+    bench = HookBench.__new__(HookBench)
+    bench.work, bench.bundle = tmp_path, tmp_path / "bundle"
+    rootfs = bench.bundle / "rootfs"
+    lib = rootfs / "usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    real = Path(os.path.realpath("/usr/lib/x86_64-linux-gnu/libz.so.1"))
+    shutil.copy2(real, lib / real.name)
+    (rootfs / "etc").mkdir()
+    (rootfs / "etc/ld.so.conf").write_text("/usr/lib/x86_64-linux-gnu\n")
+    (rootfs / "var/cache/ldconfig").mkdir(parents=True)
+    (rootfs / "var/cache/ldconfig/aux-cache").write_bytes(b"stale")
+    before = sorted(p.relative_to(rootfs) for p in rootfs.rglob("*"))
+    count = bench.ldconfig_count()
+    assert 100_000 < count < 20_000_000  # ldconfig itself, not a Python hook (~50 M)
+    assert os.readlink(lib / "libz.so.1") == real.name  # it ran, on this root
+    assert (rootfs / "etc/ld.so.cache").stat().st_size > 0
+    after = sorted(p.relative_to(rootfs) for p in rootfs.rglob("*"))
+    assert set(after) - set(before) == {
+        Path("etc/ld.so.cache"),
+        Path("usr/lib/x86_64-linux-gnu/libz.so.1"),
+    }
+    assert not (tmp_path / "ldconfig-cg").exists()
