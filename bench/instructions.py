@@ -265,7 +265,8 @@ class HookBench:
             counts = parse_outputs(seen)
         finally:
             shutil.rmtree(outputs)
-            shutil.rmtree(made[-1] if made else seen)
+            if made:  # only what was made here
+                shutil.rmtree(made[-1])
         if done.returncode != 0 or len(counts) != 1:
             raise SystemExit(f"{' '.join(argv)} under callgrind failed ({done.returncode}): "
                              f"{done.stderr.decode(errors='replace')}")  # fmt: skip

@@ -432,10 +432,8 @@ class _KeptSpecs:
                 and kept[0] == stamp
                 and kept[1] == path
                 and kept[2] == ident
-                and type(kept[3]) is tuple
-                and len(kept[3]) > 1
             ):
-                made = spec_from_data(kept[3], path, self._wanted.get(kept[3][1], ()))
+                made = spec_from_data(kept[3], path, self._wanted)
                 if made is not None:
                     return made
         from oci.cdi.parse import parse_spec  # only here: a kept value needs no parser

@@ -59,19 +59,20 @@ def spec_data(spec: Spec) -> tuple[Any, ...]:
 
 
 def spec_from_data(
-    data: object, source: str, only: Container[str] | None = None
+    data: object, source: str, wanted: Mapping[str, Container[str]] | None = None
 ) -> tuple[Spec, tuple[str, ...]] | None:
     """The spec :func:`spec_data` made ``data`` of, read from ``source``, and the names of
     all its devices; None if ``data`` does not have that shape.
 
-    ``only``: the spec holds only its devices of these names (in the file's order), the
-    others are not made at all: a create asking for one GPU of the mock ``dgx-a100``'s spec
-    makes 1 device of its 23 (GPUs, MIG devices, by index and UUID, ``all``), where making
-    them all was ~2 M of the Python shim's 45 M instructions (``bench/instructions.py``).
-    Such a spec is for the edits of the devices asked for; the names returned are all of
-    its devices'."""
+    ``wanted``: the device names asked for, by kind; the spec then holds only its devices of
+    those names for its kind (in the file's order), the others are not made at all: a create
+    asking for one GPU of the mock ``dgx-a100``'s spec makes 1 device of its 23 (GPUs, MIG
+    devices, by index and UUID, ``all``), where making them all was ~2 M of the Python
+    shim's 45 M instructions (``bench/instructions.py``). Such a spec is for the edits of
+    the devices asked for; the names returned are all of its devices'."""
     try:
         version, kind, vendor, class_name, devices, edits, annotations = _tuple(data)
+        only = None if wanted is None else wanted.get(kind, ())
         listed = tuple(map(_tuple, _tuple(devices)))
         names = _strings(tuple(device[0] for device in listed))
         return _restore(

@@ -172,11 +172,12 @@ def test_data_of_another_shape_gives_none(case: int) -> None:
 
 
 def test_only_the_devices_asked_for_are_made() -> None:
-    """``only``: the spec holds just those devices (in the file's order), with the spec's own
-    edits and every device name still returned; names it does not define are no error."""
+    """``wanted``: the spec holds just its kind's devices of those names (in the file's
+    order), with the spec's own edits and every device name still returned; names it does
+    not define are no error."""
     spec = parse_spec(FULL, source="full.json")
     data = marshal.loads(marshal.dumps(spec_data(spec)))
-    made = spec_from_data(data, "full.json", {"1", "7"})
+    made = spec_from_data(data, "full.json", {spec.kind: {"1", "7"}, "other.com/x": {"0"}})
     assert made is not None
     partial, names = made
     assert names == ("0", "1")
@@ -184,7 +185,7 @@ def test_only_the_devices_asked_for_are_made() -> None:
     same(partial.devices[0], spec.devices[1])
     same(partial.edits, spec.edits)
     assert partial.kind == spec.kind and partial.source == "full.json"
-    none = spec_from_data(data, "full.json", ())
+    none = spec_from_data(data, "full.json", {})
     assert none is not None and none[0].devices == () and none[1] == ("0", "1")
 
 
@@ -193,8 +194,10 @@ def test_a_device_name_that_is_not_a_string_gives_none_even_when_not_asked_for()
     version, kind, vendor, class_name, devices, edits, notes = data
     bad = ((0, *devices[0][1:]), *devices[1:])
     assert (
-        spec_from_data((version, kind, vendor, class_name, bad, edits, notes), "f", {"1"}) is None
+        spec_from_data((version, kind, vendor, class_name, bad, edits, notes), "f", {kind: {"1"}})
+        is None
     )
     assert (
-        spec_from_data((version, kind, vendor, class_name, ((),), edits, notes), "f", {"1"}) is None
+        spec_from_data((version, kind, vendor, class_name, ((),), edits, notes), "f", {kind: {"1"}})
+        is None
     )
