@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from stat import S_ISREG
 
 from nvhook.constants import FALLBACK_RUNTIMES, VERSION
 
@@ -205,16 +206,19 @@ def find_runtime(candidates: Sequence[str]) -> str:
     """The first executable of ``candidates`` (absolute paths, or names on PATH), else runc.
 
     This program itself is never chosen, so that it can be installed as ``runc``
-    earlier on PATH.
+    earlier on PATH: no file that is ``sys.argv[0]`` (device and inode, links followed:
+    a symbolic or a hard link to it), as the native front-end skips itself.
     """
-    me = _realpath(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    tried = []
+    me = _identity(sys.argv[0]) if sys.argv and sys.argv[0] else None
     search = (os.environ.get("PATH") or DEFAULT_PATH).split(os.pathsep)
     for name in (*candidates, *FALLBACK_RUNTIMES):
         paths = [name] if "/" in name else [os.path.join(d or ".", name) for d in search]
         for path in paths:
-            tried.append(path)
-            if os.path.isfile(path) and os.access(path, os.X_OK) and _realpath(path) != me:
+            try:
+                st = os.stat(path)
+            except (OSError, ValueError):
+                continue
+            if S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) != me and os.access(path, os.X_OK):
                 return path
     from nvhook.errors import RuntimeNotFound
 
@@ -227,11 +231,12 @@ def find_runtime(candidates: Sequence[str]) -> str:
     )
 
 
-def _realpath(path: str) -> str | None:
+def _identity(path: str) -> tuple[int, int] | None:
     try:
-        return os.path.realpath(path)
+        st = os.stat(path)
     except (OSError, ValueError):
         return None
+    return st.st_dev, st.st_ino
 
 
 def _fail(

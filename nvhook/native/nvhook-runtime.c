@@ -630,25 +630,25 @@ static int asks_for_nothing(const char *bundle, const struct data *d) {
 
 /* --- the runtime, as nvhook.shim.find_runtime finds it ----------------------------- */
 
-static int usable(const char *path, const char *me) {
+/* An executable regular file that is not this program: not the same file (device and
+ * inode, links followed), so that no link to it, symbolic or hard, is exec'd as the runtime. */
+static int usable(const char *path, const struct stat *me) {
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || access(path, X_OK) != 0) return 0;
-    char real[PATH_MAX];
-    if (realpath(path, real) == NULL) return -1;
-    return strcmp(real, me) != 0;
+    return st.st_dev != me->st_dev || st.st_ino != me->st_ino;
 }
 
 /* The runtime's path into path (PATH_MAX bytes): 0, or -1 (none, or a doubt). */
 static int find_runtime(const struct data *d, char *path) {
-    char me[PATH_MAX];
-    if (realpath("/proc/self/exe", me) == NULL) return -1;
+    struct stat me;
+    if (stat("/proc/self/exe", &me) != 0) return -1;
     const char *search = getenv("PATH");
     if (search == NULL || search[0] == '\0') search = NVHOOK_DEFAULT_PATH;
     for (int i = 0; i < d->nruntimes; i++) {
         const char *name = d->runtimes[i];
         if (strchr(name, '/')) {
             if (strlen(name) >= PATH_MAX) return -1;
-            int ok = usable(name, me);
+            int ok = usable(name, &me);
             if (ok) {
                 strcpy(path, name);
                 return ok > 0 ? 0 : -1;
@@ -662,7 +662,7 @@ static int find_runtime(const struct data *d, char *path) {
             const char *sep = dirname[dlen - 1] == '/' ? "" : "/";
             int w = snprintf(path, PATH_MAX, "%.*s%s%s", (int)dlen, dirname, sep, name);
             if (w < 0 || w >= PATH_MAX) return -1;
-            int ok = usable(path, me);
+            int ok = usable(path, &me);
             if (ok) return ok > 0 ? 0 : -1;
             p += len;
             if (*p == '\0') break;

@@ -45,9 +45,8 @@ paths, hook timeout > 0, Kubernetes rules for annotation keys) is collected as
 from __future__ import annotations
 
 import os
-import types
 
-from oci._frozen import EMPTY_MAPPING
+from oci._frozen import EMPTY_MAPPING, MappingProxyType
 from oci.cdi.decode import DuplicateKeyDict, decode_spec
 from oci.cdi.edits import HOOK_NAMES, DeviceNode, Edits, Hook, IntelRdt, Mount, NetDevice
 from oci.cdi.names import (
@@ -254,7 +253,7 @@ class _Checker:
             out[key] = item
         if self.warnings is not None:
             self._annotation_warnings(out, path)
-        return types.MappingProxyType(out) if out else EMPTY_MAPPING
+        return MappingProxyType(out) if out else EMPTY_MAPPING
 
     def _annotation_warnings(self, annotations: Mapping[str, str], path: str) -> None:
         size = 0

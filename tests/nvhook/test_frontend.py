@@ -208,12 +208,17 @@ def test_what_the_policy_ignores_is_not_a_trigger(
     assert fe.call(["create", "--bundle", str(b), "c1"])[0] == "runtime"
 
 
-def test_the_front_end_never_picks_itself(fe: Frontend, tmp_path: Path) -> None:
-    """``runc`` on PATH that is the front-end itself is skipped, as the shim skips itself."""
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_the_front_end_never_picks_itself(fe: Frontend, tmp_path: Path, link: str) -> None:
+    """``runc`` on PATH that is the front-end itself, through a symbolic or a hard link, is
+    skipped (it would exec itself for ever), as the shim skips itself."""
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir()
     second.mkdir()
-    (first / "runc").symlink_to(fe.binary)
+    if link == "symbolic":
+        (first / "runc").symlink_to(fe.binary)
+    else:
+        os.link(fe.binary, first / "runc")
     shutil.copy(fe.runtime, second / "runc")
     fe.configure()
     fe.config.write_text(fe.config.read_text().replace(str(fe.runtime), "runc"))

@@ -283,14 +283,21 @@ def test_no_low_level_runtime(
     assert "no low-level runtime" in json.loads(log.read_text())["msg"]
 
 
-def test_the_shim_never_picks_itself(shim: Shim, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_the_shim_never_picks_itself(shim: Shim, monkeypatch: pytest.MonkeyPatch, link: str) -> None:
+    """Not the program it runs as, through a symbolic or a hard link to it, nor itself."""
     import nvhook.call
 
     bin_dir = shim.tmp / "bin"
     bin_dir.mkdir()
-    (bin_dir / "runc").symlink_to(LAUNCHER)  # installed as "runc" first on PATH
+    me = shim.tmp / "nvhook-runtime"
+    shutil.copy(LAUNCHER, me)
+    if link == "symbolic":
+        (bin_dir / "runc").symlink_to(me)  # installed as "runc" first on PATH
+    else:
+        os.link(me, bin_dir / "runc")
     monkeypatch.setenv("PATH", f"{bin_dir}:{shim.fake.parent}")
-    monkeypatch.setattr(sys, "argv", [str(bin_dir / "runc")])
+    monkeypatch.setattr(sys, "argv", [str(me)])
     shutil.copy(shim.fake, shim.tmp / "runc")
     assert nvhook.call.find_runtime(["runc"]) == str(shim.tmp / "runc")
 
