@@ -308,6 +308,8 @@ def _copy_json(value: Any) -> Any:
 
 def clean_path(path: str) -> str:
     """Go's ``filepath.Clean`` (POSIX): like ``normpath`` but ``//x`` becomes ``/x``."""
+    if path[:1] == "/" and "//" not in path and "/." not in path and path[-1] != "/":
+        return path  # already clean (no empty, ".", ".." or trailing part): most paths
     if not path:
         return "."
     cleaned = os.path.normpath(path)

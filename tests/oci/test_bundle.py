@@ -257,6 +257,28 @@ def test_changes_python_equality_misses_are_written(
     assert list(Bundle(bundle_dir).load()) == list(spec)
 
 
+def test_an_edited_spec_is_told_apart_without_serialising_what_was_read(
+    bundle_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The common save (a create that added devices): one serialisation, the new value's."""
+    from oci import jsoncodec
+
+    bundle = Bundle(bundle_dir)
+    spec = bundle.load()
+    spec["process"]["env"] = [*spec["process"]["env"], "NVIDIA_VISIBLE_DEVICES=0"]
+    encoded: list[object] = []
+    real = jsoncodec.dumpb
+
+    def counting(value: object) -> bytes:
+        encoded.append(value)
+        return real(value)
+
+    monkeypatch.setattr(jsoncodec, "dumpb", counting)
+    assert bundle.save(spec) is True
+    assert encoded == [spec]
+    assert json.loads((bundle_dir / "config.json").read_text()) == spec
+
+
 def test_changed_spec_is_written_compact_with_mode_kept(bundle_dir: Path) -> None:
     config = bundle_dir / "config.json"
     config.chmod(0o640)

@@ -107,6 +107,24 @@ def test_clean_path_matches_go() -> None:
     assert mount_depth("/dev/pts") == 2
 
 
+def _go_clean(path: str) -> str:
+    """The oracle: ``normpath``, then a leading ``//`` made ``/`` (as Go's filepath.Clean)."""
+    if not path:
+        return "."
+    cleaned = os.path.normpath(path)
+    return "/" + cleaned.lstrip("/") if cleaned.startswith("//") else cleaned
+
+
+@settings(max_examples=2000)
+@given(st.text(alphabet="/.ab", max_size=12))
+def test_clean_path_s_shortcut_for_clean_paths_changes_nothing(path: str) -> None:
+    """A path already clean is returned as it is without ``normpath``; every path cleans
+    as the oracle cleans it (the alphabet reaches each case: ``//``, ``.``, ``..``, ``.a``)."""
+    assert clean_path(path) == _go_clean(path)
+    for clean in ("/", "/a", "/a.b/c..", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"):
+        assert clean_path(clean) == _go_clean(clean) == clean
+
+
 def _group_node_lstat(path: str) -> os.stat_result:
     """Every host path is ``crw-rw----`` 226:<len(path)> (a DRM card: group video)."""
     rdev = os.makedev(226, len(path))
