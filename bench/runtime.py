@@ -839,6 +839,15 @@ SPANS = (
 #: CHECK_AFTER_S), no longer beside the child: it has no row.
 
 
+def _await_spare(trace: Path, timeout_s: float = 3.0) -> None:
+    """Until the server's next spare child is ready (its mark in ``trace``), at most
+    ``timeout_s``: a create then takes the path calls a moment apart take (the rows above,
+    interleaved), not that of calls back to back, each forked for (~0.5 ms more here)."""
+    deadline = time.monotonic() + timeout_s
+    while b" spare_ready " not in trace.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def trace_parts(setup: Setup, runs: int) -> None:
     """Where a 1-GPU create through the front-end and the server spends its time: a server
     started with ``--trace``, ``runs`` creates per mode, the medians of each span."""
@@ -880,8 +889,10 @@ def trace_parts(setup: Setup, runs: int) -> None:
                         mode, bundle)  # fmt: skip
             call_env = {**env, "NVHOOK_CONFIG": str(config), "NVHOOK_BENCH_STAMP": str(stamp_file)}
             spans: dict[str, list[float]] = {}
+            spare = 0  # runs handed to a spare child (forked ahead, as calls apart find it)
             for n in range(runs + 2):  # two untimed: caches, the front-end's data file
                 reset(case)
+                _await_spare(trace)
                 trace.write_text("")
                 spawned = time.monotonic_ns()
                 done = subprocess.run([setup.frontend, *case.argv], env=call_env,
@@ -905,13 +916,15 @@ def trace_parts(setup: Setup, runs: int) -> None:
                         calls[name] = calls.get(name, 0) + int(end) - int(start)
                 if "child" not in marks:
                     raise SystemExit("parts: the server did not serve the call (fell back?)")
+                spare += "handed_to_the_spare" in marks
                 for first, last, what in SPANS:
                     spans.setdefault(what, []).append((marks[last] - marks[first]) / 1e6)
                 for name, ns in calls.items():
                     spans.setdefault("  " + name, []).append(ns / 1e6)
             print(
                 f"parts of a 1-GPU create ({mode}) through the front-end and "
-                f"nvhook-shim-server --trace, {runs} runs, medians (ms):"
+                f"nvhook-shim-server --trace, {runs} runs, medians (ms); {spare} of them "
+                "handed to the spare child (the server: _Spare), as calls apart find it:"
             )
             for what, values in spans.items():
                 values += [0.0] * (runs - len(values))  # a call some runs did not make
