@@ -284,8 +284,10 @@ def test_no_low_level_runtime(
 
 
 @pytest.mark.parametrize("link", ["symbolic", "hard"])
-def test_the_shim_never_picks_itself(shim: Shim, monkeypatch: pytest.MonkeyPatch, link: str) -> None:
-    """Not the program it runs as, through a symbolic or a hard link to it, nor itself."""
+def test_the_shim_never_picks_itself(
+    shim: Shim, monkeypatch: pytest.MonkeyPatch, link: str
+) -> None:
+    """Not the program it runs as, through a symbolic or a hard link to it."""
     import nvhook.call
 
     bin_dir = shim.tmp / "bin"
