@@ -211,7 +211,7 @@ def test_what_the_policy_ignores_is_not_a_trigger(
 @pytest.mark.parametrize("link", ["symbolic", "hard"])
 def test_the_front_end_never_picks_itself(fe: Frontend, tmp_path: Path, link: str) -> None:
     """``runc`` on PATH that is the front-end itself, through a symbolic or a hard link, is
-    skipped (it would exec itself for ever), as the shim skips itself."""
+    skipped (the call would run through nvhook twice), as the shim skips itself."""
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir()
     second.mkdir()
@@ -225,6 +225,10 @@ def test_the_front_end_never_picks_itself(fe: Frontend, tmp_path: Path, link: st
     fe.settings = load_settings(str(fe.config), cache_dir=str(fe.cache), loaded=ensure_data)
     who, argv = fe.call(["state", "c1"], PATH=f"{first}:{second}")
     assert (who, argv) == ("runtime", ["state", "c1"])
+    b = fe.bundle(PLAIN)
+    create = ["create", "--bundle", str(b), "c1"]
+    assert fe.call(create, PATH=f"{first}:{second}") == ("runtime", create)
+    assert len(fe.log.read_text().splitlines()) == 1  # one pass through the front-end, not two
 
 
 # -- escapes: what the byte search cannot read is the shim's -----------------------------------
