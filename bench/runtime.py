@@ -824,7 +824,7 @@ int main(void) {
 #: ``nvhook-shim-server --trace`` (nvhook/server.py): (from, to, what the span is).
 SPANS = (
     ("spawned", "accepted", "front-end: exec, settings data, connect; server wakes"),
-    ("accepted", "child", "server: fork, until the child runs"),
+    ("accepted", "child", "server: accept, until the child runs (spare or forked)"),
     ("child", "peer_checked", "child: peer check (SO_PEERCRED, /proc, pidfd)"),
     ("peer_checked", "request_received", "child: request received (with 4 fds)"),
     ("request_received", "request_parsed", "child: request parsed"),
@@ -916,7 +916,7 @@ def trace_parts(setup: Setup, runs: int) -> None:
                         calls[name] = calls.get(name, 0) + int(end) - int(start)
                 if "child" not in marks:
                     raise SystemExit("parts: the server did not serve the call (fell back?)")
-                spare += "handed_to_the_spare" in marks
+                spare += "handed_to_the_spare" in marks or "taken_by_the_spare" in marks
                 for first, last, what in SPANS:
                     spans.setdefault(what, []).append((marks[last] - marks[first]) / 1e6)
                 for name, ns in calls.items():
@@ -924,7 +924,7 @@ def trace_parts(setup: Setup, runs: int) -> None:
             print(
                 f"parts of a 1-GPU create ({mode}) through the front-end and "
                 f"nvhook-shim-server --trace, {runs} runs, medians (ms); {spare} of them "
-                "handed to the spare child (the server: _Spare), as calls apart find it:"
+                "served by the spare child (the server: _Spare), as calls apart find it:"
             )
             for what, values in spans.items():
                 values += [0.0] * (runs - len(values))  # a call some runs did not make

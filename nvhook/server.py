@@ -6,8 +6,9 @@ modules once (:data:`PRELOAD`), listens on a unix socket (:data:`SOCKET_NAME` in
 cache directory: ``/run/nvhook/shim.sock`` by default, a directory only root may write)
 and, for each connection, **forks** a child that runs :func:`nvhook.call.handle`, the
 very code the Python shim runs, with the caller's argv, environment, working directory,
-umask and standard streams. The parent never reads a request: it accepts, checks that
-its own code is still the code on disk, and forks. The native front-end
+umask and standard streams. The parent never reads a request: it accepts (or leaves
+the accept to its spare child, below), checks that its own code is still the code on
+disk, and forks. The native front-end
 (``nvhook/native/nvhook-runtime.c``) is its only client: it sends the calls it would
 hand to the Python shim, and execs the runtime the reply names itself (containerd waits
 on its pid, runc inherits its stdio), or exits with the code. Anything that goes wrong
@@ -53,11 +54,11 @@ call's path, and right after it, beside the child, it took a core the child want
 (bench/runtime.py ``--parts`` on 2 loaded cores: the fork until the child runs, 2.0-3.2 ms
 then, 0.7-0.9 ms after).
 
-Spare child: the next call's child is forked ahead, once the calls in hand are served and
-:data:`QUIET_S` has passed, and runs a create of its own at ``SCHED_IDLE`` before it waits
-(:class:`_Spare`): a child forked at the call paid a copy-on-write fault for each page the
-call writes (~650-700 of them, ~2 ms of a 1-GPU create). A call that finds no spare ready
-is forked for as before.
+Spare child: the next call's child is forked ahead, as soon as no call is in hand (the
+spare that served the last one says so by exiting), and runs a create of its own at
+``SCHED_IDLE`` before it accepts the next connection itself (:class:`_Spare`): a child
+forked at the call paid a copy-on-write fault for each page the call writes (~650-700 of
+them, ~2 ms of a 1-GPU create). A call that finds no spare ready is forked for as before.
 
 Settings, the CDI index and specs are the shim's business: each child loads them as the
 shim does (by file identity), so a changed file counts from the next call. One thing the
@@ -74,6 +75,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -133,8 +135,8 @@ RECEIVE_TIMEOUT_S = 5.0
 #: least under calls that never pause.
 IDLE_CHECK_S = 1.0
 #: How often the server looks, after a call, whether the calls in hand are served and
-#: :data:`QUIET_S` has passed since the last one (then it checks its code and forks the
-#: next spare child, off their cores and off the start of their containers).
+#: :data:`QUIET_S` has passed since the last one (then it checks its code and parses ahead,
+#: off their cores and off the start of their containers).
 CHECK_AFTER_S = 0.02
 #: How long after the last call the server waits before that: the runtime it named starts
 #: the container then (runc create: ~40-80 ms here), which the check would slow.
@@ -581,16 +583,39 @@ def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
     due = False
     last_call = 0.0
     spare: _Spare | None = None
+    busy: _Spare | None = None  # the spare serving the call it accepted: EOF once served
     try:
         while True:
             _reap(children)
             if spare is not None and spare.pid not in children:
                 spare.close()  # it died before a call was handed to it
                 spare = None
-            if spare is None and not due and len(children) < MAX_CHILDREN:
+            if busy is not None and busy.pid not in children:
+                busy.close()
+                busy = None
+            if spare is None and not children:  # no call in hand: the next spare, now
                 spare = _fork_spare(listener, tracer, children)
-            listener.settimeout(CHECK_AFTER_S if due else IDLE_CHECK_S)
+            timeout = CHECK_AFTER_S if due else IDLE_CHECK_S
             try:
+                if spare is not None:
+                    event = spare.wait(listener, timeout)  # TimeoutError: nothing came
+                    if event == "taken":  # the spare accepted a call itself
+                        busy, spare = spare, None
+                        last_call = time.monotonic()
+                        due = True
+                        continue
+                    if event == "died":
+                        spare.close()
+                        spare = None
+                        continue
+                    if event == "ready":
+                        continue
+                elif busy is not None and busy.served(listener, timeout):
+                    children.discard(busy.pid)  # reaped: its call is served
+                    busy.close()
+                    busy = None
+                    continue  # the next spare is forked at once
+                listener.settimeout(timeout)
                 conn, _ = listener.accept()
             except TimeoutError:
                 _reap(children)
@@ -621,6 +646,9 @@ def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
                     mark("handed to the spare")
                     due = True
                     continue
+                if spare is not None and spare.taken:  # it accepted another meanwhile
+                    spare.close()
+                    spare = None
                 if len(children) >= MAX_CHILDREN:
                     _reap(children)
                     if len(children) >= MAX_CHILDREN:
@@ -660,6 +688,8 @@ def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if spare is not None:
             spare.close()  # it reads EOF and exits
+        if busy is not None:
+            busy.close()
         try:
             st = os.lstat(path)
             if (st.st_dev, st.st_ino) == identity:
@@ -779,28 +809,79 @@ class _Spare:
     :data:`PRELOAD` and warmed (2 cores, load 1.3): the peer check and a cdi create's
     ``handle`` took 4.81 ms and 653 minor faults in a fresh child, 2.63 ms and 97 in one
     that had done this (jit: 4.82 ms, 704 -> 3.79 ms, 202). It tells the parent it is ready
-    with one byte, then waits for the connection, passed with ``SCM_RIGHTS``; EOF (the
-    parent stopping) makes it exit. One at a time: a call finding none ready is forked for
-    as before, and the next spare is forked only once the calls in hand are served and
-    :data:`QUIET_S` has passed; it warms up at ``SCHED_IDLE`` (only on idle CPU: the
+    with one byte (``r``), then accepts the next connection on the listening socket itself
+    and says so (``t``): from its ``r`` on the parent waits on this socket alone, so that a
+    call wakes only the child that serves it (``bench/runtime.py --parts``: accept to the
+    child 0.15 ms handed over, ~0 accepted). A connection the parent accepted before it
+    read the ``r`` is passed with ``SCM_RIGHTS``; EOF (the parent stopping) makes it exit.
+    One at a time: a call finding none ready is forked for
+    as before, and the next spare is forked once no call is in hand (not waiting for
+    :data:`QUIET_S`, which the code check waits for: forked only after that, calls ~20-50 ms
+    apart found none ready, 67 of 84 in ``bench/runtime.py``'s interleaved rows); it warms
+    up at ``SCHED_IDLE`` (only on idle CPU: the
     containers of the calls start meanwhile) and serves at ``SCHED_OTHER``."""
 
     def __init__(self, pid: int, control: socket.socket) -> None:
         self.pid = pid
         self.control = control
         self.ready = False
+        self.taken = False  # it accepted a call itself (its word "t")
+
+    def wait(self, listener: socket.socket, timeout: float) -> str:
+        """What comes first within ``timeout`` (else ``TimeoutError``): ``"ready"`` (its
+        word that it waits for a call: from then on it accepts them itself, and the parent
+        watches only its word), ``"taken"`` (it accepted one), ``"died"`` (its end closed
+        unsaid) or, before it is ready, ``"connection"`` (the parent's to accept)."""
+        watched = [self.control] if self.ready else [self.control, listener]
+        readable, _, _ = select.select(watched, [], [], timeout)
+        if not readable:
+            raise TimeoutError
+        if self.control not in readable:
+            return "connection"
+        try:
+            word = self.control.recv(1, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return "connection" if listener in readable else "ready" if self.ready else "died"
+        except OSError:
+            word = b""
+        if word == b"r":
+            self.ready = True
+            return "ready"
+        return "taken" if word == b"t" else "died"
+
+    def served(self, listener: socket.socket, timeout: float) -> bool:
+        """Once it took a call: whether it is done (its end closed at its exit; then it is
+        reaped here), or False for a connection on ``listener`` first (the parent's to
+        accept); ``TimeoutError`` if neither comes within ``timeout``."""
+        readable, _, _ = select.select([self.control, listener], [], [], timeout)
+        if not readable:
+            raise TimeoutError
+        if self.control not in readable:
+            return False
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)  # exiting: its descriptors are closed
+        return True
 
     def take(self, conn: socket.socket) -> bool:
-        """Hand ``conn`` over if the spare is ready; False (it keeps waiting) if not."""
+        """Hand ``conn`` (a connection the parent accepted) over if the spare is ready and
+        has not accepted one itself; False if not (the call is forked for; :attr:`taken`
+        then says whether it accepted one). A spare that accepts one between its word read
+        here and the handover loses this one unread: its caller falls back."""
+        try:
+            words: bytes | None = self.control.recv(2, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            words = None
+        except OSError:
+            return False
+        if words is not None:
+            if b"t" in words:
+                self.taken = True
+                return False
+            if not words:
+                return False  # it died
+            self.ready = True  # b"r"
         if not self.ready:
-            try:
-                self.ready = self.control.recv(1, socket.MSG_DONTWAIT) == b"r"
-            except BlockingIOError:
-                return False
-            except OSError:
-                return False
-            if not self.ready:
-                return False
+            return False
         try:
             socket.send_fds(self.control, [b"c"], [conn.fileno()])
         except OSError:  # it died meanwhile: the call is forked for
@@ -827,7 +908,6 @@ def _fork_spare(listener: socket.socket, trace: _Trace | None, children: set[int
         try:
             for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
                 signal.signal(number, signal.SIG_DFL)
-            listener.close()
             ours.close()
             # On idle CPU only: after a call its runtime starts the container (runc, its
             # hooks), which this must not slow (bench/start.py, 2 cores; bench/runtime.py's
@@ -851,14 +931,11 @@ def _fork_spare(listener: socket.socket, trace: _Trace | None, children: set[int
                 os._exit(0)
             if trace is not None:
                 trace.mark("spare ready")
-            try:
-                _, fds, _, _ = socket.recv_fds(theirs, 1, 1)
-            except OSError:  # ECONNRESET: the parent closed it with "ready" unread
-                fds = []
-            theirs.close()
-            if len(fds) != 1:
+            conn = _await_call(listener, theirs, trace)
+            listener.close()
+            if conn is None:
                 os._exit(0)  # the parent is stopping
-            _child(socket.socket(fileno=fds[0]), trace)
+            _child(conn, trace)  # `theirs` open until it exits: the parent's word it is done
         except BaseException:  # a bug here: said where the server's stderr is
             import traceback
 
@@ -868,6 +945,40 @@ def _fork_spare(listener: socket.socket, trace: _Trace | None, children: set[int
     theirs.close()
     children.add(pid)
     return _Spare(pid, ours)
+
+
+def _await_call(
+    listener: socket.socket, control: socket.socket, trace: _Trace | None
+) -> socket.socket | None:
+    """The ready spare's wait: a connection it accepts itself (then it tells the parent,
+    ``t``: the parent is not woken by the connection, nor hands it over), or one the parent
+    accepted before it knew the spare ready and hands over (``SCM_RIGHTS``); None once the
+    parent closed its end (stopping) or the spare cannot accept (the parent does then)."""
+    listener.settimeout(0)  # the parent may take a connection first: then EAGAIN here
+    while True:
+        readable, _, _ = select.select([listener, control], [], [])
+        if control in readable:
+            try:
+                _, fds, _, _ = socket.recv_fds(control, 1, 1)
+            except OSError:  # ECONNRESET: the parent closed it with "ready" unread
+                fds = []
+            if len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                return None
+            return socket.socket(fileno=fds[0])
+        try:
+            conn, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            continue  # the parent's, or a connection already gone
+        except OSError:  # EMFILE, ENOBUFS: this spare gives up, the parent accepts
+            return None
+        if trace is not None:
+            trace.mark("accepted")
+            trace.mark("taken by the spare")
+        with contextlib.suppress(OSError):  # the parent stopping: this call is still served
+            control.sendall(b"t")
+        return conn
 
 
 def _reap(children: set[int]) -> None:

@@ -730,12 +730,14 @@ def test_trace_times_each_step_and_changes_nothing(node: Node, tmp_path: Path) -
     handled = [int(end) for pid, name, _, end in lines if name == "call_handled"]
     assert handled and max(handled) <= after
     parent = [name for pid, name, start, end in lines if pid == str(server.pid) and start == end]
-    assert parent == ["accepted", "handed_to_the_spare", "code_unchanged", "specs_parsed_ahead"]
+    # the ready spare accepted the call itself: the parent was not woken by it
+    assert parent == ["code_unchanged", "specs_parsed_ahead"]
     # the code check waits for the child's reply: beside the child it took a core from it
     marks = {name: int(start) for pid, name, start, end in lines if start == end}
     assert marks["code_unchanged"] > marks["reply_sent"]
     child = [name for pid, name, start, end in lines if pid != str(server.pid) and start == end]
-    assert child == ["child", "peer_checked", "request_received", "request_parsed", "ack_sent",
+    assert child == ["accepted", "taken_by_the_spare", "child", "peer_checked",
+                     "request_received", "request_parsed", "ack_sent",
                      "caller's_cwd,_streams,_env_taken_on", "call_handled",
                      "reply_sent"]  # fmt: skip
     calls = {name for pid, name, start, end in lines if start != end and pid != str(server.pid)}
@@ -977,3 +979,92 @@ def test_a_spare_still_warming_when_the_server_stops_exits_without_a_word(
             break
     assert not ready, "no spare was caught before it was ready"
     assert "Traceback" not in said and "Error" not in said, said
+
+
+# -- the spare child's side of a call, and the parent's view of it, without a fork ---------
+
+
+def _listening(tmp_path: Path) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s.sock"))
+    listener.listen(4)
+    return listener
+
+
+def test_the_parent_watches_the_listener_until_the_spare_is_ready_then_its_word(
+    tmp_path: Path,
+) -> None:
+    """Before ``r`` a connection is the parent's to accept; after it, only the spare's word
+    wakes the parent: ``t`` (it accepted one), EOF (it died), else a timeout."""
+    from nvhook.server import _Spare
+
+    with _listening(tmp_path) as listener:
+        ours, theirs = socket.socketpair()
+        spare = _Spare(0, ours)
+        with pytest.raises(TimeoutError):
+            spare.wait(listener, 0.01)
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(str(tmp_path / "s.sock"))
+        assert spare.wait(listener, 1) == "connection"
+        theirs.sendall(b"r")
+        assert spare.wait(listener, 1) == "ready" and spare.ready
+        with pytest.raises(TimeoutError):  # the pending connection is the spare's now
+            spare.wait(listener, 0.01)
+        theirs.sendall(b"t")
+        assert spare.wait(listener, 1) == "taken"
+        theirs.close()
+        assert spare.wait(listener, 1) == "died"
+        client.close()
+        ours.close()
+
+
+def test_a_connection_the_parent_took_is_handed_to_a_ready_spare_unless_it_took_one(
+    tmp_path: Path,
+) -> None:
+    from nvhook.server import _Spare
+
+    with _listening(tmp_path) as listener:
+        for words, handed in ((b"r", True), (b"rt", False), (b"", False)):
+            ours, theirs = socket.socketpair()
+            spare = _Spare(0, ours)
+            if words:
+                theirs.sendall(words)
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.connect(str(tmp_path / "s.sock"))
+            conn, _ = listener.accept()
+            assert spare.take(conn) is handed, words
+            assert spare.taken is (words == b"rt")
+            if handed:
+                _, fds, _, _ = socket.recv_fds(theirs, 1, 1)
+                assert len(fds) == 1
+                os.close(fds[0])
+            for s in (conn, client, theirs, ours):
+                s.close()
+
+
+def test_the_ready_spare_accepts_a_call_itself_or_takes_one_handed_over(tmp_path: Path) -> None:
+    """It says ``t`` for one it accepted; one passed over its socket is its call too; EOF
+    (the parent stopping) is no call."""
+    from nvhook.server import _await_call
+
+    with _listening(tmp_path) as listener:
+        ours, theirs = socket.socketpair()
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(str(tmp_path / "s.sock"))
+        conn = _await_call(listener, theirs, None)
+        assert conn is not None and ours.recv(1) == b"t"
+        client.sendall(b"x")
+        assert conn.recv(1) == b"x"  # the caller's own connection
+        conn.close()
+        client.close()
+        a, b = socket.socketpair()
+        socket.send_fds(ours, [b"c"], [a.fileno()])
+        handed = _await_call(listener, theirs, None)
+        assert handed is not None
+        b.sendall(b"y")
+        assert handed.recv(1) == b"y"
+        for s in (handed, a, b):
+            s.close()
+        ours.close()
+        assert _await_call(listener, theirs, None) is None
+        theirs.close()
