@@ -944,6 +944,8 @@ def _fork_spare(listener: socket.socket, trace: _Trace | None, children: set[int
             os._exit(1)
     theirs.close()
     children.add(pid)
+    if trace is not None:
+        trace.mark("spare forked")
     return _Spare(pid, ours)
 
 
