@@ -889,7 +889,7 @@ def trace_parts(setup: Setup, runs: int) -> None:
                         mode, bundle)  # fmt: skip
             call_env = {**env, "NVHOOK_CONFIG": str(config), "NVHOOK_BENCH_STAMP": str(stamp_file)}
             spans: dict[str, list[float]] = {}
-            spare = 0  # runs handed to a spare child (forked ahead, as calls apart find it)
+            spare = 0  # runs served by a spare child (forked ahead, as calls apart find it)
             for n in range(runs + 2):  # two untimed: caches, the front-end's data file
                 reset(case)
                 _await_spare(trace)

@@ -24,6 +24,8 @@ import os
 import socket
 import struct
 
+from oci.bundle import read_regular_file
+
 __all__ = ["SO_PEERPIDFD", "peer_problem", "remember_self"]
 
 #: ``getsockopt`` for a pidfd of a unix socket's peer (include/uapi/asm-generic/socket.h,
@@ -31,22 +33,8 @@ __all__ = ["SO_PEERPIDFD", "peer_problem", "remember_self"]
 SO_PEERPIDFD: int = getattr(socket, "SO_PEERPIDFD", 77)
 
 
-def _read(path: str) -> bytes:
-    """All of ``path`` (a ``/proc`` file): ``os.read`` until EOF, 3-4 system calls where
-    ``open()`` makes 8 (its buffer's ``fstat``, ``ioctl`` and ``lseek``s): this is on every
-    served call's path, before a byte of the request is read."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 8192):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
-
-
 def _status(pid: int | str) -> dict[bytes, bytes]:
-    lines = _read(f"/proc/{pid}/status").splitlines()
+    lines = read_regular_file(f"/proc/{pid}/status")[0].splitlines()
     return dict((k, v.strip()) for k, _, v in (line.partition(b":") for line in lines))
 
 
@@ -93,7 +81,7 @@ def _peer_pidfd(conn: socket.socket) -> int | None:
 def _pidfd_pid(pidfd: int) -> int:
     """The pid ``pidfd`` refers to (``/proc/self/fdinfo``); -1 once that process exited."""
     try:
-        for line in _read(f"/proc/self/fdinfo/{pidfd}").splitlines():
+        for line in read_regular_file(f"/proc/self/fdinfo/{pidfd}")[0].splitlines():
             if line.startswith(b"Pid:"):
                 return int(line[4:])
     except (OSError, ValueError):
@@ -142,6 +130,6 @@ def _compare(pid: int) -> str | None:
 def _label(pid: int | str) -> bytes | None:
     """The LSM label of ``pid`` (``/proc/PID/attr/current``); None without an LSM."""
     try:
-        return _read(f"/proc/{pid}/attr/current").rstrip(b"\0\n")
+        return read_regular_file(f"/proc/{pid}/attr/current")[0].rstrip(b"\0\n")
     except OSError:
         return None

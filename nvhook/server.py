@@ -608,7 +608,7 @@ def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
                         spare.close()
                         spare = None
                         continue
-                    if event == "ready":
+                    if event is None:
                         continue
                 elif busy is not None and busy.served(listener, timeout):
                     children.discard(busy.pid)  # reaped: its call is served
@@ -647,8 +647,7 @@ def serve(path: str, *, ready: int = -1, trace: str | None = None) -> int:
                     due = True
                     continue
                 if spare is not None and spare.taken:  # it accepted another meanwhile
-                    spare.close()
-                    spare = None
+                    busy, spare = spare, None
                 if len(children) >= MAX_CHILDREN:
                     _reap(children)
                     if len(children) >= MAX_CHILDREN:
@@ -814,12 +813,11 @@ class _Spare:
     call wakes only the child that serves it (``bench/runtime.py --parts``: accept to the
     child 0.15 ms handed over, ~0 accepted). A connection the parent accepted before it
     read the ``r`` is passed with ``SCM_RIGHTS``; EOF (the parent stopping) makes it exit.
-    One at a time: a call finding none ready is forked for
-    as before, and the next spare is forked once no call is in hand (not waiting for
-    :data:`QUIET_S`, which the code check waits for: forked only after that, calls ~20-50 ms
-    apart found none ready, 67 of 84 in ``bench/runtime.py``'s interleaved rows); it warms
-    up at ``SCHED_IDLE`` (only on idle CPU: the
-    containers of the calls start meanwhile) and serves at ``SCHED_OTHER``."""
+    One at a time: a call finding none ready is forked for as before, and the next spare is
+    forked once no call is in hand (not waiting for :data:`QUIET_S`, which the code check
+    waits for: forked only after that, calls ~20-50 ms apart found none ready, 67 of 84 in
+    ``bench/runtime.py``'s interleaved rows); it warms up at ``SCHED_IDLE`` (only on idle
+    CPU: the containers of the calls start meanwhile) and serves at ``SCHED_OTHER``."""
 
     def __init__(self, pid: int, control: socket.socket) -> None:
         self.pid = pid
@@ -827,11 +825,12 @@ class _Spare:
         self.ready = False
         self.taken = False  # it accepted a call itself (its word "t")
 
-    def wait(self, listener: socket.socket, timeout: float) -> str:
-        """What comes first within ``timeout`` (else ``TimeoutError``): ``"ready"`` (its
-        word that it waits for a call: from then on it accepts them itself, and the parent
-        watches only its word), ``"taken"`` (it accepted one), ``"died"`` (its end closed
-        unsaid) or, before it is ready, ``"connection"`` (the parent's to accept)."""
+    def wait(self, listener: socket.socket, timeout: float) -> str | None:
+        """What comes first within ``timeout`` (else ``TimeoutError``): ``"taken"`` (it
+        accepted a call), ``"died"`` (its end closed unsaid), before it is ready
+        ``"connection"`` (the parent's to accept), or None: nothing for the parent to do
+        (its word that it is ready, from which on it accepts the calls itself and the
+        parent watches only its word)."""
         watched = [self.control] if self.ready else [self.control, listener]
         readable, _, _ = select.select(watched, [], [], timeout)
         if not readable:
@@ -840,13 +839,13 @@ class _Spare:
             return "connection"
         try:
             word = self.control.recv(1, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return "connection" if listener in readable else "ready" if self.ready else "died"
+        except BlockingIOError:  # nothing after all
+            return "connection" if listener in readable else None
         except OSError:
             word = b""
         if word == b"r":
             self.ready = True
-            return "ready"
+            return None
         return "taken" if word == b"t" else "died"
 
     def served(self, listener: socket.socket, timeout: float) -> bool:

@@ -648,10 +648,9 @@ static int find_runtime(const struct data *d, char *path) {
         const char *name = d->runtimes[i];
         if (strchr(name, '/')) {
             if (strlen(name) >= PATH_MAX) return -1;
-            int ok = usable(name, &me);
-            if (ok) {
+            if (usable(name, &me)) {
                 strcpy(path, name);
-                return ok > 0 ? 0 : -1;
+                return 0;
             }
             continue;
         }
@@ -662,8 +661,7 @@ static int find_runtime(const struct data *d, char *path) {
             const char *sep = dirname[dlen - 1] == '/' ? "" : "/";
             int w = snprintf(path, PATH_MAX, "%.*s%s%s", (int)dlen, dirname, sep, name);
             if (w < 0 || w >= PATH_MAX) return -1;
-            int ok = usable(path, &me);
-            if (ok) return ok > 0 ? 0 : -1;
+            if (usable(path, &me)) return 0;
             p += len;
             if (*p == '\0') break;
         }

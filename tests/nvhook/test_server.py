@@ -1011,7 +1011,7 @@ def test_the_parent_watches_the_listener_until_the_spare_is_ready_then_its_word(
         client.connect(str(tmp_path / "s.sock"))
         assert spare.wait(listener, 1) == "connection"
         theirs.sendall(b"r")
-        assert spare.wait(listener, 1) == "ready" and spare.ready
+        assert spare.wait(listener, 1) is None and spare.ready  # its word: ready
         with pytest.raises(TimeoutError):  # the pending connection is the spare's now
             spare.wait(listener, 0.01)
         theirs.sendall(b"t")
